@@ -1,0 +1,460 @@
+//! The engine: a catalog of databases, branches and snapshots over a data
+//! directory, and the operations the service exposes.
+//!
+//! Data directory layout (documented in docs/storage.md):
+//!
+//! ```text
+//! <data>/catalog.json                  branches and snapshots (atomic rewrite)
+//! <data>/secret                        32 random bytes that sign cursors
+//! <data>/db/<database>/<branch>/wal.log
+//! <data>/db/<database>/<branch>/text/  tantivy index (derived, rebuildable)
+//! <data>/snapshots/<name>/wal.log      the source branch's log cut at one epoch
+//! <data>/snapshots/<name>/snapshot.json
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::bail;
+use crate::error::{Code, Error, Result};
+use crate::model::{RecordInput, RecordKey, RecordOutput};
+use crate::names;
+use crate::query::plan::{self, HybridQuery, QueryContext, QueryResponse, RankedCache};
+use crate::schema::{Column, ColumnDeclaration, TableSchema};
+use crate::storage::branch::WAL_FILE;
+use crate::storage::commit::now_ms;
+use crate::storage::wal;
+use crate::storage::{Branch, BranchConfig, ReceiptDraft, WriteOp, WriteResult};
+
+pub const DEFAULT_DATABASE: &str = "default";
+pub const DEFAULT_BRANCH: &str = "main";
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub branch: BranchConfig,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig { data_dir: data_dir.into(), branch: BranchConfig::default() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BranchMeta {
+    database_id: String,
+    branch_id: String,
+    parent_branch_id: Option<String>,
+    state: String,
+    created_ms: u64,
+    #[serde(default)]
+    source_snapshot: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    pub name: String,
+    pub database_id: String,
+    pub branch_id: String,
+    pub epoch: u64,
+    pub wal_bytes: u64,
+    pub created_ms: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Catalog {
+    branches: Vec<BranchMeta>,
+    snapshots: Vec<SnapshotMeta>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BranchSummary {
+    pub branch_id: String,
+    pub database_id: String,
+    pub endpoint: String,
+    pub latest_epoch: u64,
+    pub parent_branch_id: Option<String>,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Metrics {
+    pub durable_epoch: u64,
+    pub latest_epoch: u64,
+    pub index_count: u64,
+    pub module_count: u64,
+    pub schema_count: u64,
+    pub schema_epoch: u64,
+    pub segment_count: u64,
+    pub record_count: u64,
+    pub version_count: u64,
+    pub branch_count: u64,
+    pub recovery_state: String,
+    pub recovered_truncated_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreOutcome {
+    pub restored: bool,
+    pub source: String,
+    pub target: String,
+    pub epoch: u64,
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    catalog: Mutex<Catalog>,
+    branches: RwLock<HashMap<(String, String), Arc<Branch>>>,
+    secret: Vec<u8>,
+    cache: RankedCache,
+    pub opened_at: Instant,
+}
+
+fn ident(kind: &str, s: &str) -> Result<()> {
+    names::check_identifier(kind, s)
+}
+
+impl Engine {
+    pub fn open(config: EngineConfig) -> Result<Engine> {
+        let data = &config.data_dir;
+        std::fs::create_dir_all(data.join("db"))?;
+        std::fs::create_dir_all(data.join("snapshots"))?;
+        let secret = load_secret(&data.join("secret"))?;
+        let catalog_path = data.join("catalog.json");
+        let mut catalog: Catalog = match std::fs::read(&catalog_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::storage(format!("catalog.json: {e}")))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Catalog::default(),
+            Err(e) => return Err(e.into()),
+        };
+        if !catalog.branches.iter().any(|b| b.database_id == DEFAULT_DATABASE && b.branch_id == DEFAULT_BRANCH) {
+            catalog.branches.insert(0, BranchMeta {
+                database_id: DEFAULT_DATABASE.into(),
+                branch_id: DEFAULT_BRANCH.into(),
+                parent_branch_id: None,
+                state: "active".into(),
+                created_ms: now_ms(),
+                source_snapshot: None,
+            });
+            save_catalog(&catalog_path, &catalog)?;
+        }
+        let mut branches = HashMap::new();
+        for meta in &catalog.branches {
+            let dir = branch_dir(data, &meta.database_id, &meta.branch_id);
+            let branch = Branch::open(&dir, config.branch.clone())?;
+            branch.set_archived(meta.state == "archived");
+            branches.insert((meta.database_id.clone(), meta.branch_id.clone()), Arc::new(branch));
+        }
+        Ok(Engine {
+            config,
+            catalog: Mutex::new(catalog),
+            branches: RwLock::new(branches),
+            secret,
+            cache: RankedCache::default(),
+            opened_at: Instant::now(),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The branch addressed by a request; `None` means the defaults.
+    pub fn branch(&self, database: Option<&str>, branch: Option<&str>) -> Result<Arc<Branch>> {
+        let db = database.unwrap_or(DEFAULT_DATABASE);
+        let br = branch.unwrap_or(DEFAULT_BRANCH);
+        ident("database_id", db)?;
+        ident("branch_id", br)?;
+        self.branches
+            .read()
+            .get(&(db.to_string(), br.to_string()))
+            .cloned()
+            .ok_or_else(|| Error::new(Code::BranchNotFound, format!("branch {db}/{br} does not exist")))
+    }
+
+    fn write(&self, database: Option<&str>, branch: Option<&str>, op: WriteOp) -> Result<WriteResult> {
+        self.branch(database, branch)?.write(op)
+    }
+
+    pub fn put(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        records: Vec<RecordInput>,
+        receipt: Option<ReceiptDraft>,
+    ) -> Result<WriteResult> {
+        self.write(database, branch, WriteOp::Put { records, receipt })
+    }
+
+    pub fn delete(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        key: RecordKey,
+        receipt: Option<ReceiptDraft>,
+    ) -> Result<WriteResult> {
+        self.write(database, branch, WriteOp::Delete { table: key.table, tenant_id: key.tenant_id, id: key.id, receipt })
+    }
+
+    /// Records a receipt on its own (for keyed requests that write no rows).
+    pub fn record_receipt(&self, database: Option<&str>, branch: Option<&str>, receipt: ReceiptDraft) -> Result<WriteResult> {
+        self.write(database, branch, WriteOp::Receipt { receipt })
+    }
+
+    /// Looks up a live receipt by its scoped key.
+    pub fn receipt(&self, database: Option<&str>, branch: Option<&str>, key: &str) -> Result<Option<crate::storage::Receipt>> {
+        let branch = self.branch(database, branch)?;
+        let cutoff = now_ms().saturating_sub(branch.config.receipt_retention_ms);
+        let state = branch.state.read();
+        Ok(state.receipts.get(key).filter(|r| r.created_ms >= cutoff).cloned())
+    }
+
+    pub fn declare_table(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        table: &str,
+        columns: BTreeMap<String, ColumnDeclaration>,
+    ) -> Result<WriteResult> {
+        let max_dim = self.config.branch.max_vector_dim;
+        let columns: BTreeMap<String, Column> = columns
+            .iter()
+            .map(|(name, decl)| decl.to_column(name, max_dim).map(|c| (name.clone(), c)))
+            .collect::<Result<_>>()?;
+        self.write(database, branch, WriteOp::Declare { table: table.to_string(), columns })
+    }
+
+    pub fn schemas(&self, database: Option<&str>, branch: Option<&str>) -> Result<Vec<TableSchema>> {
+        let branch = self.branch(database, branch)?;
+        let state = branch.state.read();
+        Ok(state.schemas.values().cloned().collect())
+    }
+
+    /// The visible version of a record at `epoch` (latest when `None`).
+    pub fn get(&self, database: Option<&str>, branch: Option<&str>, key: &RecordKey, epoch: Option<u64>) -> Result<Option<RecordOutput>> {
+        names::check_table(&key.table)?;
+        names::check_key("tenant_id", &key.tenant_id)?;
+        names::check_key("id", &key.id)?;
+        let branch = self.branch(database, branch)?;
+        let state = branch.state.read();
+        let epoch = epoch.unwrap_or(state.latest_epoch);
+        Ok(state.visible_version(&key.table, &key.tenant_id, &key.id, epoch).map(|row| {
+            let r = &state.rows[row as usize];
+            RecordOutput {
+                fields: (*r.fields).clone(),
+                id: key.id.clone(),
+                table: key.table.clone(),
+                tenant_id: key.tenant_id.clone(),
+                version_id: r.version_id,
+            }
+        }))
+    }
+
+    pub fn query(&self, database: Option<&str>, branch: Option<&str>, q: &HybridQuery) -> Result<QueryResponse> {
+        let db = database.unwrap_or(DEFAULT_DATABASE);
+        let br = branch.unwrap_or(DEFAULT_BRANCH);
+        let handle = self.branch(Some(db), Some(br))?;
+        let branch_key = format!("{db}/{br}");
+        let ctx = QueryContext { branch: &handle, branch_key: &branch_key, secret: &self.secret, cache: &self.cache };
+        plan::execute(&ctx, q)
+    }
+
+    /// Blocks until every branch's indexes cover every committed row.
+    pub fn wait_indexed(&self, timeout: std::time::Duration) -> bool {
+        let branches: Vec<Arc<Branch>> = self.branches.read().values().cloned().collect();
+        branches.iter().all(|b| b.wait_indexed(timeout))
+    }
+
+    /// Snapshot `target` of a branch at its latest epoch, taken while writes go
+    /// on: the log is append-only, so its first `wal_end` bytes are exactly the
+    /// commits up to that epoch and never change.
+    pub fn snapshot(&self, database: Option<&str>, branch: Option<&str>, target: &str) -> Result<SnapshotMeta> {
+        ident("snapshot name", target)?;
+        let db = database.unwrap_or(DEFAULT_DATABASE).to_string();
+        let br = branch.unwrap_or(DEFAULT_BRANCH).to_string();
+        let handle = self.branch(Some(&db), Some(&br))?;
+        let mut catalog = self.catalog.lock();
+        if catalog.snapshots.iter().any(|s| s.name == target) {
+            bail!(SnapshotExists, "snapshot {target:?} already exists");
+        }
+        let (epoch, wal_bytes) = handle.cut();
+        let final_dir = self.config.data_dir.join("snapshots").join(target);
+        let tmp_dir = self.config.data_dir.join("snapshots").join(format!(".{target}.tmp"));
+        let _ = std::fs::remove_dir_all(&tmp_dir);
+        if final_dir.exists() {
+            // left by a crash after the copy but before the catalog update
+            std::fs::remove_dir_all(&final_dir)?;
+        }
+        std::fs::create_dir_all(&tmp_dir)?;
+        wal::copy_prefix(&handle.wal_path(), &tmp_dir.join(WAL_FILE), wal_bytes)?;
+        let meta = SnapshotMeta { name: target.to_string(), database_id: db, branch_id: br, epoch, wal_bytes, created_ms: now_ms() };
+        write_durable(&tmp_dir.join("snapshot.json"), &serde_json::to_vec_pretty(&meta).expect("meta serialises"))?;
+        std::fs::rename(&tmp_dir, &final_dir)?;
+        wal::sync_dir(&final_dir)?;
+        catalog.snapshots.push(meta.clone());
+        save_catalog(&self.config.data_dir.join("catalog.json"), &catalog)?;
+        Ok(meta)
+    }
+
+    pub fn snapshots(&self) -> Vec<SnapshotMeta> {
+        self.catalog.lock().snapshots.clone()
+    }
+
+    /// Restores snapshot `source` into a new branch `target` of the snapshot's
+    /// database; the new branch's parent is the branch the snapshot was taken from.
+    pub fn restore(&self, source: &str, target: &str) -> Result<RestoreOutcome> {
+        ident("snapshot name", source)?;
+        ident("branch_id", target)?;
+        let mut catalog = self.catalog.lock();
+        let Some(snap) = catalog.snapshots.iter().find(|s| s.name == source).cloned() else {
+            bail!(SnapshotNotFound, "snapshot {source:?} does not exist");
+        };
+        let db = snap.database_id.clone();
+        if catalog.branches.iter().any(|b| b.database_id == db && b.branch_id == target) {
+            bail!(BranchExists, "branch {db}/{target} already exists");
+        }
+        let dir = branch_dir(&self.config.data_dir, &db, target);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let src = self.config.data_dir.join("snapshots").join(source).join(WAL_FILE);
+        let len = std::fs::metadata(&src)?.len();
+        wal::copy_prefix(&src, &dir.join(WAL_FILE), len)?;
+        let branch = Branch::open(&dir, self.config.branch.clone())?;
+        let epoch = branch.state.read().latest_epoch;
+        catalog.branches.push(BranchMeta {
+            database_id: db.clone(),
+            branch_id: target.to_string(),
+            parent_branch_id: Some(snap.branch_id.clone()),
+            state: "active".into(),
+            created_ms: now_ms(),
+            source_snapshot: Some(source.to_string()),
+        });
+        save_catalog(&self.config.data_dir.join("catalog.json"), &catalog)?;
+        self.branches.write().insert((db, target.to_string()), Arc::new(branch));
+        Ok(RestoreOutcome { restored: true, source: source.to_string(), target: target.to_string(), epoch })
+    }
+
+    /// Archives (read-only) or reactivates a branch.
+    pub fn set_branch_state(&self, database: Option<&str>, branch: Option<&str>, archived: bool) -> Result<()> {
+        let db = database.unwrap_or(DEFAULT_DATABASE);
+        let br = branch.unwrap_or(DEFAULT_BRANCH);
+        let handle = self.branch(Some(db), Some(br))?;
+        let mut catalog = self.catalog.lock();
+        for meta in catalog.branches.iter_mut().filter(|m| m.database_id == db && m.branch_id == br) {
+            meta.state = if archived { "archived" } else { "active" }.into();
+        }
+        save_catalog(&self.config.data_dir.join("catalog.json"), &catalog)?;
+        handle.set_archived(archived);
+        Ok(())
+    }
+
+    pub fn branches(&self, endpoint: &str) -> Vec<BranchSummary> {
+        let catalog = self.catalog.lock();
+        let handles = self.branches.read();
+        catalog
+            .branches
+            .iter()
+            .map(|m| BranchSummary {
+                branch_id: m.branch_id.clone(),
+                database_id: m.database_id.clone(),
+                endpoint: endpoint.to_string(),
+                latest_epoch: handles
+                    .get(&(m.database_id.clone(), m.branch_id.clone()))
+                    .map_or(0, |b| b.state.read().latest_epoch),
+                parent_branch_id: m.parent_branch_id.clone(),
+                state: m.state.clone(),
+            })
+            .collect()
+    }
+
+    /// Metrics of one branch (epochs, schemas, indexes) plus engine-wide counts.
+    pub fn metrics(&self, database: Option<&str>, branch: Option<&str>) -> Result<Metrics> {
+        let handle = self.branch(database, branch)?;
+        let branch_count = self.branches.read().len() as u64;
+        let state = handle.state.read();
+        let vector_indexes: u64 = state.tables.values().map(|t| t.vectors.len() as u64).sum();
+        let scalar_indexes: u64 = state.tables.values().map(|t| t.scalar.len() as u64).sum();
+        // per table: tenant masks and the text index scope, plus vector graphs and scalar bitmaps
+        let index_count = state.tables.len() as u64 * 2 + vector_indexes + scalar_indexes;
+        let recovery_state = if handle.is_failed() {
+            "failed"
+        } else if handle.recovered_truncated_bytes > 0 {
+            "recovered"
+        } else {
+            "healthy"
+        };
+        Ok(Metrics {
+            durable_epoch: state.durable_epoch,
+            latest_epoch: state.latest_epoch,
+            index_count,
+            module_count: crate::module_versions().len() as u64,
+            schema_count: state.schemas.len() as u64,
+            schema_epoch: state.schema_epoch,
+            segment_count: handle.text.segment_count() as u64,
+            record_count: state.live_records(),
+            version_count: state.rows.len() as u64,
+            branch_count,
+            recovery_state: recovery_state.to_string(),
+            recovered_truncated_bytes: handle.recovered_truncated_bytes,
+        })
+    }
+
+    /// Finishes queued writes on every branch and stops their threads.
+    pub fn close(&self) {
+        for branch in self.branches.read().values() {
+            branch.close();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn branch_dir(data: &Path, database: &str, branch: &str) -> PathBuf {
+    data.join("db").join(database).join(branch)
+}
+
+fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    Ok(())
+}
+
+fn save_catalog(path: &Path, catalog: &Catalog) -> Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    write_durable(&tmp, &serde_json::to_vec_pretty(catalog).expect("catalog serialises"))?;
+    std::fs::rename(&tmp, path)?;
+    wal::sync_dir(path)?;
+    Ok(())
+}
+
+fn load_secret(path: &Path) -> Result<Vec<u8>> {
+    if let Ok(bytes) = std::fs::read(path) {
+        if bytes.len() == 32 {
+            return Ok(bytes);
+        }
+    }
+    let mut bytes = vec![0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    write_durable(path, &bytes)?;
+    Ok(bytes)
+}
+
+/// Parses the `columns` argument of a table declaration.
+pub fn parse_columns(value: &Value) -> Result<BTreeMap<String, ColumnDeclaration>> {
+    serde_json::from_value(value.clone()).map_err(|e| Error::new(Code::InvalidRecord, format!("columns: {e}")))
+}

@@ -1,0 +1,31 @@
+//! Braid's engine: durable multi-tenant records with full history, and hybrid
+//! queries over them. No napi here; `crates/node` binds it for Node.
+//!
+//! Layout: `storage` (WAL, MVCC state, group commit, indexer), `schema`,
+//! `index` (text, vector, graph), `query` (plan, fusion, explain, cursor),
+//! `engine` (catalog of databases, branches and snapshots).
+
+pub mod engine;
+pub mod error;
+pub mod index;
+pub mod model;
+pub mod names;
+pub mod query;
+pub mod schema;
+pub mod storage;
+
+pub use engine::{BranchSummary, Engine, EngineConfig, Metrics, RestoreOutcome};
+pub use error::{Code, Error, Result};
+pub use model::{RecordInput, RecordKey, RecordOutput};
+
+/// Versions of the engine's modules, reported by explain.
+pub fn module_versions() -> Vec<String> {
+    vec![
+        format!("braid-engine/{}", env!("CARGO_PKG_VERSION")),
+        "wal/1".to_string(),
+        "tantivy/0.27".to_string(),
+        "hnsw_rs/0.3".to_string(),
+        "fusion/rrf-60+relative_score".to_string(),
+        "cursor/1".to_string(),
+    ]
+}

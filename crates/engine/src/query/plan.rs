@@ -1,0 +1,782 @@
+//! Planning and execution of a hybrid query.
+//!
+//! 1. validate the query against the table's schema and resolve the read
+//!    epoch (cursor, `temporal_as_of` or latest);
+//! 2. build the eligible-row bitmap: tenant mask, MVCC visibility at the read
+//!    epoch, scalar equality bitmaps. Every access path is filtered by it
+//!    before any row is opened;
+//! 3. run the requested paths: BM25 (tantivy plus the hot overlay of rows it
+//!    has not indexed yet), vectors (HNSW, or an exact scan when the eligible
+//!    set is small or the graph lags), graph BFS from `graph_seed`;
+//! 4. fuse (RRF or relative score), order by (final score desc, record id),
+//!    page, re-check visibility of every returned row and materialise it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use roaring::RoaringBitmap;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::bail;
+use crate::error::{Code, Error, Result};
+use crate::index::text::{self, TextSearch};
+use crate::index::{graph, vector};
+use crate::names;
+use crate::query::cursor::{self, CursorPayload};
+use crate::query::explain::{self, Candidate, Explain, ScoreComponents};
+use crate::query::fusion::{self, FusionMethod, Path, PathList, Weights};
+use crate::schema::Metric;
+use crate::storage::commit::now_ms;
+use crate::storage::{Branch, ScalarKey, State};
+
+pub const DEFAULT_TOP_K: i64 = 10;
+pub const MAX_TOP_K: i64 = 1000;
+pub const MAX_BUDGET: i64 = 10_000;
+/// Eligible sets up to this size are scored exactly instead of through HNSW.
+pub const EXACT_THRESHOLD: u64 = 2048;
+pub const CURSOR_TTL_MS: u64 = 60 * 60 * 1000;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HybridQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scalar_eq: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_seed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporal_as_of: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freshness: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<bool>,
+    /// Extension: `rrf` (default) or `relative_score`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<String>,
+    /// Extension: weights of `relative_score` fusion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fusion_weights: Option<Weights>,
+    /// Extension: candidates taken from the vector path (default max(10 * top_k, 100)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_budget: Option<i64>,
+    /// Extension: hops of the graph neighbourhood (default 2, 1..=8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_depth: Option<i64>,
+}
+
+impl HybridQuery {
+    /// Identifies the query for its cursors: everything but cursor and explain.
+    pub fn fingerprint(&self) -> String {
+        let mut q = self.clone();
+        q.cursor = None;
+        q.explain = None;
+        let digest = Sha256::digest(serde_json::to_vec(&q).expect("query serialises"));
+        digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HybridRow {
+    pub fields: Map<String, Value>,
+    pub record_id: String,
+    pub score: ScoreComponents,
+    pub tenant_id: String,
+    pub version_id: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryResponse {
+    pub explain: Explain,
+    pub next_cursor: Option<String>,
+    pub results: Vec<HybridRow>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Read at the latest epoch and cover index lag with the hot overlay.
+    Latest,
+    /// Only what the indexes hold: no overlay, waits for nothing.
+    Indexed,
+}
+
+impl Freshness {
+    fn name(self) -> &'static str {
+        match self {
+            Freshness::Latest => "latest",
+            Freshness::Indexed => "indexed",
+        }
+    }
+}
+
+/// A validated query.
+struct Plan {
+    table: String,
+    tenant: String,
+    terms: Option<Vec<String>>,
+    text_field: Option<String>,
+    vector: Option<(String, Metric, Vec<f32>)>,
+    scalar: Vec<(String, ScalarKey, String)>,
+    graph: Option<(String, u32, Vec<String>)>,
+    top_k: usize,
+    budget: usize,
+    freshness: Freshness,
+    fusion: FusionMethod,
+    weights: Weights,
+}
+
+#[derive(Debug, Clone)]
+struct RankedRow {
+    row: u32,
+    record_id: Arc<str>,
+    version_id: u32,
+    fused: fusion::Fused,
+    penalty: Option<f64>,
+    overlay: bool,
+    source: String,
+}
+
+/// A ranked list computed once and shared by the pages of one cursor.
+pub struct Ranked {
+    rows: Vec<RankedRow>,
+    explain: Explain,
+}
+
+/// Ranked lists kept for cursor paging: page 2 reads the same list page 1
+/// did, so concurrent writes cannot duplicate or skip rows.
+pub struct RankedCache {
+    inner: Mutex<(HashMap<String, Arc<Ranked>>, VecDeque<String>)>,
+    capacity: usize,
+}
+
+impl Default for RankedCache {
+    fn default() -> Self {
+        RankedCache { inner: Mutex::new((HashMap::new(), VecDeque::new())), capacity: 256 }
+    }
+}
+
+impl RankedCache {
+    fn get(&self, key: &str) -> Option<Arc<Ranked>> {
+        self.inner.lock().0.get(key).cloned()
+    }
+
+    fn put(&self, key: String, ranked: Arc<Ranked>) {
+        let mut guard = self.inner.lock();
+        let (map, order) = &mut *guard;
+        if map.insert(key.clone(), ranked).is_none() {
+            order.push_back(key);
+        }
+        while order.len() > self.capacity {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokenizer::TextAnalyzer) -> Result<Plan> {
+    let Some(table) = q.table.clone() else { bail!(InvalidQuery, "table is required") };
+    names::check_table(&table)?;
+    let Some(tenant) = q.tenant_id.clone() else { bail!(InvalidQuery, "tenant_id is required") };
+    names::check_key("tenant_id", &tenant)?;
+    let Some(schema) = state.schemas.get(&table) else { bail!(UnknownTable, "table {table:?} does not exist") };
+    let top_k = q.top_k.unwrap_or(DEFAULT_TOP_K);
+    if !(1..=MAX_TOP_K).contains(&top_k) {
+        bail!(TopKOutOfRange, "top_k must be between 1 and {MAX_TOP_K}, got {top_k}");
+    }
+    let top_k = top_k as usize;
+    let budget = match q.candidate_budget {
+        Some(b) if !(1..=MAX_BUDGET).contains(&b) => {
+            bail!(InvalidQuery, "candidate_budget must be between 1 and {MAX_BUDGET}, got {b}")
+        }
+        Some(b) => b as usize,
+        None => (top_k * 10).max(100),
+    };
+    let freshness = match q.freshness.as_deref() {
+        None | Some("latest") => Freshness::Latest,
+        Some("indexed") => Freshness::Indexed,
+        Some(other) => bail!(InvalidQuery, "freshness must be latest or indexed, got {other:?}"),
+    };
+    let fusion = match q.fusion.as_deref() {
+        None => FusionMethod::Rrf,
+        Some(f) => FusionMethod::parse(f)
+            .ok_or_else(|| Error::new(Code::InvalidQuery, format!("fusion must be rrf or relative_score, got {f:?}")))?,
+    };
+    let weights = q.fusion_weights.unwrap_or_default();
+    if [weights.lexical, weights.vector, weights.relational].iter().any(|w| !w.is_finite() || *w < 0.0) {
+        bail!(InvalidQuery, "fusion_weights must be finite and non-negative");
+    }
+    if let Some(field) = &q.text_field {
+        match schema.columns.get(field) {
+            Some(c) if c.text => {}
+            Some(_) => bail!(UnknownColumn, "column {field:?} of table {table:?} is not text-indexed"),
+            None => bail!(UnknownColumn, "table {table:?} has no column {field:?}"),
+        }
+    }
+    let terms = q.text.as_ref().map(|t| {
+        let mut toks = text::tokens(text_analyzer, t);
+        toks.sort();
+        toks.dedup();
+        toks
+    });
+    let vector = match &q.vector {
+        None => {
+            if let Some(field) = &q.vector_field {
+                if !schema.vector_columns().any(|(n, ..)| n == field) {
+                    bail!(UnknownColumn, "table {table:?} has no vector column {field:?}");
+                }
+            }
+            None
+        }
+        Some(v) => {
+            let column = match &q.vector_field {
+                Some(field) => schema
+                    .vector_columns()
+                    .find(|(n, ..)| n == field)
+                    .ok_or_else(|| Error::new(Code::UnknownColumn, format!("table {table:?} has no vector column {field:?}")))?,
+                None => schema
+                    .vector_columns()
+                    .next()
+                    .ok_or_else(|| Error::new(Code::UnknownColumn, format!("table {table:?} has no vector column")))?,
+            };
+            let (name, dim, metric) = column;
+            if v.len() != dim as usize {
+                bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, the query has {}", v.len());
+            }
+            let prepared = vector::prepare(metric, v.iter().map(|x| *x as f32).collect());
+            Some((name.to_string(), metric, prepared))
+        }
+    };
+    let mut scalar = Vec::new();
+    for (col, value) in q.scalar_eq.iter().flatten() {
+        match schema.columns.get(col) {
+            Some(c) if c.scalar => {}
+            Some(c) => bail!(UnknownColumn, "column {col:?} is a {} column, not a scalar one", c.ty.name()),
+            None => bail!(UnknownColumn, "table {table:?} has no column {col:?}"),
+        }
+        let Some(key) = ScalarKey::of(value) else {
+            bail!(InvalidQuery, "scalar_eq.{col} must be a string, number or bool")
+        };
+        scalar.push((col.clone(), key, format!("{col} = {value}")));
+    }
+    let graph = match &q.graph_seed {
+        None => None,
+        Some(seed) => {
+            names::check_key("graph_seed", seed)?;
+            let depth = q.graph_depth.unwrap_or(graph::DEFAULT_DEPTH as i64);
+            if !(1..=8).contains(&depth) {
+                bail!(InvalidQuery, "graph_depth must be between 1 and 8, got {depth}");
+            }
+            let edges: Vec<String> = schema.edge_columns().map(str::to_string).collect();
+            Some((seed.clone(), depth as u32, edges))
+        }
+    };
+    Ok(Plan {
+        table,
+        tenant,
+        terms,
+        text_field: q.text_field.clone(),
+        vector,
+        scalar,
+        graph,
+        top_k,
+        budget,
+        freshness,
+        fusion,
+        weights,
+    })
+}
+
+/// Resolves the read epoch and checks it against the retained history.
+fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: Option<u64>) -> Result<u64> {
+    if let Some(e) = pinned {
+        if e < horizon {
+            bail!(CursorExpired, "the cursor's epoch {e} is below the retained horizon {horizon}");
+        }
+        return Ok(e);
+    }
+    match q.temporal_as_of {
+        None => Ok(state.latest_epoch),
+        Some(e) if e < 0 => bail!(InvalidQuery, "temporal_as_of must be >= 0, got {e}"),
+        Some(e) if (e as u64) > state.latest_epoch => {
+            bail!(TemporalInFuture, "temporal_as_of {e} is after the latest epoch {}", state.latest_epoch)
+        }
+        Some(e) if (e as u64) < horizon => {
+            bail!(TemporalBeforeHorizon, "temporal_as_of {e} is below the retained horizon {horizon}")
+        }
+        Some(e) => Ok(e as u64),
+    }
+}
+
+pub struct QueryContext<'a> {
+    pub branch: &'a Branch,
+    pub branch_key: &'a str,
+    pub secret: &'a [u8],
+    pub cache: &'a RankedCache,
+}
+
+pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse> {
+    let started = Instant::now();
+    let fingerprint = q.fingerprint();
+    let pinned = match &q.cursor {
+        None => None,
+        Some(c) => {
+            let payload = cursor::decode(ctx.secret, c)?;
+            if payload.b != ctx.branch_key {
+                bail!(InvalidCursor, "the cursor belongs to branch {}", payload.b);
+            }
+            if payload.h != fingerprint {
+                bail!(CursorQueryMismatch, "the cursor was issued for a different query");
+            }
+            if now_ms().saturating_sub(payload.t) > CURSOR_TTL_MS {
+                bail!(CursorExpired, "the cursor is older than {} minutes", CURSOR_TTL_MS / 60_000);
+            }
+            Some(payload)
+        }
+    };
+    let (plan, epoch, schema_epoch, horizon) = {
+        let state = ctx.branch.state.read();
+        let mut analyzer = text::analyzer();
+        let plan = validate(q, &state, &mut analyzer)?;
+        let horizon = ctx.branch.horizon(&state);
+        let epoch = read_epoch(q, &state, horizon, pinned.as_ref().map(|p| p.e))?;
+        (plan, epoch, state.schema_epoch, horizon)
+    };
+    let validate_ms = ms(started);
+    let cache_key = format!("{}|{}|{}", ctx.branch_key, fingerprint, epoch);
+    let cached = pinned.as_ref().and_then(|_| ctx.cache.get(&cache_key));
+    let cache_hit = cached.is_some();
+    let ranked = match cached {
+        Some(r) => r,
+        None => Arc::new(rank(ctx.branch, &plan, epoch)?),
+    };
+    let mut ex = ranked.explain.clone();
+    ex.phase_timings.insert(0, explain::PhaseTiming { elapsed_ms: validate_ms, phase: "validate".into() });
+    if plan.terms.is_some() {
+        ex.lexical_cache_hits = cache_hit as u64;
+        ex.lexical_cache_misses = !cache_hit as u64;
+    }
+    ex.read_epoch = epoch;
+    ex.schema_epoch = schema_epoch;
+    ex.policy_epoch = horizon;
+    ex.module_versions = crate::module_versions();
+
+    // paging
+    let page_started = Instant::now();
+    let offset = match &pinned {
+        None => 0,
+        Some(p) if cache_hit => p.o,
+        Some(p) => seek(&ranked.rows, p.s, &p.id),
+    };
+    let end = (offset + plan.top_k).min(ranked.rows.len());
+    let page = &ranked.rows[offset.min(end)..end];
+    ex.phase("page", page_started);
+
+    // final visibility guard and materialisation
+    let guard_started = Instant::now();
+    let mut results = Vec::with_capacity(page.len());
+    let mut removed = 0;
+    {
+        let state = ctx.branch.state.read();
+        for r in page {
+            let row = &state.rows[r.row as usize];
+            let key = state.key_entry(r.row);
+            if !row.visible_at(epoch) || *key.table != *plan.table || *key.tenant != *plan.tenant {
+                removed += 1;
+                continue;
+            }
+            results.push(HybridRow {
+                fields: (*row.fields).clone(),
+                record_id: r.record_id.to_string(),
+                score: components(r),
+                tenant_id: plan.tenant.clone(),
+                version_id: r.version_id,
+            });
+        }
+    }
+    ex.final_visibility_guard_count = page.len() as u64;
+    ex.final_visibility_guard_removed = removed;
+    ex.materialized_count = results.len() as u64;
+    ex.returned_count = results.len() as u64;
+    ex.phase("visibility_guard_and_materialize", guard_started);
+
+    if q.explain.unwrap_or(false) {
+        let upto = (offset + plan.top_k * 2).min(ranked.rows.len()).min(offset + 100);
+        ex.planner_candidates = ranked.rows[offset.min(upto)..upto]
+            .iter()
+            .map(|r| Candidate {
+                freshness: if r.overlay { "hot_overlay" } else { "indexed" }.to_string(),
+                record_id: r.record_id.to_string(),
+                score_components: components(r),
+                score_upper_bound: Some(r.fused.upper_bound),
+                source: r.source.clone(),
+                version_id: r.version_id,
+                visibility_checked: true,
+            })
+            .collect();
+    }
+
+    let next_cursor = if end < ranked.rows.len() && !page.is_empty() {
+        let last = &page[page.len() - 1];
+        let payload = CursorPayload {
+            v: 1,
+            b: ctx.branch_key.to_string(),
+            e: epoch,
+            o: end,
+            s: last.fused.final_score,
+            id: last.record_id.to_string(),
+            h: fingerprint,
+            t: pinned.as_ref().map_or_else(now_ms, |p| p.t),
+        };
+        if !cache_hit {
+            ctx.cache.put(cache_key, ranked.clone());
+        }
+        Some(cursor::encode(ctx.secret, &payload))
+    } else {
+        None
+    };
+    ex.phase("total", started);
+    Ok(QueryResponse { explain: ex, next_cursor, results })
+}
+
+fn components(r: &RankedRow) -> ScoreComponents {
+    ScoreComponents {
+        final_score: r.fused.final_score,
+        freshness_penalty: r.penalty,
+        lexical: r.fused.lexical,
+        relational: r.fused.relational,
+        vector: r.fused.vector,
+    }
+}
+
+/// Position just after (score, id) in a list ordered by score desc, id asc.
+fn seek(rows: &[RankedRow], score: f64, id: &str) -> usize {
+    rows.iter()
+        .position(|r| r.fused.final_score < score || (r.fused.final_score == score && &*r.record_id > id))
+        .unwrap_or(rows.len())
+}
+
+fn sort_hits(hits: &mut [(u32, f32)]) {
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+}
+
+/// Computes the full ranked list of a query at `epoch`.
+fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
+    let mut ex = Explain {
+        candidate_budget: plan.budget as u64,
+        freshness_mode: plan.freshness.name().to_string(),
+        fusion_method: plan.fusion.name().to_string(),
+        failed_feature_count: branch.shared.failed_features.load(std::sync::atomic::Ordering::Relaxed),
+        ..Default::default()
+    };
+    let text_wm = branch.text.watermark();
+    let vec_wm = branch.vector_watermark();
+    let overlay_on = plan.freshness == Freshness::Latest;
+
+    let plan_started = Instant::now();
+    let state = branch.state.read();
+    let total_rows = state.rows.len() as u32;
+    let empty = crate::storage::TableData::default();
+    let table = state.tables.get(&plan.table).unwrap_or(&empty);
+    let no_rows = RoaringBitmap::new();
+    let mask = table.tenants.get(plan.tenant.as_str()).unwrap_or(&no_rows);
+    let base: RoaringBitmap = if epoch == state.latest_epoch {
+        &table.live & mask
+    } else {
+        mask.iter().filter(|r| state.rows[*r as usize].visible_at(epoch)).collect()
+    };
+    ex.tenant_mask_visible_records = base.len();
+    let mut eligible = base;
+    for (col, key, text) in &plan.scalar {
+        let bitmap = table.scalar.get(col).and_then(|m| m.get(key));
+        match bitmap {
+            Some(b) => eligible &= b,
+            None => eligible.clear(),
+        }
+        ex.scalar_filter_predicates.push(text.clone());
+    }
+    ex.scalar_filter_applied = !plan.scalar.is_empty();
+    ex.scalar_filter_visible_records = eligible.len();
+    ex.scalar_filter_removed_records = ex.tenant_mask_visible_records - eligible.len();
+    let build_ms = ms(plan_started);
+    ex.path("tenant_mask", ex.tenant_mask_visible_records, true, build_ms, 0.0);
+    if ex.scalar_filter_applied {
+        ex.path("scalar", eligible.len(), true, 0.0, 0.0);
+    } else {
+        ex.skipped_access_paths.push("scalar: no scalar_eq predicates".into());
+    }
+    if epoch != state.latest_epoch {
+        ex.path("temporal", ex.tenant_mask_visible_records, true, build_ms, 0.0);
+    }
+    let eligible = Arc::new(eligible);
+    ex.phase("plan", plan_started);
+
+    // -- text: stats and hot overlay under the lock, tantivy after it
+    let mut text_hits: Option<Vec<(u32, f32)>> = None;
+    let mut text_search = None;
+    let mut overlay_rows: HashMap<u32, u8> = HashMap::new();
+    let mut pending = 0u64;
+    if let Some(terms) = &plan.terms {
+        let t = Instant::now();
+        let stats = table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms);
+        let mut hits = Vec::new();
+        pending += (total_rows.saturating_sub(text_wm)) as u64;
+        if overlay_on && !terms.is_empty() {
+            let columns: Vec<String> = match &plan.text_field {
+                Some(f) => vec![f.clone()],
+                None => state.schemas[&plan.table].text_columns().map(str::to_string).collect(),
+            };
+            let mut analyzer = text::analyzer();
+            for row_id in eligible.range(text_wm..) {
+                let fields = &state.rows[row_id as usize].fields;
+                let mut score = 0.0;
+                for col in &columns {
+                    if let Some(s) = fields.get(col).and_then(Value::as_str) {
+                        let toks = text::tokens(&mut analyzer, s);
+                        score += text::bm25(&stats, terms, &toks);
+                        ex.lexical_scored_documents += 1;
+                    }
+                }
+                ex.dirty_feature_count += 1;
+                if score > 0.0 {
+                    hits.push((row_id, score));
+                    *overlay_rows.entry(row_id).or_default() += 1;
+                }
+            }
+            ex.hot_overlay_searched = true;
+        }
+        text_search = Some((stats, ms(t)));
+        text_hits = Some(hits);
+    } else {
+        ex.skipped_access_paths.push("text: no text in query".into());
+    }
+
+    // -- vector: exact parts under the lock, HNSW after it
+    let mut vector_hits: Option<Vec<(u32, f32)>> = None;
+    let mut hnsw = None;
+    if let Some((col, metric, query)) = &plan.vector {
+        let t = Instant::now();
+        let mut hits = Vec::new();
+        pending += (total_rows.saturating_sub(vec_wm)) as u64;
+        if let Some(vc) = table.vectors.get(col) {
+            let mut with_vec = &*eligible & &vc.rows;
+            ex.missing_feature_count = eligible.len() - with_vec.len();
+            if !overlay_on {
+                with_vec.remove_range(vec_wm..);
+            }
+            let lagging = with_vec.range(vec_wm..).count() as u64;
+            let exact = with_vec.len() <= EXACT_THRESHOLD || lagging * 2 > with_vec.len();
+            let scan: Box<dyn Iterator<Item = u32>> =
+                if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(vec_wm..)) };
+            for row_id in scan {
+                if let Some(v) = vc.data.get(&row_id) {
+                    hits.push((row_id, vector::similarity(*metric, query, v)));
+                    if row_id >= vec_wm {
+                        *overlay_rows.entry(row_id).or_default() += 1;
+                        ex.dirty_feature_count += 1;
+                    }
+                }
+            }
+            if exact {
+                ex.exact_fallback_triggered = true;
+            } else {
+                ex.hot_overlay_searched |= lagging > 0;
+                hnsw = Some((vc.index.clone(), Arc::new(with_vec)));
+            }
+        }
+        vector_hits = Some(hits);
+        ex.access_path_timings.push(explain::AccessPathTiming {
+            access_path_id: "vector_exact".into(),
+            build_ms: 0.0,
+            open_ms: ms(t),
+        });
+    } else {
+        ex.skipped_access_paths.push("vector: no vector in query".into());
+    }
+    ex.pending_feature_count = pending;
+
+    // -- graph neighbourhood
+    let mut graph_hits: Option<Vec<(u32, f32)>> = None;
+    if let Some((seed, depth, edges)) = &plan.graph {
+        let t = Instant::now();
+        if edges.is_empty() {
+            ex.skipped_access_paths.push("graph: table has no edge columns".into());
+        }
+        let hits: Vec<(u32, f32)> = graph::neighbourhood(&state, &plan.table, &plan.tenant, seed, epoch, *depth, edges)
+            .into_iter()
+            .filter(|(row, _)| eligible.contains(*row))
+            .map(|(row, hops)| (row, graph::relational_score(hops)))
+            .collect();
+        ex.path("graph", hits.len() as u64, true, 0.0, ms(t));
+        graph_hits = Some(hits);
+    } else {
+        ex.skipped_access_paths.push("graph: no graph_seed in query".into());
+    }
+    let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
+    let mut filter_rows: Vec<(u32, Arc<str>)> = Vec::new();
+    if filter_only {
+        filter_rows = eligible.iter().map(|r| (r, state.key_entry(r).id.clone())).collect();
+    }
+    drop(state);
+
+    // -- tantivy and HNSW, outside the state lock
+    if let (Some(terms), Some((stats, build_ms))) = (&plan.terms, &text_search) {
+        let t = Instant::now();
+        let hits = text_hits.as_mut().expect("text hits exist with terms");
+        if !terms.is_empty() {
+            let found = branch.text.search(&TextSearch {
+                table: &plan.table,
+                tenant: &plan.tenant,
+                column: plan.text_field.as_deref(),
+                terms,
+                stats,
+                eligible: eligible.clone(),
+            })?;
+            ex.lexical_scored_documents += found.scored_documents;
+            ex.segments_scanned = found.segments;
+            hits.extend(found.rows);
+        }
+        ex.lexical_indexed_documents = branch.text.indexed_documents();
+        sort_hits(hits);
+        ex.text_candidates = hits.len() as u64;
+        ex.path("text", hits.len() as u64, true, *build_ms, ms(t));
+    }
+    if let Some(hits) = vector_hits.as_mut() {
+        let t = Instant::now();
+        if let (Some((index, filter)), Some((_, _, query))) = (&hnsw, &plan.vector) {
+            let ef = plan.budget.max(128);
+            hits.extend(index.search(query, plan.budget, ef, filter));
+        }
+        sort_hits(hits);
+        hits.dedup_by_key(|h| h.0);
+        if hits.len() > plan.budget {
+            hits.truncate(plan.budget);
+            ex.early_stop_reason = Some("candidate_budget".into());
+        } else if hnsw.is_some() && hits.len() == plan.budget {
+            ex.early_stop_reason = Some("candidate_budget".into());
+        }
+        ex.vector_candidates = hits.len() as u64;
+        let id = if hnsw.is_some() { "vector_hnsw" } else { "vector_exact" };
+        ex.path(id, hits.len() as u64, true, 0.0, ms(t));
+    }
+
+    // -- fusion
+    let fuse_started = Instant::now();
+    let mut lists = Vec::new();
+    if let Some(h) = &text_hits {
+        lists.push(PathList { path: Path::Lexical, hits: h });
+    }
+    if let Some(h) = &vector_hits {
+        lists.push(PathList { path: Path::Vector, hits: h });
+    }
+    if let Some(h) = &graph_hits {
+        lists.push(PathList { path: Path::Relational, hits: h });
+    }
+    let index_paths = plan.terms.is_some() as u8 + plan.vector.is_some() as u8;
+    let names: Vec<&str> = lists
+        .iter()
+        .map(|l| match l.path {
+            Path::Lexical => "text",
+            Path::Vector => "vector",
+            Path::Relational => "graph",
+        })
+        .collect();
+    let fused = fusion::fuse(plan.fusion, &plan.weights, &lists);
+    ex.deduped_candidate_count = if filter_only { filter_rows.len() as u64 } else { fused.len() as u64 };
+    ex.selected_strategy = Some(strategy(&names, plan, &ex));
+
+    let state = branch.state.read();
+    let mut rows: Vec<RankedRow> = if filter_only {
+        filter_rows
+            .into_iter()
+            .map(|(row, id)| RankedRow {
+                row,
+                record_id: id,
+                version_id: state.rows[row as usize].version_id,
+                fused: fusion::Fused { final_score: 1.0, upper_bound: 1.0, ..Default::default() },
+                penalty: Some(0.0),
+                overlay: false,
+                source: "filter".into(),
+            })
+            .collect()
+    } else {
+        fused
+            .into_iter()
+            .map(|(row, f)| {
+                let overlay = overlay_rows.get(&row).copied().unwrap_or(0);
+                let mut source = Vec::new();
+                if f.lexical.is_some() {
+                    source.push("text");
+                }
+                if f.vector.is_some() {
+                    source.push("vector");
+                }
+                if f.relational.is_some() {
+                    source.push("graph");
+                }
+                RankedRow {
+                    row,
+                    record_id: state.key_entry(row).id.clone(),
+                    version_id: state.rows[row as usize].version_id,
+                    penalty: Some(if index_paths == 0 { 0.0 } else { overlay as f64 / index_paths as f64 }),
+                    overlay: overlay > 0,
+                    source: source.join("+"),
+                    fused: f,
+                }
+            })
+            .collect()
+    };
+    drop(state);
+    rows.sort_by(|a, b| {
+        b.fused
+            .final_score
+            .total_cmp(&a.fused.final_score)
+            .then_with(|| a.record_id.cmp(&b.record_id))
+            .then(a.row.cmp(&b.row))
+    });
+    ex.phase("fuse_and_rank", fuse_started);
+    Ok(Ranked { rows, explain: ex })
+}
+
+fn strategy(names: &[&str], plan: &Plan, ex: &Explain) -> String {
+    if names.is_empty() {
+        return "filter_scan".into();
+    }
+    let parts: Vec<String> = names
+        .iter()
+        .map(|n| match *n {
+            "vector" if ex.exact_fallback_triggered => "vector_exact".to_string(),
+            "vector" => "vector_hnsw".to_string(),
+            "text" => "text_bm25".to_string(),
+            "graph" => "graph_bfs".to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("hybrid({})+{}", parts.join("+"), plan.fusion.name())
+    }
+}

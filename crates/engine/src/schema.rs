@@ -1,0 +1,302 @@
+//! Table schemas: columns are inferred on the first write that carries them
+//! and can be declared explicitly. A schema change bumps the branch's
+//! `schema_epoch`.
+//!
+//! Inference rules (documented in docs/decisions.md):
+//! - string -> `string` column, text-indexed (BM25) and scalar (equality)
+//! - number -> `number` scalar; bool -> `bool` scalar
+//! - non-empty array of numbers -> `vector` with that dimension, cosine metric
+//! - non-empty array of strings -> `edges` (ids of related records, for graph_seed)
+//! - object or mixed array -> `json` (stored, not indexed)
+//! - null and empty arrays type nothing: the column stays unknown until a value does
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::bail;
+use crate::error::{Code, Error, Result};
+use crate::names;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    Cosine,
+    Dot,
+    L2,
+}
+
+impl Metric {
+    pub fn parse(s: &str) -> Option<Metric> {
+        match s {
+            "cosine" => Some(Metric::Cosine),
+            "dot" => Some(Metric::Dot),
+            "l2" => Some(Metric::L2),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum ColumnType {
+    String,
+    Number,
+    Bool,
+    Vector { dim: u32, metric: Metric },
+    Edges,
+    Json,
+}
+
+impl ColumnType {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ColumnType::String => "string",
+            ColumnType::Number => "number",
+            ColumnType::Bool => "bool",
+            ColumnType::Vector { .. } => "vector",
+            ColumnType::Edges => "edges",
+            ColumnType::Json => "json",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    #[serde(flatten)]
+    pub ty: ColumnType,
+    /// Indexed for BM25 (string columns only).
+    pub text: bool,
+    /// Indexed for equality filters (string, number, bool).
+    pub scalar: bool,
+}
+
+impl Column {
+    pub fn inferred(ty: ColumnType) -> Column {
+        let text = ty == ColumnType::String;
+        let scalar = matches!(ty, ColumnType::String | ColumnType::Number | ColumnType::Bool);
+        Column { ty, text, scalar }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSchema {
+    pub name: String,
+    pub columns: BTreeMap<String, Column>,
+}
+
+impl TableSchema {
+    pub fn new(name: &str) -> TableSchema {
+        TableSchema { name: name.to_string(), columns: BTreeMap::new() }
+    }
+
+    pub fn text_columns(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().filter(|(_, c)| c.text).map(|(n, _)| n.as_str())
+    }
+
+    pub fn vector_columns(&self) -> impl Iterator<Item = (&str, u32, Metric)> {
+        self.columns.iter().filter_map(|(n, c)| match c.ty {
+            ColumnType::Vector { dim, metric } => Some((n.as_str(), dim, metric)),
+            _ => None,
+        })
+    }
+
+    pub fn edge_columns(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().filter(|(_, c)| c.ty == ColumnType::Edges).map(|(n, _)| n.as_str())
+    }
+
+    /// Checks `fields` against this schema, extending it with inferred columns.
+    /// Returns true when the schema changed.
+    pub fn admit(&mut self, fields: &Map<String, Value>, max_dim: u32) -> Result<bool> {
+        let mut changed = false;
+        for (name, value) in fields {
+            match self.columns.get(name) {
+                Some(column) => check_value(name, &column.ty, value)?,
+                None => {
+                    if let Some(ty) = infer(name, value, max_dim)? {
+                        names::check_identifier("column", name)?;
+                        self.columns.insert(name.clone(), Column::inferred(ty));
+                        changed = true;
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+}
+
+fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> {
+    Ok(match value {
+        Value::Null => None,
+        Value::String(_) => Some(ColumnType::String),
+        Value::Number(_) => Some(ColumnType::Number),
+        Value::Bool(_) => Some(ColumnType::Bool),
+        Value::Object(_) => Some(ColumnType::Json),
+        Value::Array(items) if items.is_empty() => None,
+        Value::Array(items) if items.iter().all(Value::is_number) => {
+            if items.len() > max_dim as usize {
+                bail!(
+                    VectorDimensionTooLarge,
+                    "column {name:?}: vector dimension {} exceeds the limit of {max_dim}",
+                    items.len()
+                );
+            }
+            Some(ColumnType::Vector { dim: items.len() as u32, metric: Metric::Cosine })
+        }
+        Value::Array(items) if items.iter().all(Value::is_string) => Some(ColumnType::Edges),
+        Value::Array(_) => Some(ColumnType::Json),
+    })
+}
+
+fn mismatch(name: &str, ty: &ColumnType, value: &Value) -> Error {
+    let got = match value {
+        Value::Null => "null",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    Error::new(
+        Code::SchemaTypeMismatch,
+        format!("column {name:?} is {} but the value is {got}", ty.name()),
+    )
+}
+
+fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
+    let ok = match (ty, value) {
+        (_, Value::Null) | (ColumnType::Json, _) => true,
+        (ColumnType::String, Value::String(_)) => true,
+        (ColumnType::Number, Value::Number(_)) => true,
+        (ColumnType::Bool, Value::Bool(_)) => true,
+        (ColumnType::Edges, Value::Array(items)) => items.iter().all(Value::is_string),
+        (ColumnType::Vector { dim, .. }, Value::Array(items)) => {
+            if !items.iter().all(Value::is_number) {
+                return Err(mismatch(name, ty, value));
+            }
+            if items.len() != *dim as usize {
+                bail!(
+                    VectorDimensionMismatch,
+                    "column {name:?} holds {dim}-dimensional vectors, got {}",
+                    items.len()
+                );
+            }
+            true
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(mismatch(name, ty, value))
+    }
+}
+
+/// Reads a vector value as f32s (the caller has validated it).
+pub fn vector_of(value: &Value) -> Option<Vec<f32>> {
+    let items = value.as_array()?;
+    if items.is_empty() {
+        return None;
+    }
+    items.iter().map(|v| v.as_f64().map(|x| x as f32)).collect()
+}
+
+/// A declared column, as the admin API receives it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnDeclaration {
+    #[serde(rename = "type")]
+    pub ty: String,
+    #[serde(default)]
+    pub dim: Option<u32>,
+    #[serde(default)]
+    pub metric: Option<String>,
+    #[serde(default)]
+    pub text: Option<bool>,
+    #[serde(default)]
+    pub scalar: Option<bool>,
+}
+
+impl ColumnDeclaration {
+    pub fn to_column(&self, name: &str, max_dim: u32) -> Result<Column> {
+        names::check_identifier("column", name)?;
+        let ty = match self.ty.as_str() {
+            "string" | "text" => ColumnType::String,
+            "number" => ColumnType::Number,
+            "bool" => ColumnType::Bool,
+            "edges" => ColumnType::Edges,
+            "json" => ColumnType::Json,
+            "vector" => {
+                let dim = self.dim.unwrap_or(0);
+                if dim == 0 {
+                    bail!(InvalidRecord, "column {name:?}: a vector column needs dim >= 1");
+                }
+                if dim > max_dim {
+                    bail!(VectorDimensionTooLarge, "column {name:?}: dim {dim} exceeds {max_dim}");
+                }
+                let metric = match self.metric.as_deref() {
+                    None => Metric::Cosine,
+                    Some(m) => Metric::parse(m).ok_or_else(|| {
+                        Error::new(
+                            Code::InvalidRecord,
+                            format!("column {name:?}: metric must be cosine, dot or l2, got {m:?}"),
+                        )
+                    })?,
+                };
+                ColumnType::Vector { dim, metric }
+            }
+            other => bail!(
+                InvalidRecord,
+                "column {name:?}: type must be string, number, bool, vector, edges or json, got {other:?}"
+            ),
+        };
+        let mut column = Column::inferred(ty);
+        if let Some(text) = self.text {
+            if text && column.ty != ColumnType::String {
+                bail!(InvalidRecord, "column {name:?}: only string columns can be text-indexed");
+            }
+            column.text = text;
+        }
+        if let Some(scalar) = self.scalar {
+            if scalar && !matches!(column.ty, ColumnType::String | ColumnType::Number | ColumnType::Bool) {
+                bail!(InvalidRecord, "column {name:?}: only string, number and bool columns can be scalar");
+            }
+            column.scalar = scalar;
+        }
+        Ok(column)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn infers_and_checks() {
+        let mut s = TableSchema::new("t");
+        let changed = s
+            .admit(&obj(json!({"title": "a", "n": 1, "ok": true, "v": [1.0, 2.0], "e": ["x"], "z": null})), 4096)
+            .unwrap();
+        assert!(changed);
+        assert_eq!(s.columns["title"].ty, ColumnType::String);
+        assert!(s.columns["title"].text && s.columns["title"].scalar);
+        assert_eq!(s.columns["v"].ty, ColumnType::Vector { dim: 2, metric: Metric::Cosine });
+        assert_eq!(s.columns["e"].ty, ColumnType::Edges);
+        assert!(!s.columns.contains_key("z"));
+        assert!(!s.admit(&obj(json!({"title": "b", "n": 2.5})), 4096).unwrap());
+        let err = s.admit(&obj(json!({"n": "x"})), 4096).unwrap_err();
+        assert_eq!(err.code, Code::SchemaTypeMismatch);
+        let err = s.admit(&obj(json!({"v": [1.0]})), 4096).unwrap_err();
+        assert_eq!(err.code, Code::VectorDimensionMismatch);
+        let err = s.admit(&obj(json!({"w": [1.0, 2.0, 3.0]})), 2).unwrap_err();
+        assert_eq!(err.code, Code::VectorDimensionTooLarge);
+        let err = s.admit(&obj(json!({"bad-name": 1})), 4096).unwrap_err();
+        assert_eq!(err.code, Code::InvalidName);
+    }
+}

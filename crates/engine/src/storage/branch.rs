@@ -1,0 +1,668 @@
+//! A branch: its WAL, its state, the committer thread that group-commits
+//! writes, and the indexer thread that feeds text and vector indexes.
+//!
+//! Group commit: writers hand jobs to one committer thread. It takes every
+//! job waiting, validates them in order against the state plus what earlier
+//! jobs of the same group staged, appends one frame per write request (one
+//! epoch each), calls `fdatasync` once for the group, applies the commits to
+//! memory and only then answers each writer. A job that fails validation
+//! writes nothing and does not disturb the others.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::bail;
+use crate::error::{Code, Error, Result};
+use crate::index::text::TextIndex;
+use crate::index::vector::VectorIndex;
+use crate::model::RecordInput;
+use crate::names;
+use crate::schema::{Column, TableSchema};
+use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft, WalRow};
+use crate::storage::state::{key_string, State};
+use crate::storage::wal::{self, Wal};
+
+#[derive(Debug, Clone)]
+pub struct BranchConfig {
+    pub max_vector_dim: u32,
+    pub max_batch: usize,
+    pub receipt_retention_ms: u64,
+    /// How many epochs of history stay readable; `None` keeps all.
+    pub history_epochs: Option<u64>,
+    pub text_commit_interval: Duration,
+    pub group_commit_max: usize,
+}
+
+impl Default for BranchConfig {
+    fn default() -> Self {
+        BranchConfig {
+            max_vector_dim: 4096,
+            max_batch: 10_000,
+            receipt_retention_ms: 24 * 3600 * 1000,
+            history_epochs: None,
+            text_commit_interval: Duration::from_millis(250),
+            group_commit_max: 1024,
+        }
+    }
+}
+
+pub enum WriteOp {
+    Put { records: Vec<RecordInput>, receipt: Option<ReceiptDraft> },
+    Delete { table: String, tenant_id: String, id: String, receipt: Option<ReceiptDraft> },
+    Declare { table: String, columns: BTreeMap<String, Column> },
+    Receipt { receipt: ReceiptDraft },
+}
+
+/// Measured durations of one write, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WriteTiming {
+    pub queue_ms: f64,
+    pub validate_ms: f64,
+    pub encode_ms: f64,
+    pub wal_fsync_ms: f64,
+    pub apply_ms: f64,
+    /// How many write requests shared this fsync.
+    pub group_size: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteOutcome {
+    pub epoch: u64,
+    pub record_count: usize,
+    /// False when the write changed nothing (deleting an absent record).
+    pub changed: bool,
+    pub timing: WriteTiming,
+    pub receipt: Option<Receipt>,
+}
+
+#[derive(Debug, Clone)]
+pub enum WriteResult {
+    Committed(WriteOutcome),
+    Replayed(Receipt),
+}
+
+struct Job {
+    op: WriteOp,
+    enqueued: Instant,
+    reply: mpsc::SyncSender<Result<WriteResult>>,
+}
+
+pub(crate) struct Shared {
+    stop: AtomicBool,
+    failed: AtomicBool,
+    pub archived: AtomicBool,
+    wake: Mutex<bool>,
+    wake_cv: Condvar,
+    /// Every row below this id is in its vector graphs.
+    pub vector_watermark: AtomicU32,
+    /// (row, column) features an index failed to take.
+    pub failed_features: std::sync::atomic::AtomicU64,
+}
+
+pub struct Branch {
+    pub dir: PathBuf,
+    pub state: Arc<RwLock<State>>,
+    pub text: Arc<TextIndex>,
+    pub(crate) shared: Arc<Shared>,
+    pub config: BranchConfig,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// WAL bytes cut from a torn tail when this branch was opened.
+    pub recovered_truncated_bytes: u64,
+}
+
+pub const WAL_FILE: &str = "wal.log";
+
+impl Branch {
+    pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
+        std::fs::create_dir_all(dir)?;
+        let (wal, replay) = Wal::open(&dir.join(WAL_FILE))?;
+        let mut state = State::new();
+        state.wal_end = wal.end();
+        for (payload, end) in &replay.payloads {
+            let commit: Commit = serde_json::from_slice(payload)
+                .map_err(|e| Error::storage(format!("corrupt commit at offset {end}: {e}")))?;
+            state.apply(&commit, *end);
+        }
+        let cutoff = now_ms().saturating_sub(config.receipt_retention_ms);
+        state.receipts.retain(|_, r| r.created_ms >= cutoff);
+        let rows = state.rows.len() as u32;
+
+        let text_dir = dir.join("text");
+        let mut text = TextIndex::open(&text_dir)?;
+        if text.watermark() > rows {
+            // the index claims rows the log does not have: rebuild it
+            drop(text);
+            std::fs::remove_dir_all(&text_dir)?;
+            text = TextIndex::open(&text_dir)?;
+        }
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            archived: AtomicBool::new(false),
+            wake: Mutex::new(true),
+            wake_cv: Condvar::new(),
+            vector_watermark: AtomicU32::new(0),
+            failed_features: Default::default(),
+        });
+        let state = Arc::new(RwLock::new(state));
+        let text = Arc::new(text);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let committer = {
+            let (state, shared, config) = (state.clone(), shared.clone(), config.clone());
+            std::thread::Builder::new()
+                .name("braid-commit".into())
+                .spawn(move || run_committer(wal, rx, state, shared, config))?
+        };
+        let indexer = {
+            let (state, shared, text, interval) =
+                (state.clone(), shared.clone(), text.clone(), config.text_commit_interval);
+            std::thread::Builder::new()
+                .name("braid-index".into())
+                .spawn(move || run_indexer(state, shared, text, interval))?
+        };
+        Ok(Branch {
+            dir: dir.to_path_buf(),
+            state,
+            text,
+            shared,
+            config,
+            tx: Mutex::new(Some(tx)),
+            threads: Mutex::new(vec![committer, indexer]),
+            recovered_truncated_bytes: replay.truncated,
+        })
+    }
+
+    pub fn set_archived(&self, archived: bool) {
+        self.shared.archived.store(archived, Ordering::Release);
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// Submits a write and waits until it is durable (or rejected).
+    pub fn write(&self, op: WriteOp) -> Result<WriteResult> {
+        if self.shared.archived.load(Ordering::Acquire) {
+            bail!(BranchArchived, "branch is archived and read-only");
+        }
+        let (reply, rx) = mpsc::sync_channel(1);
+        {
+            let tx = self.tx.lock();
+            let Some(tx) = tx.as_ref() else { bail!(ShuttingDown, "branch is closing") };
+            tx.send(Job { op, enqueued: Instant::now(), reply })
+                .map_err(|_| Error::new(Code::ShuttingDown, "branch is closing"))?;
+        }
+        rx.recv().map_err(|_| Error::new(Code::ShuttingDown, "branch closed before the write finished"))?
+    }
+
+    pub fn vector_watermark(&self) -> u32 {
+        self.shared.vector_watermark.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the text and vector indexes cover every applied row.
+    pub fn wait_indexed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let rows = self.state.read().rows.len() as u32;
+            if self.text.watermark() >= rows && self.vector_watermark() >= rows {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            self.wake_indexer();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn wake_indexer(&self) {
+        *self.shared.wake.lock() = true;
+        self.shared.wake_cv.notify_one();
+    }
+
+    /// The readable horizon: epochs below it are rejected by temporal reads.
+    pub fn horizon(&self, state: &State) -> u64 {
+        match self.config.history_epochs {
+            Some(n) => state.latest_epoch.saturating_sub(n),
+            None => 0,
+        }
+    }
+
+    /// A consistent cut for a snapshot: the latest epoch and the WAL length
+    /// that holds exactly the commits up to it.
+    pub fn cut(&self) -> (u64, u64) {
+        let state = self.state.read();
+        (state.latest_epoch, state.wal_end)
+    }
+
+    pub fn wal_path(&self) -> PathBuf {
+        self.dir.join(WAL_FILE)
+    }
+
+    /// Stops accepting writes, finishes the queued ones, commits the text
+    /// index and joins the threads.
+    pub fn close(&self) {
+        self.tx.lock().take();
+        self.shared.stop.store(true, Ordering::Release);
+        self.wake_indexer();
+        for handle in self.threads.lock().drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Branch {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+enum Staged {
+    Commit(Commit, usize, Option<Receipt>),
+    Replay(Receipt),
+    Noop(u64),
+}
+
+/// Validation of a group of jobs against the state and what earlier jobs of
+/// the same group staged.
+struct Stage<'a> {
+    state: &'a State,
+    config: &'a BranchConfig,
+    epoch: u64,
+    schemas: HashMap<String, TableSchema>,
+    versions: HashMap<String, u32>,
+    receipts: HashSet<String>,
+}
+
+impl<'a> Stage<'a> {
+    fn new(state: &'a State, config: &'a BranchConfig) -> Self {
+        Stage {
+            state,
+            config,
+            epoch: state.latest_epoch,
+            schemas: HashMap::new(),
+            versions: HashMap::new(),
+            receipts: HashSet::new(),
+        }
+    }
+
+    fn schema(&self, table: &str) -> Option<&TableSchema> {
+        self.schemas.get(table).or_else(|| self.state.schemas.get(table))
+    }
+
+    /// True when `op` carries an idempotency key a job of this group staged.
+    fn in_flight(&self, op: &WriteOp) -> bool {
+        let draft = match op {
+            WriteOp::Put { receipt, .. } | WriteOp::Delete { receipt, .. } => receipt.as_ref(),
+            WriteOp::Receipt { receipt } => Some(receipt),
+            WriteOp::Declare { .. } => None,
+        };
+        draft.is_some_and(|d| self.receipts.contains(&d.key))
+    }
+
+    fn check_receipt(&self, draft: &Option<ReceiptDraft>) -> Result<Option<Staged>> {
+        let Some(draft) = draft else { return Ok(None) };
+        let cutoff = now_ms().saturating_sub(self.config.receipt_retention_ms);
+        match self.state.receipts.get(&draft.key) {
+            Some(r) if r.created_ms >= cutoff && r.body_hash == draft.body_hash => Ok(Some(Staged::Replay(r.clone()))),
+            Some(r) if r.created_ms >= cutoff => Err(Error::new(
+                Code::IdempotencyKeyReused,
+                "idempotency key was already used with a different request body",
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    fn receipt(&mut self, draft: Option<ReceiptDraft>, epoch: u64) -> Option<Receipt> {
+        let mut draft = draft?;
+        if let Some(obj) = draft.body.as_object_mut() {
+            if obj.contains_key("epoch") {
+                obj.insert("epoch".into(), Value::from(epoch));
+            }
+        }
+        self.receipts.insert(draft.key.clone());
+        Some(Receipt {
+            key: draft.key,
+            body_hash: draft.body_hash,
+            status: draft.status,
+            body: draft.body,
+            created_ms: now_ms(),
+        })
+    }
+
+    fn admit(&mut self, op: WriteOp) -> Result<Staged> {
+        match op {
+            WriteOp::Put { records, receipt } => {
+                if let Some(s) = self.check_receipt(&receipt)? {
+                    return Ok(s);
+                }
+                self.put(records, receipt)
+            }
+            WriteOp::Delete { table, tenant_id, id, receipt } => {
+                if let Some(s) = self.check_receipt(&receipt)? {
+                    return Ok(s);
+                }
+                names::check_table(&table)?;
+                names::check_key("tenant_id", &tenant_id)?;
+                names::check_key("id", &id)?;
+                let key = key_string(&table, &tenant_id, &id);
+                let exists = self.versions.contains_key(&key)
+                    || self.state.visible_version(&table, &tenant_id, &id, self.state.latest_epoch).is_some();
+                if !exists {
+                    if receipt.is_none() {
+                        return Ok(Staged::Noop(self.epoch));
+                    }
+                    let r = self.receipt(receipt, self.epoch);
+                    let commit = Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows: vec![], receipt: r.clone() };
+                    return Ok(Staged::Commit(commit, 0, r));
+                }
+                let version_id = self.next_version(&key);
+                self.epoch += 1;
+                let rows = vec![WalRow { table, tenant_id, id, version_id, deleted: true, fields: Default::default() }];
+                let r = self.receipt(receipt, self.epoch);
+                Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows, receipt: r.clone() }, 1, r))
+            }
+            WriteOp::Declare { table, columns } => {
+                names::check_table(&table)?;
+                let mut schema = self.schema(&table).cloned().unwrap_or_else(|| TableSchema::new(&table));
+                let existed = self.schema(&table).is_some();
+                let mut changed = !existed;
+                for (name, column) in columns {
+                    names::check_identifier("column", &name)?;
+                    match schema.columns.get(&name) {
+                        Some(existing) if *existing == column => {}
+                        Some(existing) => bail!(
+                            SchemaTypeMismatch,
+                            "column {name:?} is already declared as {} (text={}, scalar={}); existing columns cannot be changed",
+                            existing.ty.name(),
+                            existing.text,
+                            existing.scalar
+                        ),
+                        None => {
+                            schema.columns.insert(name, column);
+                            changed = true;
+                        }
+                    }
+                }
+                if !changed {
+                    return Ok(Staged::Noop(self.epoch));
+                }
+                self.epoch += 1;
+                self.schemas.insert(table, schema.clone());
+                Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![schema], rows: vec![], receipt: None }, 0, None))
+            }
+            WriteOp::Receipt { receipt } => {
+                if let Some(s) = self.check_receipt(&Some(receipt.clone()))? {
+                    return Ok(s);
+                }
+                let r = self.receipt(Some(receipt), self.epoch);
+                Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows: vec![], receipt: r.clone() }, 0, r))
+            }
+        }
+    }
+
+    fn next_version(&mut self, key: &str) -> u32 {
+        let next = match self.versions.get(key) {
+            Some(v) => v + 1,
+            None => self.state.last_version_id(key) + 1,
+        };
+        self.versions.insert(key.to_string(), next);
+        next
+    }
+
+    fn put(&mut self, records: Vec<RecordInput>, receipt: Option<ReceiptDraft>) -> Result<Staged> {
+        if records.is_empty() {
+            bail!(BatchEmpty, "a write needs at least one record");
+        }
+        if records.len() > self.config.max_batch {
+            bail!(BatchTooLarge, "{} records exceed the batch limit of {}", records.len(), self.config.max_batch);
+        }
+        // validate everything before staging anything, so a bad record leaves
+        // the stage untouched
+        let mut schemas: HashMap<String, TableSchema> = HashMap::new();
+        for (i, record) in records.iter().enumerate() {
+            record.validate_names().map_err(|e| e.at_index(i))?;
+            let schema = match schemas.get_mut(&record.table) {
+                Some(s) => s,
+                None => {
+                    let base = self.schema(&record.table).cloned();
+                    let s = base.unwrap_or_else(|| TableSchema::new(&record.table));
+                    schemas.entry(record.table.clone()).or_insert(s)
+                }
+            };
+            schema.admit(&record.fields, self.config.max_vector_dim).map_err(|e| e.at_index(i))?;
+        }
+        let changed: Vec<TableSchema> = schemas
+            .into_values()
+            .filter(|s| self.schema(&s.name) != Some(s))
+            .collect();
+        for s in &changed {
+            self.schemas.insert(s.name.clone(), s.clone());
+        }
+        self.epoch += 1;
+        let count = records.len();
+        let rows = records
+            .into_iter()
+            .map(|r| {
+                let version_id = self.next_version(&key_string(&r.table, &r.tenant_id, &r.id));
+                WalRow { table: r.table, tenant_id: r.tenant_id, id: r.id, version_id, deleted: false, fields: r.fields }
+            })
+            .collect();
+        let r = self.receipt(receipt, self.epoch);
+        Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: changed, rows, receipt: r.clone() }, count, r))
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn run_committer(
+    mut wal: Wal,
+    rx: mpsc::Receiver<Job>,
+    state: Arc<RwLock<State>>,
+    shared: Arc<Shared>,
+    config: BranchConfig,
+) {
+    let mut deferred: VecDeque<Job> = VecDeque::new();
+    loop {
+        let first = match deferred.pop_front() {
+            Some(job) => job,
+            None => match rx.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+        };
+        let mut jobs = vec![first];
+        while jobs.len() < config.group_commit_max {
+            match deferred.pop_front().or_else(|| rx.try_recv().ok()) {
+                Some(job) => jobs.push(job),
+                None => break,
+            }
+        }
+        if shared.failed.load(Ordering::Acquire) {
+            for job in jobs {
+                let _ = job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
+            }
+            continue;
+        }
+        let mut pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)> = Vec::new();
+        {
+            let st = state.read();
+            let mut stage = Stage::new(&st, &config);
+            for job in jobs {
+                let started = Instant::now();
+                let queue_ms = ms(started - job.enqueued);
+                if stage.in_flight(&job.op) {
+                    // the same key is staged in this group: answer it from the
+                    // receipt once that write is applied
+                    deferred.push_back(job);
+                    continue;
+                }
+                let Job { op, enqueued, reply } = job;
+                let job = Job { op: WriteOp::Receipt { receipt: ReceiptDraft::empty() }, enqueued, reply };
+                let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage.admit(op)))
+                    .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, "panic while validating a write")));
+                let timing = WriteTiming { queue_ms, validate_ms: ms(started.elapsed()), ..Default::default() };
+                match staged {
+                    Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, commit, count, receipt, timing)),
+                    Ok(Staged::Replay(receipt)) => {
+                        let _ = job.reply.send(Ok(WriteResult::Replayed(receipt)));
+                    }
+                    Ok(Staged::Noop(epoch)) => {
+                        let outcome = WriteOutcome { epoch, record_count: 0, changed: false, timing, receipt: None };
+                        let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+                    }
+                    Err(err) => {
+                        let _ = job.reply.send(Err(err));
+                    }
+                }
+            }
+        }
+        if pending.is_empty() {
+            continue;
+        }
+        let mut frames = Vec::new();
+        let mut ends = Vec::with_capacity(pending.len());
+        let mut base = wal.end();
+        for (_, commit, _, _, timing) in pending.iter_mut() {
+            let started = Instant::now();
+            let payload = serde_json::to_vec(commit).expect("commits serialise");
+            let before = frames.len();
+            wal::encode_frame(&payload, &mut frames);
+            base += (frames.len() - before) as u64;
+            ends.push(base);
+            timing.encode_ms = ms(started.elapsed());
+        }
+        let fsync_started = Instant::now();
+        let durable = wal.append(&frames).and_then(|_| wal.sync());
+        let fsync_ms = ms(fsync_started.elapsed());
+        if let Err(err) = durable {
+            shared.failed.store(true, Ordering::Release);
+            for (job, ..) in pending {
+                let _ = job.reply.send(Err(err.clone()));
+            }
+            continue;
+        }
+        let apply_started = Instant::now();
+        {
+            let mut st = state.write();
+            for ((_, commit, ..), end) in pending.iter().zip(&ends) {
+                st.apply(commit, *end);
+            }
+        }
+        let apply_ms = ms(apply_started.elapsed());
+        *shared.wake.lock() = true;
+        shared.wake_cv.notify_one();
+        let group_size = pending.len() as f64;
+        for (job, commit, count, receipt, mut timing) in pending {
+            timing.wal_fsync_ms = fsync_ms;
+            timing.apply_ms = apply_ms;
+            timing.group_size = group_size;
+            let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
+            let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+        }
+    }
+}
+
+/// Work for one indexer round, copied out of the state under a read lock.
+struct IndexBatch {
+    upto: u32,
+    text: Vec<(u32, Arc<str>, Arc<str>, String, String)>,
+    vectors: Vec<(Arc<VectorIndex>, Vec<(u32, Arc<[f32]>)>)>,
+}
+
+const INDEX_ROUND_ROWS: u32 = 4096;
+
+fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
+    let total = state.rows.len() as u32;
+    let start = from_text.min(from_vec);
+    let upto = total.min(start.saturating_add(INDEX_ROUND_ROWS));
+    let mut text = Vec::new();
+    let mut by_index: HashMap<*const VectorIndex, (Arc<VectorIndex>, Vec<(u32, Arc<[f32]>)>)> = HashMap::new();
+    for row_id in start..upto {
+        let row = &state.rows[row_id as usize];
+        if row.deleted {
+            continue;
+        }
+        let key = &state.keys[row.key as usize];
+        let Some(schema) = state.schemas.get(&*key.table) else { continue };
+        if row_id >= from_text {
+            for col in schema.text_columns() {
+                if let Some(s) = row.fields.get(col).and_then(Value::as_str) {
+                    text.push((row_id, key.table.clone(), key.tenant.clone(), col.to_string(), s.to_string()));
+                }
+            }
+        }
+        if row_id >= from_vec {
+            if let Some(table) = state.tables.get(&*key.table) {
+                for vc in table.vectors.values() {
+                    if let Some(v) = vc.data.get(&row_id) {
+                        by_index
+                            .entry(Arc::as_ptr(&vc.index))
+                            .or_insert_with(|| (vc.index.clone(), Vec::new()))
+                            .1
+                            .push((row_id, v.clone()));
+                    }
+                }
+            }
+        }
+    }
+    IndexBatch { upto, text, vectors: by_index.into_values().collect() }
+}
+
+fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextIndex>, interval: Duration) {
+    let mut last_commit = Instant::now();
+    loop {
+        let stopping = shared.stop.load(Ordering::Acquire);
+        let from_text = text.pending_upto();
+        let from_vec = shared.vector_watermark.load(Ordering::Acquire);
+        let total = state.read().rows.len() as u32;
+        if from_text < total || from_vec < total {
+            let batch = collect_batch(&state.read(), from_text, from_vec);
+            for (index, items) in &batch.vectors {
+                if items.len() > 64 {
+                    index.insert_many(items);
+                } else {
+                    items.iter().for_each(|(row, v)| index.insert(*row, v));
+                }
+            }
+            shared.vector_watermark.store(batch.upto.max(from_vec), Ordering::Release);
+            for (row, table, tenant, col, s) in &batch.text {
+                if text.add(*row, table, tenant, col, s).is_err() {
+                    // the row stays searchable through the hot overlay only
+                    shared.failed_features.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            text.mark_pending(batch.upto.max(from_text));
+        }
+        let lagging = text.pending_upto() > text.watermark();
+        if lagging && (stopping || last_commit.elapsed() >= interval) {
+            let _ = text.commit();
+            last_commit = Instant::now();
+        }
+        if stopping {
+            let total = state.read().rows.len() as u32;
+            if text.pending_upto() >= total && text.watermark() >= text.pending_upto() {
+                break;
+            }
+            continue;
+        }
+        let caught_up = text.pending_upto() >= state.read().rows.len() as u32;
+        let mut woken = shared.wake.lock();
+        if !*woken && caught_up {
+            let wait = if lagging { interval.saturating_sub(last_commit.elapsed()) } else { Duration::from_secs(1) };
+            shared.wake_cv.wait_for(&mut woken, wait.max(Duration::from_millis(1)));
+        }
+        *woken = false;
+    }
+}

@@ -1,0 +1,12 @@
+//! Durable storage of one branch: the WAL, the in-memory MVCC state rebuilt
+//! from it, group commit, and the indexer that feeds the text and vector
+//! indexes behind the writes.
+
+pub mod branch;
+pub mod commit;
+pub mod state;
+pub mod wal;
+
+pub use branch::{Branch, BranchConfig, WriteOp, WriteOutcome, WriteResult, WriteTiming};
+pub use commit::{Commit, Receipt, ReceiptDraft, WalRow};
+pub use state::{Row, ScalarKey, State, TableData};

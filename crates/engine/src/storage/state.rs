@@ -1,0 +1,279 @@
+//! The in-memory MVCC state of a branch, rebuilt from the WAL on open.
+//!
+//! Every committed version is a [`Row`] with a branch-local row id (its
+//! position in `rows`, assigned in commit order, so ids are stable across
+//! restarts). A row is visible at epoch `e` when
+//! `row.epoch <= e < row.superseded_at` and it is not a tombstone.
+//!
+//! Beside the rows the state keeps the structures that are cheap enough to
+//! maintain inside the commit: per-table tenant masks, the live set, scalar
+//! equality bitmaps, stored vectors and BM25 statistics. Text and vector
+//! graph indexing happens behind, in the indexer thread.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use roaring::RoaringBitmap;
+use serde_json::{Map, Value};
+use tantivy::tokenizer::TextAnalyzer;
+
+use crate::index::text::{self, TextStats};
+use crate::index::vector::{self, VectorIndex};
+use crate::schema::{ColumnType, TableSchema};
+use crate::storage::commit::{Commit, Receipt};
+
+pub const NOT_SUPERSEDED: u64 = u64::MAX;
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub key: u32,
+    pub version_id: u32,
+    pub epoch: u64,
+    pub superseded_at: u64,
+    pub deleted: bool,
+    pub fields: Arc<Map<String, Value>>,
+}
+
+impl Row {
+    pub fn visible_at(&self, epoch: u64) -> bool {
+        !self.deleted && self.epoch <= epoch && epoch < self.superseded_at
+    }
+}
+
+#[derive(Debug)]
+pub struct KeyEntry {
+    pub table: Arc<str>,
+    pub tenant: Arc<str>,
+    pub id: Arc<str>,
+    /// Row ids of every version, oldest first.
+    pub rows: Vec<u32>,
+}
+
+/// A scalar value as the equality index keys it. Numbers compare as f64, so
+/// `1` and `1.0` are equal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ScalarKey {
+    Str(String),
+    Num(u64),
+    Bool(bool),
+}
+
+impl ScalarKey {
+    pub fn of(value: &Value) -> Option<ScalarKey> {
+        match value {
+            Value::String(s) => Some(ScalarKey::Str(s.clone())),
+            Value::Bool(b) => Some(ScalarKey::Bool(*b)),
+            Value::Number(n) => n.as_f64().map(|f| ScalarKey::Num(if f == 0.0 { 0 } else { f.to_bits() })),
+            _ => None,
+        }
+    }
+}
+
+pub struct VectorColumn {
+    pub index: Arc<VectorIndex>,
+    /// Prepared vectors of every version that has one, by row id.
+    pub data: HashMap<u32, Arc<[f32]>>,
+    /// Rows that have a vector in this column.
+    pub rows: RoaringBitmap,
+}
+
+#[derive(Default)]
+pub struct TableData {
+    /// Rows visible at the latest epoch.
+    pub live: RoaringBitmap,
+    /// Every version of every record in the table, per tenant.
+    pub tenants: HashMap<Arc<str>, RoaringBitmap>,
+    /// column -> value -> rows (every version holding that value).
+    pub scalar: HashMap<String, HashMap<ScalarKey, RoaringBitmap>>,
+    pub vectors: HashMap<String, VectorColumn>,
+    pub text_stats: TextStats,
+}
+
+pub struct State {
+    pub rows: Vec<Row>,
+    pub keys: Vec<KeyEntry>,
+    pub key_index: HashMap<String, u32>,
+    pub schemas: BTreeMap<String, TableSchema>,
+    pub tables: HashMap<String, TableData>,
+    pub receipts: HashMap<String, Receipt>,
+    pub schema_epoch: u64,
+    pub latest_epoch: u64,
+    pub durable_epoch: u64,
+    /// Byte offset of the end of the last applied WAL frame: a snapshot at
+    /// `latest_epoch` is exactly the log up to here.
+    pub wal_end: u64,
+    /// Epochs below this are no longer readable (retention).
+    pub horizon: u64,
+    analyzer: TextAnalyzer,
+}
+
+pub fn key_string(table: &str, tenant: &str, id: &str) -> String {
+    format!("{table}\u{0}{tenant}\u{0}{id}")
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new()
+    }
+}
+
+impl State {
+    pub fn new() -> State {
+        State {
+            rows: Vec::new(),
+            keys: Vec::new(),
+            key_index: HashMap::new(),
+            schemas: BTreeMap::new(),
+            tables: HashMap::new(),
+            receipts: HashMap::new(),
+            schema_epoch: 0,
+            latest_epoch: 0,
+            durable_epoch: 0,
+            wal_end: 0,
+            horizon: 0,
+            analyzer: text::analyzer(),
+        }
+    }
+
+    pub fn key_of(&self, table: &str, tenant: &str, id: &str) -> Option<&KeyEntry> {
+        self.key_index.get(&key_string(table, tenant, id)).map(|k| &self.keys[*k as usize])
+    }
+
+    /// The version of a key visible at `epoch`, if any.
+    pub fn visible_version(&self, table: &str, tenant: &str, id: &str, epoch: u64) -> Option<u32> {
+        let key = self.key_of(table, tenant, id)?;
+        key.rows
+            .iter()
+            .rev()
+            .copied()
+            .find(|r| self.rows[*r as usize].epoch <= epoch)
+            .filter(|r| self.rows[*r as usize].visible_at(epoch))
+    }
+
+    /// The newest version id of a key (including tombstones), 0 if none.
+    pub fn last_version_id(&self, key: &str) -> u32 {
+        self.key_index
+            .get(key)
+            .and_then(|k| self.keys[*k as usize].rows.last())
+            .map_or(0, |r| self.rows[*r as usize].version_id)
+    }
+
+    pub fn key_entry(&self, row: u32) -> &KeyEntry {
+        &self.keys[self.rows[row as usize].key as usize]
+    }
+
+    /// Applies one durable commit.
+    pub fn apply(&mut self, commit: &Commit, wal_end: u64) {
+        if !commit.schemas.is_empty() {
+            self.schema_epoch += 1;
+            for schema in &commit.schemas {
+                let table = self.tables.entry(schema.name.clone()).or_default();
+                for (col, dim, metric) in schema.vector_columns() {
+                    table.vectors.entry(col.to_string()).or_insert_with(|| VectorColumn {
+                        index: Arc::new(VectorIndex::new(metric, dim, 1024)),
+                        data: HashMap::new(),
+                        rows: RoaringBitmap::new(),
+                    });
+                }
+                self.schemas.insert(schema.name.clone(), schema.clone());
+            }
+        }
+        for wal_row in &commit.rows {
+            let key_str = key_string(&wal_row.table, &wal_row.tenant_id, &wal_row.id);
+            let key = match self.key_index.get(&key_str) {
+                Some(k) => *k,
+                None => {
+                    let k = self.keys.len() as u32;
+                    self.keys.push(KeyEntry {
+                        table: Arc::from(wal_row.table.as_str()),
+                        tenant: Arc::from(wal_row.tenant_id.as_str()),
+                        id: Arc::from(wal_row.id.as_str()),
+                        rows: Vec::new(),
+                    });
+                    self.key_index.insert(key_str, k);
+                    k
+                }
+            };
+            let row_id = self.rows.len() as u32;
+            if let Some(prev) = self.keys[key as usize].rows.last().copied() {
+                self.retire(prev, commit.epoch);
+            }
+            self.keys[key as usize].rows.push(row_id);
+            self.rows.push(Row {
+                key,
+                version_id: wal_row.version_id,
+                epoch: commit.epoch,
+                superseded_at: NOT_SUPERSEDED,
+                deleted: wal_row.deleted,
+                fields: Arc::new(wal_row.fields.clone()),
+            });
+            self.admit_row(row_id);
+        }
+        if let Some(receipt) = &commit.receipt {
+            self.receipts.insert(receipt.key.clone(), receipt.clone());
+        }
+        self.latest_epoch = self.latest_epoch.max(commit.epoch);
+        self.durable_epoch = self.latest_epoch;
+        self.wal_end = wal_end;
+    }
+
+    /// Indexes a new row in the structures kept inside the commit.
+    fn admit_row(&mut self, row_id: u32) {
+        let State { rows, keys, schemas, tables, analyzer, .. } = self;
+        let row = &rows[row_id as usize];
+        let key = &keys[row.key as usize];
+        let table = tables.entry(key.table.to_string()).or_default();
+        table.tenants.entry(key.tenant.clone()).or_default().insert(row_id);
+        if row.deleted {
+            return;
+        }
+        table.live.insert(row_id);
+        let Some(schema) = schemas.get(&*key.table) else { return };
+        for (name, value) in row.fields.iter() {
+            let Some(column) = schema.columns.get(name) else { continue };
+            if column.scalar {
+                if let Some(k) = ScalarKey::of(value) {
+                    table.scalar.entry(name.clone()).or_default().entry(k).or_default().insert(row_id);
+                }
+            }
+            if let ColumnType::Vector { metric, .. } = column.ty {
+                if let (Some(v), Some(vc)) = (crate::schema::vector_of(value), table.vectors.get_mut(name)) {
+                    vc.data.insert(row_id, Arc::from(vector::prepare(metric, v)));
+                    vc.rows.insert(row_id);
+                }
+            }
+            if column.text {
+                if let Some(s) = value.as_str() {
+                    let toks = text::tokens(analyzer, s);
+                    table.text_stats.apply(&key.tenant, name, &toks, 1);
+                }
+            }
+        }
+    }
+
+    /// A version stops being the latest: it leaves the live set and the BM25
+    /// statistics (which describe the latest epoch).
+    fn retire(&mut self, row_id: u32, epoch: u64) {
+        let State { rows, keys, schemas, tables, analyzer, .. } = self;
+        let row = &mut rows[row_id as usize];
+        row.superseded_at = epoch;
+        if row.deleted {
+            return;
+        }
+        let key = &keys[row.key as usize];
+        let Some(table) = tables.get_mut(&*key.table) else { return };
+        table.live.remove(row_id);
+        let Some(schema) = schemas.get(&*key.table) else { return };
+        for col in schema.text_columns() {
+            if let Some(s) = row.fields.get(col).and_then(Value::as_str) {
+                let toks = text::tokens(analyzer, s);
+                table.text_stats.apply(&key.tenant, col, &toks, -1);
+            }
+        }
+    }
+
+    /// Number of live records in all tables.
+    pub fn live_records(&self) -> u64 {
+        self.tables.values().map(|t| t.live.len()).sum()
+    }
+}

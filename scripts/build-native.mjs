@@ -1,0 +1,49 @@
+#!/usr/bin/env node
+// Builds the napi addon (native/braid.<platform>.node) with cargo when it is
+// missing or older than the Rust sources. `--release` builds optimised (for
+// benchmarks); `--force` rebuilds regardless. Skipped where there are no
+// crates (an installed package uses its prebuilt platform package).
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const args = new Set(process.argv.slice(2));
+const release = args.has('--release') || process.env.BRAID_RELEASE === '1';
+const addon = path.join(root, 'native', `braid.${process.platform}-${process.arch}-gnu.node`);
+
+function newestSource(dir) {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (entry.name === 'target' || entry.name.startsWith('.')) continue;
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(full));
+    else if (/\.(rs|toml)$/.test(entry.name)) newest = Math.max(newest, statSync(full).mtimeMs);
+  }
+  return newest;
+}
+
+export function buildNative({ force = false } = {}) {
+  if (!existsSync(path.join(root, 'crates'))) return;
+  const sources = Math.max(newestSource(path.join(root, 'crates')), statSync(path.join(root, 'Cargo.toml')).mtimeMs);
+  const built = existsSync(addon) ? statSync(addon).mtimeMs : 0;
+  const marker = path.join(root, 'native', release ? '.release' : '.debug');
+  if (!force && built > sources && existsSync(marker)) return;
+  const napi = path.join(root, 'node_modules', '@napi-rs', 'cli', 'dist', 'cli.js');
+  const cmd = [
+    napi, 'build', '--platform',
+    '--manifest-path', 'crates/node/Cargo.toml',
+    '--output-dir', 'native', '--js', 'index.cjs', '--dts', 'index.d.ts',
+    ...(release ? ['--release'] : []),
+  ];
+  console.error(`building the native addon (${release ? 'release' : 'dev'} profile) with cargo...`);
+  const res = spawnSync(process.execPath, cmd, { cwd: root, stdio: 'inherit' });
+  if (res.status !== 0) throw new Error(`napi build failed with status ${res.status}`);
+  for (const m of ['.release', '.debug']) spawnSync('rm', ['-f', path.join(root, 'native', m)]);
+  spawnSync('touch', [marker]);
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  buildNative({ force: args.has('--force') });
+}

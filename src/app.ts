@@ -1,0 +1,111 @@
+/**
+ * buildApp: the engine's HTTP service, without listen. server.ts owns
+ * listening, signals and shutdown.
+ */
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Braid, type BranchRef } from './engine.js';
+import { BraidError, isErrorCode } from './errors.js';
+import { DEFAULTS, type ServerConfig } from './config.js';
+import { ajv, validationError } from './validation.js';
+import { recordRoutes } from './routes/records.js';
+import { opsRoutes } from './routes/ops.js';
+
+export interface AppOptions {
+  engine: Braid;
+  config?: Partial<ServerConfig>;
+  /** Pino logger options; off by default. */
+  logger?: boolean | object;
+}
+
+/** Per-process counters and state shared by the routes. */
+export interface ServiceState {
+  engine: Braid;
+  config: ServerConfig;
+  requests: number;
+  closing: boolean;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    braid: ServiceState;
+  }
+}
+
+export type App = FastifyInstance & { withTypeProvider: () => FastifyInstance };
+
+const BRANCH_HEADER = 'x-braid-branch';
+const DATABASE_HEADER = 'x-braid-database';
+
+/** The branch a request addresses through headers (body fields win on put). */
+export function branchOf(request: FastifyRequest): BranchRef {
+  const header = (name: string): string | undefined => {
+    const v = request.headers[name];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  return { databaseId: header(DATABASE_HEADER), branchId: header(BRANCH_HEADER) };
+}
+
+function errorReply(err: FastifyError | BraidError | Error): BraidError {
+  if (err instanceof BraidError) return err;
+  const e = err as FastifyError & { validation?: unknown[]; validationContext?: string };
+  if (e.validation) return validationError(e.validation as never, e.validationContext ?? 'body');
+  switch (e.code) {
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new BraidError('invalid_json', e.message.toLowerCase());
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new BraidError('body_too_large', 'request body is larger than the configured limit');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new BraidError('unsupported_media_type', 'request body must be application/json');
+    default:
+      break;
+  }
+  if (e instanceof SyntaxError || e.statusCode === 400) return new BraidError('invalid_json', e.message);
+  if (typeof e.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, e.message);
+  return new BraidError('internal_error', e.message || 'internal error');
+}
+
+export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
+  const config: ServerConfig = { ...DEFAULTS, ...options.config };
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: config.bodyLimitBytes,
+    return503OnClosing: true,
+  }).withTypeProvider<TypeBoxTypeProvider>();
+  app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
+
+  const state: ServiceState = { engine: options.engine, config, requests: 0, closing: false };
+  app.decorate('braid', state);
+
+  app.addHook('onRequest', async (request) => {
+    state.requests += 1;
+    if (config.authTokens.length === 0) return;
+    const header = request.headers.authorization ?? '';
+    const match = /^Bearer\s+(.+)$/i.exec(header);
+    if (!match || !config.authTokens.includes(match[1]!.trim())) {
+      throw new BraidError('unauthorized', match ? 'bearer token is not valid' : 'missing Authorization: Bearer <token> header');
+    }
+  });
+
+  app.setErrorHandler((err, request, reply) => {
+    const braidErr = errorReply(err as Error);
+    if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
+    const body: Record<string, unknown> = braidErr.toBody();
+    if (braidErr.index !== undefined) body.index = braidErr.index;
+    return reply.status(braidErr.status).send(body);
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    return reply.status(404).send({ code: 'route_not_found', error: `no route ${request.method} ${request.url.split('?')[0]}` });
+  });
+
+  app.addHook('onClose', async () => {
+    state.closing = true;
+  });
+
+  await app.register(recordRoutes);
+  await app.register(opsRoutes);
+  return app;
+}

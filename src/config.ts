@@ -1,0 +1,66 @@
+/**
+ * Server configuration: defaults, overridden by environment variables,
+ * overridden by command-line flags. Documented in docs/operations.md.
+ */
+export interface ServerConfig {
+  host: string;
+  port: number;
+  dataDir: string;
+  /** When non-empty, requests must carry `Authorization: Bearer <one of these>`. */
+  authTokens: string[];
+  bodyLimitBytes: number;
+  maxBatch: number;
+  maxVectorDim: number;
+  receiptRetentionMs: number;
+  historyEpochs: number | undefined;
+  /** Public URL of this engine, reported by branches and readiness. */
+  publicUrl: string | undefined;
+  logLevel: string;
+  /** Enables test-only hooks (a route that makes the engine panic). */
+  testHooks: boolean;
+}
+
+export const DEFAULTS: ServerConfig = {
+  host: '127.0.0.1',
+  port: 8080,
+  dataDir: './data',
+  authTokens: [],
+  bodyLimitBytes: 16 * 1024 * 1024,
+  maxBatch: 10_000,
+  maxVectorDim: 4096,
+  receiptRetentionMs: 24 * 60 * 60 * 1000,
+  historyEpochs: undefined,
+  publicUrl: undefined,
+  logLevel: 'warn',
+  testHooks: false,
+};
+
+function int(value: string | undefined, name: string): number | undefined {
+  if (value === undefined || value === '') return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function list(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  return value.split(',').map((t) => t.trim()).filter(Boolean);
+}
+
+/** Reads BRAID_* environment variables over the defaults. */
+export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig = DEFAULTS): ServerConfig {
+  return {
+    host: env.BRAID_HOST ?? base.host,
+    port: int(env.BRAID_PORT ?? env.PORT, 'BRAID_PORT') ?? base.port,
+    dataDir: env.BRAID_DATA_DIR ?? base.dataDir,
+    authTokens: list(env.BRAID_AUTH_TOKENS) ?? base.authTokens,
+    bodyLimitBytes: int(env.BRAID_BODY_LIMIT_BYTES, 'BRAID_BODY_LIMIT_BYTES') ?? base.bodyLimitBytes,
+    maxBatch: int(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH') ?? base.maxBatch,
+    maxVectorDim: int(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
+    receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,
+    historyEpochs: int(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
+    publicUrl: env.BRAID_PUBLIC_URL ?? base.publicUrl,
+    logLevel: env.BRAID_LOG_LEVEL ?? base.logLevel,
+    testHooks: env.BRAID_TEST_HOOKS === '1' || base.testHooks,
+  };
+}

@@ -1,0 +1,311 @@
+/**
+ * The embedded API: Braid in-process, without HTTP. The HTTP routes use this
+ * same class, so there is one path to the engine. Every method runs off the
+ * JS thread and throws `BraidError` with the same stable codes as the HTTP
+ * layer.
+ */
+import { BraidError, isErrorCode } from './errors.js';
+import { loadNative, type NativeEngineHandle } from './native/index.js';
+
+export type Fields = Record<string, unknown>;
+
+export interface RecordInput {
+  table: string;
+  tenant_id: string;
+  id: string;
+  fields?: Fields;
+}
+
+export interface RecordKey {
+  table: string;
+  tenant_id: string;
+  id: string;
+}
+
+export interface RecordOutput {
+  fields: Fields;
+  id: string;
+  table: string;
+  tenant_id: string;
+  version_id: number;
+}
+
+export interface BranchRef {
+  databaseId?: string;
+  branchId?: string;
+}
+
+/** What the service asks the engine to store with a keyed write. */
+export interface ReceiptDraft {
+  key: string;
+  body_hash: string;
+  status: number;
+  body: unknown;
+}
+
+export interface WriteTiming {
+  queue_ms: number;
+  validate_ms: number;
+  encode_ms: number;
+  wal_fsync_ms: number;
+  apply_ms: number;
+  group_size: number;
+}
+
+export interface Committed {
+  epoch: number;
+  record_count: number;
+  changed: boolean;
+  timing: WriteTiming;
+}
+
+export type WriteResult = { committed: Committed; replayed?: undefined } | { replayed: { status: number; body: unknown }; committed?: undefined };
+
+export interface HybridQuery {
+  table?: string;
+  tenant_id?: string;
+  text?: string | null;
+  text_field?: string | null;
+  vector?: number[] | null;
+  vector_field?: string | null;
+  scalar_eq?: Record<string, unknown>;
+  graph_seed?: string | null;
+  temporal_as_of?: number | null;
+  freshness?: string;
+  top_k?: number;
+  cursor?: string | null;
+  explain?: boolean;
+  fusion?: string;
+  fusion_weights?: { lexical?: number; vector?: number; relational?: number };
+  candidate_budget?: number;
+  graph_depth?: number;
+}
+
+export interface ScoreComponents {
+  final_score: number;
+  freshness_penalty: number | null;
+  lexical: number | null;
+  relational: number | null;
+  vector: number | null;
+}
+
+export interface HybridRow {
+  fields: Fields;
+  record_id: string;
+  score: ScoreComponents;
+  tenant_id: string;
+  version_id: number;
+}
+
+export type HybridExplain = Record<string, unknown> & {
+  read_epoch: number;
+  returned_count: number;
+  selected_strategy: string | null;
+};
+
+export interface QueryResponse {
+  explain: HybridExplain;
+  next_cursor: string | null;
+  results: HybridRow[];
+}
+
+export interface ColumnDeclaration {
+  type: 'string' | 'text' | 'number' | 'bool' | 'vector' | 'edges' | 'json';
+  dim?: number;
+  metric?: 'cosine' | 'dot' | 'l2';
+  text?: boolean;
+  scalar?: boolean;
+}
+
+export interface TableSchema {
+  name: string;
+  columns: Record<string, { type: string; dim?: number; metric?: string; text: boolean; scalar: boolean }>;
+}
+
+export interface SnapshotInfo {
+  name: string;
+  database_id: string;
+  branch_id: string;
+  epoch: number;
+  wal_bytes: number;
+  created_ms: number;
+}
+
+export interface BranchSummary {
+  branch_id: string;
+  database_id: string;
+  endpoint: string;
+  latest_epoch: number;
+  parent_branch_id: string | null;
+  state: string;
+}
+
+export interface EngineMetrics {
+  durable_epoch: number;
+  latest_epoch: number;
+  index_count: number;
+  module_count: number;
+  schema_count: number;
+  schema_epoch: number;
+  segment_count: number;
+  record_count: number;
+  version_count: number;
+  branch_count: number;
+  recovery_state: string;
+  recovered_truncated_bytes: number;
+}
+
+export interface OpenOptions {
+  /** Directory holding the catalog, branches and snapshots. */
+  dataDir: string;
+  maxVectorDim?: number;
+  maxBatch?: number;
+  receiptRetentionMs?: number;
+  /** Epochs of history kept readable by temporal queries; unlimited when unset. */
+  historyEpochs?: number;
+  textCommitIntervalMs?: number;
+}
+
+type Envelope<T> = { ok: T } | { err: { code: string; message: string; index: number | null } };
+
+function route(ref: BranchRef | undefined): { database_id?: string; branch_id?: string } {
+  return { database_id: ref?.databaseId, branch_id: ref?.branchId };
+}
+
+function unwrap<T>(raw: string): T {
+  const envelope = JSON.parse(raw) as Envelope<T>;
+  if ('ok' in envelope) return envelope.ok;
+  const { code, message, index } = envelope.err;
+  throw new BraidError(isErrorCode(code) ? code : 'internal_error', message, index ?? undefined);
+}
+
+export class Braid {
+  readonly dataDir: string;
+  private readonly native: NativeEngineHandle;
+  private closed = false;
+
+  private constructor(native: NativeEngineHandle, dataDir: string) {
+    this.native = native;
+    this.dataDir = dataDir;
+  }
+
+  /** Opens (or creates) a Braid data directory. */
+  static open(options: OpenOptions): Braid {
+    const config = {
+      data_dir: options.dataDir,
+      max_vector_dim: options.maxVectorDim,
+      max_batch: options.maxBatch,
+      receipt_retention_ms: options.receiptRetentionMs,
+      history_epochs: options.historyEpochs,
+      text_commit_interval_ms: options.textCommitIntervalMs,
+    };
+    let native: NativeEngineHandle;
+    try {
+      native = loadNative().NativeEngine.open(JSON.stringify(config));
+    } catch (err) {
+      const message = (err as Error).message;
+      const code = message.split(':')[0] ?? '';
+      throw new BraidError(isErrorCode(code) ? code : 'storage_failure', `cannot open ${options.dataDir}: ${message}`);
+    }
+    return new Braid(native, options.dataDir);
+  }
+
+  private async call<T>(op: string, payload: unknown): Promise<T> {
+    if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
+    return unwrap<T>(await this.native.call(op, JSON.stringify(payload)));
+  }
+
+  private callSync<T>(op: string, payload: unknown): T {
+    if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
+    return unwrap<T>(this.native.callSync(op, JSON.stringify(payload)));
+  }
+
+  /** Full replacement write of one record; resolves once it is durable. */
+  put(record: RecordInput, options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+    return this.putBatch([record], options);
+  }
+
+  /** Atomic write of many records at one epoch. */
+  putBatch(records: RecordInput[], options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+    return this.call('put', { ...route(options), records, receipt: options?.receipt });
+  }
+
+  /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
+  delete(key: RecordKey, options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+    return this.call('delete', { ...route(options), ...key, receipt: options?.receipt });
+  }
+
+  /** The visible version of a record, at the latest epoch or at `epoch`. */
+  async get(key: RecordKey, options?: BranchRef & { epoch?: number }): Promise<RecordOutput | null> {
+    const out = await this.call<{ record: RecordOutput | null }>('get', { ...route(options), ...key, epoch: options?.epoch });
+    return out.record;
+  }
+
+  /** Runs a hybrid query. */
+  query(query: HybridQuery, options?: BranchRef): Promise<QueryResponse> {
+    return this.call('query', { ...route(options), query });
+  }
+
+  /** Declares a table or adds columns to it. */
+  declareTable(table: string, columns: Record<string, ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
+    return this.call('declare', { ...route(options), table, columns });
+  }
+
+  async schemas(options?: BranchRef): Promise<TableSchema[]> {
+    return (await this.call<{ tables: TableSchema[] }>('schemas', route(options))).tables;
+  }
+
+  /** Takes snapshot `target` of a branch at its latest epoch. */
+  snapshot(target: string, options?: BranchRef): Promise<SnapshotInfo> {
+    return this.call('snapshot', { ...route(options), target });
+  }
+
+  async snapshots(): Promise<SnapshotInfo[]> {
+    return (await this.call<{ snapshots: SnapshotInfo[] }>('snapshots', {})).snapshots;
+  }
+
+  /** Restores snapshot `source` into a new branch `target`. */
+  restore(source: string, target: string): Promise<{ restored: boolean; source: string; target: string; epoch: number }> {
+    return this.call('restore', { source, target });
+  }
+
+  async branches(endpoint = 'embedded'): Promise<BranchSummary[]> {
+    return (await this.call<{ branches: BranchSummary[] }>('branches', { endpoint })).branches;
+  }
+
+  /** Archives a branch (read-only) or makes it active again. */
+  async setBranchArchived(archived: boolean, options?: BranchRef): Promise<void> {
+    await this.call('set_branch_state', { ...route(options), archived });
+  }
+
+  metrics(options?: BranchRef): EngineMetrics {
+    return this.callSync('metrics', route(options));
+  }
+
+  /** A live idempotency receipt by its scoped key. */
+  async receipt(key: string, options?: BranchRef): Promise<{ status: number; body: unknown; body_hash: string } | null> {
+    return (await this.call<{ receipt: { status: number; body: unknown; body_hash: string } | null }>('receipt', { ...route(options), key })).receipt;
+  }
+
+  /** Stores a receipt for a keyed request that writes no rows. */
+  recordReceipt(receipt: ReceiptDraft, options?: BranchRef): Promise<WriteResult> {
+    return this.call('record_receipt', { ...route(options), receipt });
+  }
+
+  /** Waits until the text and vector indexes cover every committed write. */
+  async waitIndexed(timeoutMs = 30_000): Promise<boolean> {
+    return (await this.call<{ indexed: boolean }>('wait_indexed', { timeout_ms: timeoutMs })).indexed;
+  }
+
+  /** Test hook: makes the engine panic inside a call. */
+  panicForTest(): Promise<unknown> {
+    return this.call('panic', {});
+  }
+
+  /** Finishes queued writes, commits indexes and releases the data directory. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.native.close();
+  }
+}

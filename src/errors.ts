@@ -1,0 +1,89 @@
+/**
+ * The one error table: every stable code Braid returns and its HTTP status.
+ * Engine codes come from `crates/engine/src/error.rs`; service codes are
+ * added here. Documented in docs/errors.md; a test checks the two agree.
+ */
+export const ERROR_STATUS = {
+  // request shape
+  invalid_json: 400,
+  invalid_request: 400,
+  unknown_field: 400,
+  body_too_large: 400,
+  unsupported_media_type: 400,
+  invalid_header: 400,
+  // engine validation
+  invalid_name: 400,
+  invalid_record: 400,
+  invalid_query: 400,
+  schema_type_mismatch: 400,
+  vector_dimension_mismatch: 400,
+  vector_dimension_too_large: 400,
+  batch_too_large: 400,
+  batch_empty: 400,
+  unknown_table: 400,
+  unknown_column: 400,
+  top_k_out_of_range: 400,
+  temporal_before_horizon: 400,
+  temporal_in_future: 400,
+  invalid_cursor: 400,
+  cursor_expired: 400,
+  cursor_query_mismatch: 400,
+  ql_syntax_error: 400,
+  graphql_bad_request: 400,
+  graphql_not_allowed: 400,
+  graphql_too_deep: 400,
+  graphql_too_costly: 400,
+  idempotency_key_invalid: 400,
+  // auth and routing
+  unauthorized: 401,
+  route_not_found: 404,
+  branch_not_found: 404,
+  snapshot_not_found: 404,
+  // conflicts
+  idempotency_key_reused: 409,
+  idempotency_key_in_flight: 409,
+  snapshot_exists: 409,
+  branch_exists: 409,
+  branch_archived: 409,
+  // limits
+  rate_limited: 429,
+  // failures
+  internal_error: 500,
+  internal_panic: 500,
+  storage_failure: 500,
+  upstream_unreachable: 502,
+  upstream_error: 502,
+  not_ready: 503,
+  shutting_down: 503,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export function statusOf(code: string): number {
+  return (ERROR_STATUS as Record<string, number>)[code] ?? 500;
+}
+
+/** An error with a stable code, raised by the engine binding or the service. */
+export class BraidError extends Error {
+  readonly code: ErrorCode;
+  readonly index: number | undefined;
+
+  constructor(code: ErrorCode, message: string, index?: number) {
+    super(message);
+    this.name = 'BraidError';
+    this.code = code;
+    this.index = index;
+  }
+
+  get status(): number {
+    return statusOf(this.code);
+  }
+
+  toBody(): { code: string; error: string } {
+    return { code: this.code, error: this.message };
+  }
+}
+
+export function isErrorCode(code: string): code is ErrorCode {
+  return code in ERROR_STATUS;
+}

@@ -1,0 +1,59 @@
+/**
+ * Runs the engine's HTTP service: opens the data directory, listens, and on
+ * SIGTERM or SIGINT stops accepting requests, lets in-flight ones finish and
+ * closes the store cleanly.
+ */
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from './app.js';
+import { Braid } from './engine.js';
+import type { ServerConfig } from './config.js';
+
+export interface RunningServer {
+  app: FastifyInstance;
+  engine: Braid;
+  url: string;
+  close(): Promise<void>;
+}
+
+export async function startServer(config: ServerConfig): Promise<RunningServer> {
+  const engine = Braid.open({
+    dataDir: config.dataDir,
+    maxBatch: config.maxBatch,
+    maxVectorDim: config.maxVectorDim,
+    receiptRetentionMs: config.receiptRetentionMs,
+    historyEpochs: config.historyEpochs,
+  });
+  const app = await buildApp({ engine, config, logger: { level: config.logLevel } });
+  let url: string;
+  try {
+    url = await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    engine.close();
+    throw err;
+  }
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      await app.close();
+      engine.close();
+    })();
+    return closing;
+  };
+  return { app, engine, url, close };
+}
+
+/** Drains and exits on SIGTERM / SIGINT. */
+export function exitOnSignals(server: RunningServer): void {
+  const stop = (signal: string) => {
+    server.app.log.info({ signal }, 'draining');
+    server.close().then(
+      () => process.exit(0),
+      (err) => {
+        console.error('shutdown failed:', err);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+}

@@ -1,0 +1,48 @@
+/**
+ * Request validation: one Ajv instance for every route, configured so that
+ * nothing is coerced or dropped: an unknown field is an error naming it.
+ */
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { BraidError } from './errors.js';
+
+export const ajv = new Ajv({
+  allErrors: false,
+  coerceTypes: false,
+  removeAdditional: false,
+  useDefaults: false,
+  strict: false,
+});
+
+/** Turns the first Ajv error into a BraidError with a stable code. */
+export function validationError(errors: ErrorObject[] | null | undefined, dataVar = 'body'): BraidError {
+  const first = errors?.[0];
+  if (!first) return new BraidError('invalid_request', `${dataVar} is invalid`);
+  const where = `${dataVar}${first.instancePath.replaceAll('/', '.')}`;
+  if (first.keyword === 'additionalProperties') {
+    const field = (first.params as { additionalProperty: string }).additionalProperty;
+    return new BraidError('unknown_field', `unknown field "${field}" in ${where}`);
+  }
+  if (first.keyword === 'required') {
+    const field = (first.params as { missingProperty: string }).missingProperty;
+    return new BraidError('invalid_request', `${where} is missing required field "${field}"`);
+  }
+  return new BraidError('invalid_request', `${where} ${first.message ?? 'is invalid'}`);
+}
+
+const compiled = new WeakMap<object, ValidateFunction>();
+
+export function compile(schema: object): ValidateFunction {
+  let fn = compiled.get(schema);
+  if (!fn) {
+    fn = ajv.compile(schema);
+    compiled.set(schema, fn);
+  }
+  return fn;
+}
+
+/** Validates a value against a schema or throws a 400 BraidError. */
+export function check<T>(schema: object, value: unknown, dataVar = 'body'): T {
+  const fn = compile(schema);
+  if (!fn(value)) throw validationError(fn.errors, dataVar);
+  return value as T;
+}
