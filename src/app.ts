@@ -10,6 +10,9 @@ import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv, validationError } from './validation.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
+import { queryRoutes } from './routes/query.js';
+import { idempotency } from './idempotency/index.js';
+import sjson from 'secure-json-parse';
 
 export interface AppOptions {
   engine: Braid;
@@ -46,6 +49,16 @@ export function branchOf(request: FastifyRequest): BranchRef {
   return { databaseId: header(DATABASE_HEADER), branchId: header(BRANCH_HEADER) };
 }
 
+/** The branch a keyed request's receipt lives in: the one its write goes to. */
+function receiptBranch(request: FastifyRequest): BranchRef {
+  const headers = branchOf(request);
+  const body = request.body as { record?: unknown; database_id?: string; branch_id?: string } | undefined;
+  if (request.routeOptions.url === '/v1/records/put' && body && typeof body === 'object' && 'record' in body) {
+    return { databaseId: body.database_id ?? headers.databaseId, branchId: body.branch_id ?? headers.branchId };
+  }
+  return headers;
+}
+
 function errorReply(err: FastifyError | BraidError | Error): BraidError {
   if (err instanceof BraidError) return err;
   const e = err as FastifyError & { validation?: unknown[]; validationContext?: string };
@@ -75,6 +88,21 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: true,
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
+  app.removeContentTypeParser('text/plain');
+  // keep the raw body: idempotency receipts hash exactly what the client sent
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const raw = body as string;
+    request.rawBody = raw;
+    if (raw.trim() === '') {
+      done(new BraidError('invalid_json', 'request body is empty but content-type is application/json'), undefined);
+      return;
+    }
+    try {
+      done(null, sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' }));
+    } catch (err) {
+      done(new BraidError('invalid_json', `body is not valid json: ${(err as Error).message.toLowerCase()}`), undefined);
+    }
+  });
 
   const state: ServiceState = { engine: options.engine, config, requests: 0, closing: false };
   app.decorate('braid', state);
@@ -105,7 +133,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     state.closing = true;
   });
 
+  await app.register(idempotency, { engine: options.engine, branchOf: receiptBranch });
   await app.register(recordRoutes);
   await app.register(opsRoutes);
+  await app.register(queryRoutes);
   return app;
 }

@@ -5,6 +5,8 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { DEFAULTS, fromEnv, type ServerConfig } from './config.js';
 import { exitOnSignals, startServer } from './server.js';
+import { resolveGatewayConfig, type GatewayFlags } from './gateway/config.js';
+import { exitGatewayOnSignals, startGateway } from './gateway/server.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pkg = JSON.parse(readFileSync(path.resolve(here, '..', 'package.json'), 'utf8')) as { version: string };
@@ -42,6 +44,25 @@ export function buildCli(): Command {
       const server = await startServer(config);
       exitOnSignals(server);
       console.log(`braid listening on ${server.url} (data: ${path.resolve(config.dataDir)})`);
+    });
+
+  program
+    .command('gateway')
+    .description('start the gateway: bearer tokens, per-token rate limits and routing in front of engines')
+    .addOption(new Option('--host <host>', 'address to listen on (default 127.0.0.1)').env('BRAID_GATEWAY_HOST'))
+    .addOption(new Option('--port <port>', 'port to listen on (default 8081; 0 picks a free one)').argParser(parseIntOption).env('BRAID_GATEWAY_PORT'))
+    .addOption(new Option('--config <file>', 'JSON config file: tokens, rate_limit, databases catalog').env('BRAID_GATEWAY_CONFIG'))
+    .addOption(new Option('--engine <url>', 'engine URL: the single-engine catalog default/main (default http://127.0.0.1:8080)').env('BRAID_ENGINE_URL'))
+    .addOption(new Option('--token <token...>', 'accepted bearer tokens, added to BRAID_GATEWAY_TOKENS (comma-separated) and the config file\'s'))
+    .addOption(new Option('--rate-limit <n>', 'requests per token per window; 0 turns the limiter off (default 100)').argParser(parseIntOption).env('BRAID_RATE_LIMIT'))
+    .addOption(new Option('--rate-window <ms>', 'rate-limit window in milliseconds (default 1000)').argParser(parseIntOption).env('BRAID_RATE_WINDOW_MS'))
+    .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
+    .action(async (opts: GatewayFlags) => {
+      const config = resolveGatewayConfig(opts, process.env);
+      const gateway = await startGateway(config);
+      exitGatewayOnSignals(gateway);
+      const engines = [...new Set(config.catalog.databases.flatMap((db) => db.branches.map((b) => b.endpoint)))];
+      console.log(`braid gateway listening on ${gateway.url} (engines: ${engines.join(', ')})`);
     });
 
   program

@@ -4,7 +4,9 @@
  * JS thread and throws `BraidError` with the same stable codes as the HTTP
  * layer.
  */
+import type { Static } from 'typebox';
 import { BraidError, isErrorCode } from './errors.js';
+import type { HybridExplain as HybridExplainSchema } from './schemas/query.js';
 import { loadNative, type NativeEngineHandle } from './native/index.js';
 
 export type Fields = Record<string, unknown>;
@@ -97,11 +99,8 @@ export interface HybridRow {
   version_id: number;
 }
 
-export type HybridExplain = Record<string, unknown> & {
-  read_epoch: number;
-  returned_count: number;
-  selected_strategy: string | null;
-};
+/** Every field of the spec's HybridExplain; meanings in docs/query.md. */
+export type HybridExplain = Static<typeof HybridExplainSchema>;
 
 export interface QueryResponse {
   explain: HybridExplain;

@@ -1,5 +1,5 @@
 /** Record routes: put (11), insert (5, deprecated), put-batch (9), get (14). */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { branchOf } from '../app.js';
 import { RecordInput, errorResponses, idemErrorResponses } from '../schemas/common.js';
@@ -15,6 +15,7 @@ import {
 } from '../schemas/records.js';
 import { compile, validationError } from '../validation.js';
 import type { WriteResult } from '../engine.js';
+import { receiptFor, replay } from '../idempotency/index.js';
 
 const wrapperValidator = compile(RecordPutRequest);
 const bareValidator = compile(RecordInput);
@@ -28,8 +29,10 @@ function putValidator() {
   };
 }
 
-function epochOf(result: WriteResult): number {
-  return result.committed ? result.committed.epoch : ((result.replayed.body as { epoch: number }).epoch ?? 0);
+/** Answers a single-record write: `{epoch}`, or the stored response when the engine replayed a receipt. */
+function epochReply(reply: FastifyReply, result: WriteResult) {
+  if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);
+  return { epoch: result.committed.epoch };
 }
 
 export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
@@ -43,17 +46,15 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       response: { 200: EpochResponse, ...idemErrorResponses },
     },
     validatorCompiler: putValidator,
-  }, async (request) => {
+  }, async (request, reply) => {
     const body = request.body as PutBodyT;
     const headers = branchOf(request);
+    const receipt = receiptFor(request, { epoch: null });
     if ('record' in body) {
-      const result = await engine.put(body.record, {
-        databaseId: body.database_id ?? headers.databaseId,
-        branchId: body.branch_id ?? headers.branchId,
-      });
-      return { epoch: epochOf(result) };
+      const branch = { databaseId: body.database_id ?? headers.databaseId, branchId: body.branch_id ?? headers.branchId };
+      return epochReply(reply, await engine.put(body.record, { ...branch, receipt }));
     }
-    return { epoch: epochOf(await engine.put(body, headers)) };
+    return epochReply(reply, await engine.put(body, { ...headers, receipt }));
   });
 
   app.post('/v1/insert', {
@@ -66,7 +67,8 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
   }, async (request, reply) => {
     reply.header('Deprecation', 'true');
     reply.header('Link', '</v1/records/put>; rel="successor-version"');
-    return { epoch: epochOf(await engine.put(request.body, branchOf(request))) };
+    const receipt = receiptFor(request, { epoch: null });
+    return epochReply(reply, await engine.put(request.body, { ...branchOf(request), receipt }));
   });
 
   app.post('/v1/records/put-batch', {
@@ -75,10 +77,13 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       body: PutBatchRequest,
       response: { 200: PutBatchResponse, ...idemErrorResponses },
     },
-  }, async (request) => {
+  }, async (request, reply) => {
     const started = performance.now();
-    const result = await engine.putBatch(request.body.records, branchOf(request));
-    if (result.replayed) return result.replayed.body as never;
+    // a replayed batch answers with the committed epoch and count; its
+    // write_timing is not replayed because the replay wrote nothing
+    const receipt = receiptFor(request, { epoch: null, record_count: request.body.records.length });
+    const result = await engine.putBatch(request.body.records, { ...branchOf(request), receipt });
+    if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);
     const { epoch, record_count, timing } = result.committed;
     if (!request.body.include_write_timing) return { epoch, record_count };
     const write_timing = {

@@ -193,7 +193,8 @@ struct Fields {
 
 pub struct TextIndex {
     reader: IndexReader,
-    writer: Mutex<IndexWriter>,
+    /// `None` once closed, which releases the directory lock.
+    writer: Mutex<Option<IndexWriter>>,
     fields: Fields,
     /// Every row below this id is searchable through `reader`.
     watermark: AtomicU32,
@@ -242,7 +243,7 @@ impl TextIndex {
         let fields = Fields { row: field("row"), scope: field("scope"), col: field("col"), text: field("text") };
         Ok(TextIndex {
             reader,
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Some(writer)),
             fields,
             watermark: AtomicU32::new(watermark),
             pending_upto: AtomicU32::new(watermark),
@@ -264,7 +265,9 @@ impl TextIndex {
         doc.add_text(self.fields.scope, scope_key(table, tenant));
         doc.add_text(self.fields.col, column);
         doc.add_text(self.fields.text, text);
-        self.writer.lock().add_document(doc).map_err(tantivy_err)?;
+        let mut writer = self.writer.lock();
+        let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+        writer.add_document(doc).map_err(tantivy_err)?;
         Ok(())
     }
 
@@ -282,6 +285,7 @@ impl TextIndex {
         }
         {
             let mut writer = self.writer.lock();
+            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
             let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
             prepared.set_payload(&upto.to_string());
             prepared.commit().map_err(tantivy_err)?;
@@ -289,6 +293,15 @@ impl TextIndex {
         self.reader.reload().map_err(tantivy_err)?;
         self.watermark.store(upto, Ordering::Release);
         Ok(())
+    }
+
+    /// Commits what is pending and releases the writer (and its lock).
+    pub fn close(&self) -> Result<()> {
+        let committed = self.commit();
+        if let Some(writer) = self.writer.lock().take() {
+            writer.wait_merging_threads().map_err(tantivy_err)?;
+        }
+        committed
     }
 
     pub fn segment_count(&self) -> usize {

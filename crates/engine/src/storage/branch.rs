@@ -257,6 +257,7 @@ impl Branch {
         for handle in self.threads.lock().drain(..) {
             let _ = handle.join();
         }
+        let _ = self.text.close();
     }
 }
 

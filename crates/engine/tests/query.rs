@@ -1,0 +1,395 @@
+//! Hybrid query correctness against brute-force references computed here.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use braid_engine::query::HybridQuery;
+use braid_engine::{Code, Engine, EngineConfig, RecordInput};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Map, Value};
+
+fn open(dir: &std::path::Path) -> Engine {
+    Engine::open(EngineConfig::new(dir)).unwrap()
+}
+
+fn rec(table: &str, tenant: &str, id: &str, fields: Value) -> RecordInput {
+    RecordInput { table: table.into(), tenant_id: tenant.into(), id: id.into(), fields: fields.as_object().unwrap().clone() }
+}
+
+fn q(table: &str, tenant: &str) -> HybridQuery {
+    HybridQuery { table: Some(table.into()), tenant_id: Some(tenant.into()), ..Default::default() }
+}
+
+fn ids(resp: &braid_engine::query::QueryResponse) -> Vec<String> {
+    resp.results.iter().map(|r| r.record_id.clone()).collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+fn clustered(rng: &mut StdRng, n: usize, dim: usize, centres: usize) -> Vec<Vec<f32>> {
+    let c: Vec<Vec<f32>> = (0..centres).map(|_| (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect()).collect();
+    (0..n)
+        .map(|i| c[i % centres].iter().map(|x| x + rng.gen_range(-0.25..0.25)).collect())
+        .collect()
+}
+
+#[test]
+fn hnsw_recall_at_10_on_clustered_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let mut rng = StdRng::seed_from_u64(42);
+    let data = clustered(&mut rng, 10_000, 128, 100);
+    for (chunk_no, chunk) in data.chunks(1000).enumerate() {
+        let records = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, v)| rec("vec", "t", &format!("{}", chunk_no * 1000 + i), json!({ "emb": v })))
+            .collect();
+        engine.put(None, None, records, None).unwrap();
+    }
+    assert!(engine.wait_indexed(Duration::from_secs(300)));
+    let queries = clustered(&mut rng, 50, 128, 100);
+    let mut hits = 0;
+    for query in &queries {
+        let mut exact: Vec<(usize, f32)> = data.iter().enumerate().map(|(i, v)| (i, cosine(query, v))).collect();
+        exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let truth: HashSet<String> = exact[..10].iter().map(|(i, _)| i.to_string()).collect();
+        let mut hq = q("vec", "t");
+        hq.vector = Some(query.iter().map(|x| *x as f64).collect());
+        let resp = engine.query(None, None, &hq).unwrap();
+        assert_eq!(resp.explain.selected_strategy.as_deref(), Some("vector_hnsw"));
+        assert!(!resp.explain.exact_fallback_triggered);
+        hits += ids(&resp).iter().filter(|id| truth.contains(*id)).count();
+    }
+    let recall = hits as f64 / (queries.len() * 10) as f64;
+    assert!(recall >= 0.95, "recall@10 = {recall}");
+}
+
+#[test]
+fn exact_vector_top_k_and_scalar_filters_match_brute_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let mut rng = StdRng::seed_from_u64(3);
+    let data = clustered(&mut rng, 600, 16, 10);
+    let records = data
+        .iter()
+        .enumerate()
+        .map(|(i, v)| rec("docs", "t", &format!("d{i}"), json!({ "emb": v, "colour": (["red", "blue", "green"][i % 3]), "n": i % 5, "ok": (i % 2 == 0) })))
+        .collect();
+    engine.put(None, None, records, None).unwrap();
+    let query: Vec<f32> = data[17].clone();
+    for (colour, n) in [("red", 0), ("blue", 3), ("green", 4)] {
+        let mut hq = q("docs", "t");
+        hq.vector = Some(query.iter().map(|x| *x as f64).collect());
+        hq.scalar_eq = Some(json!({ "colour": colour, "n": n }).as_object().unwrap().clone());
+        hq.top_k = Some(7);
+        let resp = engine.query(None, None, &hq).unwrap();
+        let mut truth: Vec<(usize, f32)> = data
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ["red", "blue", "green"][i % 3] == colour && i % 5 == n)
+            .map(|(i, v)| (i, cosine(&query, v)))
+            .collect();
+        truth.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let want: Vec<String> = truth.iter().take(7).map(|(i, _)| format!("d{i}")).collect();
+        assert_eq!(ids(&resp), want);
+        assert!(resp.explain.exact_fallback_triggered);
+        assert_eq!(resp.explain.scalar_filter_visible_records as usize, truth.len());
+        assert_eq!(resp.explain.tenant_mask_visible_records, 600);
+        assert_eq!(resp.explain.scalar_filter_removed_records as usize, 600 - truth.len());
+        assert_eq!(resp.explain.returned_count, 7);
+        // every row really matches the filter
+        for row in &resp.results {
+            assert_eq!(row.fields["colour"], json!(colour));
+            assert!(row.score.vector.is_some());
+        }
+    }
+    // filter-only: exactly the matching set, every page, in id order
+    let mut hq = q("docs", "t");
+    hq.scalar_eq = Some(json!({ "ok": true, "colour": "red" }).as_object().unwrap().clone());
+    hq.top_k = Some(1000);
+    let resp = engine.query(None, None, &hq).unwrap();
+    let want: HashSet<String> = (0..600).filter(|i| i % 2 == 0 && i % 3 == 0).map(|i| format!("d{i}")).collect();
+    assert_eq!(ids(&resp).into_iter().collect::<HashSet<_>>(), want);
+    // unknown columns and non-scalar columns are errors
+    hq.scalar_eq = Some(json!({ "nope": 1 }).as_object().unwrap().clone());
+    assert_eq!(engine.query(None, None, &hq).unwrap_err().code, Code::UnknownColumn);
+    hq.scalar_eq = Some(json!({ "emb": 1 }).as_object().unwrap().clone());
+    assert_eq!(engine.query(None, None, &hq).unwrap_err().code, Code::UnknownColumn);
+}
+
+fn lexical_of(engine: &Engine, tenant: &str, text: &str, id: &str) -> f64 {
+    let mut hq = q("notes", tenant);
+    hq.text = Some(text.into());
+    let resp = engine.query(None, None, &hq).unwrap();
+    resp.results.iter().find(|r| r.record_id == id).and_then(|r| r.score.lexical).expect("hit")
+}
+
+#[test]
+fn tenants_are_isolated_including_bm25_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine
+        .put(None, None, vec![
+            rec("notes", "a", "1", json!({"body": "rust database engine"})),
+            rec("notes", "a", "2", json!({"body": "cooking pasta tonight"})),
+            rec("notes", "a", "3", json!({"body": "gardening tips"})),
+        ], None)
+        .unwrap();
+    engine.wait_indexed(Duration::from_secs(30));
+    let before = lexical_of(&engine, "a", "database", "1");
+    // tenant b floods the same term
+    let flood = (0..200).map(|i| rec("notes", "b", &format!("b{i}"), json!({"body": "database database database"}))).collect();
+    engine.put(None, None, flood, None).unwrap();
+    engine.wait_indexed(Duration::from_secs(30));
+    let after = lexical_of(&engine, "a", "database", "1");
+    assert!((before - after).abs() < 1e-6, "tenant b changed tenant a's score: {before} -> {after}");
+    // and tenant b's documents never show up for tenant a
+    let mut hq = q("notes", "a");
+    hq.text = Some("database".into());
+    hq.top_k = Some(1000);
+    let resp = engine.query(None, None, &hq).unwrap();
+    assert_eq!(ids(&resp), vec!["1"]);
+    assert_eq!(resp.explain.text_candidates, 1);
+}
+
+#[test]
+fn hot_overlay_scores_like_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.branch.text_commit_interval = Duration::from_secs(3600);
+    let engine = Engine::open(config).unwrap();
+    engine
+        .put(None, None, vec![rec("notes", "a", "1", json!({"body": "fresh words here"})), rec("notes", "a", "2", json!({"body": "other words"}))], None)
+        .unwrap();
+    let mut hq = q("notes", "a");
+    hq.text = Some("fresh".into());
+    let resp = engine.query(None, None, &hq).unwrap();
+    assert_eq!(ids(&resp), vec!["1"], "a latest read sees an acknowledged write before the index commits");
+    assert!(resp.explain.hot_overlay_searched);
+    assert!(resp.explain.dirty_feature_count >= 1);
+    assert_eq!(resp.results[0].score.freshness_penalty, Some(1.0));
+    // freshness=indexed skips the overlay and misses it
+    hq.freshness = Some("indexed".into());
+    let indexed = engine.query(None, None, &hq).unwrap();
+    assert!(indexed.results.is_empty());
+    assert!(indexed.explain.pending_feature_count >= 2);
+}
+
+#[test]
+fn temporal_as_of_reads_old_versions_through_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, vec![rec("docs", "t", "x", json!({"body": "apple", "emb": [1.0, 0.0], "kind": "fruit"}))], None).unwrap();
+    engine.put(None, None, vec![rec("docs", "t", "y", json!({"body": "carrot", "emb": [0.0, 1.0], "kind": "veg"}))], None).unwrap();
+    let e2 = 2;
+    engine.put(None, None, vec![rec("docs", "t", "x", json!({"body": "banana", "emb": [0.0, 1.0], "kind": "veg"}))], None).unwrap();
+    engine.delete(None, None, braid_engine::RecordKey { table: "docs".into(), tenant_id: "t".into(), id: "y".into() }, None).unwrap();
+    engine.wait_indexed(Duration::from_secs(30));
+    let mut hq = q("docs", "t");
+    hq.text = Some("apple".into());
+    assert!(engine.query(None, None, &hq).unwrap().results.is_empty());
+    hq.temporal_as_of = Some(e2);
+    let old = engine.query(None, None, &hq).unwrap();
+    assert_eq!(ids(&old), vec!["x"]);
+    assert_eq!(old.results[0].version_id, 1);
+    assert_eq!(old.results[0].fields["body"], json!("apple"));
+    assert_eq!(old.explain.read_epoch, 2);
+    // filter path at the old epoch: y was veg and alive then
+    let mut f = q("docs", "t");
+    f.scalar_eq = Some(json!({"kind": "veg"}).as_object().unwrap().clone());
+    f.temporal_as_of = Some(e2);
+    assert_eq!(ids(&engine.query(None, None, &f).unwrap()), vec!["y"]);
+    f.temporal_as_of = None;
+    assert_eq!(ids(&engine.query(None, None, &f).unwrap()), vec!["x"]);
+    // vector path at the old epoch
+    let mut v = q("docs", "t");
+    v.vector = Some(vec![1.0, 0.0]);
+    v.temporal_as_of = Some(e2);
+    let rows = engine.query(None, None, &v).unwrap();
+    assert_eq!(ids(&rows)[0], "x");
+    assert!((rows.results[0].score.vector.unwrap() - 1.0).abs() < 1e-5);
+    // future and negative epochs are errors
+    v.temporal_as_of = Some(99);
+    assert_eq!(engine.query(None, None, &v).unwrap_err().code, Code::TemporalInFuture);
+    v.temporal_as_of = Some(-1);
+    assert_eq!(engine.query(None, None, &v).unwrap_err().code, Code::InvalidQuery);
+}
+
+#[test]
+fn history_horizon_rejects_old_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.branch.history_epochs = Some(2);
+    let engine = Engine::open(config).unwrap();
+    for i in 0..5 {
+        engine.put(None, None, vec![rec("docs", "t", "x", json!({"n": i}))], None).unwrap();
+    }
+    let mut hq = q("docs", "t");
+    hq.temporal_as_of = Some(1);
+    assert_eq!(engine.query(None, None, &hq).unwrap_err().code, Code::TemporalBeforeHorizon);
+    hq.temporal_as_of = Some(3);
+    assert!(engine.query(None, None, &hq).is_ok());
+}
+
+#[test]
+fn paging_under_concurrent_writes_returns_each_match_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(open(dir.path()));
+    let records = (0..300).map(|i| rec("docs", "t", &format!("p{i:03}"), json!({"body": format!("common word {i}"), "grp": i % 2}))).collect();
+    engine.put(None, None, records, None).unwrap();
+    for mut base in [q("docs", "t"), { let mut t = q("docs", "t"); t.text = Some("common".into()); t }] {
+        base.top_k = Some(25);
+        base.scalar_eq = Some(json!({"grp": 0}).as_object().unwrap().clone());
+        let mut page = engine.query(None, None, &base).unwrap();
+        let epoch = page.explain.read_epoch;
+        let writer = {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    // new matching rows, updates and deletes of matching rows
+                    let _ = engine.put(None, None, vec![rec("docs", "t", &format!("new{i}"), json!({"body": "common new", "grp": 0}))], None);
+                    let _ = engine.put(None, None, vec![rec("docs", "t", &format!("p{:03}", i * 2), json!({"body": "common updated", "grp": 0}))], None);
+                }
+            })
+        };
+        let mut seen = Vec::new();
+        loop {
+            assert_eq!(page.explain.read_epoch, epoch, "every page reads the pinned epoch");
+            seen.extend(ids(&page));
+            let Some(cursor) = page.next_cursor.clone() else { break };
+            let mut next = base.clone();
+            next.cursor = Some(cursor);
+            page = engine.query(None, None, &next).unwrap();
+        }
+        writer.join().unwrap();
+        let unique: HashSet<&String> = seen.iter().collect();
+        assert_eq!(unique.len(), seen.len(), "no duplicates");
+        assert!(seen.len() >= 150);
+        let mut at_epoch = base.clone();
+        at_epoch.temporal_as_of = Some(epoch as i64);
+        at_epoch.top_k = Some(1000);
+        let expected: HashSet<String> = ids(&engine.query(None, None, &at_epoch).unwrap()).into_iter().collect();
+        assert_eq!(unique.into_iter().cloned().collect::<HashSet<_>>(), expected, "exactly the rows matching at the pinned epoch");
+    }
+}
+
+#[test]
+fn cursors_are_tamper_evident_and_bound_to_their_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, (0..30).map(|i| rec("docs", "t", &format!("c{i}"), json!({"n": 1}))).collect(), None).unwrap();
+    let mut hq = q("docs", "t");
+    hq.top_k = Some(10);
+    let first = engine.query(None, None, &hq).unwrap();
+    let cursor = first.next_cursor.clone().unwrap();
+    let mut forged = hq.clone();
+    let mut bytes = cursor.clone().into_bytes();
+    bytes[3] = if bytes[3] == b'A' { b'B' } else { b'A' };
+    forged.cursor = Some(String::from_utf8(bytes).unwrap());
+    assert_eq!(engine.query(None, None, &forged).unwrap_err().code, Code::InvalidCursor);
+    let mut other = hq.clone();
+    other.top_k = Some(11);
+    other.cursor = Some(cursor.clone());
+    assert_eq!(engine.query(None, None, &other).unwrap_err().code, Code::CursorQueryMismatch);
+    // a cursor survives a restart (signed with the data dir's secret)
+    drop(engine);
+    let engine = open(dir.path());
+    let mut next = hq.clone();
+    next.cursor = Some(cursor);
+    let page2 = engine.query(None, None, &next).unwrap();
+    assert_eq!(page2.results.len(), 10);
+    assert!(ids(&page2).iter().all(|id| !ids(&first).contains(id)));
+}
+
+#[test]
+fn graph_neighbourhood_scores_fall_with_hops() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine
+        .put(None, None, vec![
+            rec("g", "t", "a", json!({"links": ["b", "c"], "name": "a"})),
+            rec("g", "t", "b", json!({"links": ["d"], "name": "b"})),
+            rec("g", "t", "c", json!({"links": [], "name": "c"})),
+            rec("g", "t", "d", json!({"links": ["e"], "name": "d"})),
+            rec("g", "t", "e", json!({"links": [], "name": "e"})),
+            rec("g", "other", "b", json!({"links": [], "name": "leak"})),
+        ], None)
+        .unwrap();
+    let mut hq = q("g", "t");
+    hq.graph_seed = Some("a".into());
+    let resp = engine.query(None, None, &hq).unwrap();
+    assert_eq!(ids(&resp), vec!["b", "c", "d"], "depth 2 by default, seed excluded");
+    assert_eq!(resp.results[0].score.relational, Some(1.0));
+    assert_eq!(resp.results[2].score.relational, Some(0.5));
+    hq.graph_depth = Some(3);
+    assert_eq!(ids(&engine.query(None, None, &hq).unwrap()), vec!["b", "c", "d", "e"]);
+}
+
+#[test]
+fn fusion_orders_hand_made_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine
+        .put(None, None, vec![
+            // both: mentions the term once and points the right way
+            rec("h", "t", "both", json!({"body": "solar panels and other things", "emb": [1.0, 0.1]})),
+            // text only: strong text, wrong direction
+            rec("h", "t", "text", json!({"body": "solar solar solar"})),
+            // vector only: no term, right direction
+            rec("h", "t", "vec", json!({"body": "unrelated words", "emb": [1.0, 0.0]})),
+        ], None)
+        .unwrap();
+    let mut hq = q("h", "t");
+    hq.text = Some("solar".into());
+    hq.vector = Some(vec![1.0, 0.0]);
+    hq.explain = Some(true);
+    let rrf = engine.query(None, None, &hq).unwrap();
+    assert_eq!(rrf.results[0].record_id, "both", "agreement wins under rrf");
+    assert_eq!(rrf.explain.fusion_method, "rrf");
+    let top = &rrf.results[0].score;
+    // "both" is 2nd for text and 2nd for vectors
+    assert!((top.final_score - 2.0 / 62.0).abs() < 1e-9, "{top:?}");
+    assert!(top.lexical.is_some() && top.vector.is_some() && top.relational.is_none());
+    assert_eq!(rrf.explain.planner_candidates.len(), 3);
+    assert_eq!(rrf.explain.deduped_candidate_count, 3);
+    // relative score with the text path weighted up puts the text-heavy row first
+    hq.fusion = Some("relative_score".into());
+    hq.fusion_weights = Some(braid_engine::query::fusion::Weights { lexical: 10.0, vector: 1.0, relational: 1.0 });
+    let rel = engine.query(None, None, &hq).unwrap();
+    assert_eq!(rel.results[0].record_id, "text");
+    assert_eq!(rel.explain.fusion_method, "relative_score");
+    // and with the vector path weighted up, the vector-aligned rows lead
+    hq.fusion_weights = Some(braid_engine::query::fusion::Weights { lexical: 0.1, vector: 10.0, relational: 1.0 });
+    let rel = engine.query(None, None, &hq).unwrap();
+    assert_ne!(rel.results[0].record_id, "text");
+}
+
+#[test]
+fn validation_errors_have_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, vec![rec("docs", "t", "1", json!({"body": "x", "emb": [1.0, 2.0]}))], None).unwrap();
+    let cases: Vec<(HybridQuery, Code)> = vec![
+        (HybridQuery { table: Some("docs".into()), ..Default::default() }, Code::InvalidQuery),
+        (q("missing", "t"), Code::UnknownTable),
+        ({ let mut x = q("docs", "t"); x.top_k = Some(0); x }, Code::TopKOutOfRange),
+        ({ let mut x = q("docs", "t"); x.top_k = Some(1001); x }, Code::TopKOutOfRange),
+        ({ let mut x = q("docs", "t"); x.text_field = Some("emb".into()); x }, Code::UnknownColumn),
+        ({ let mut x = q("docs", "t"); x.vector = Some(vec![1.0]); x }, Code::VectorDimensionMismatch),
+        ({ let mut x = q("docs", "t"); x.vector = Some(vec![1.0, 1.0]); x.vector_field = Some("body".into()); x }, Code::UnknownColumn),
+        ({ let mut x = q("docs", "t"); x.freshness = Some("eventually".into()); x }, Code::InvalidQuery),
+        ({ let mut x = q("docs", "t"); x.fusion = Some("max".into()); x }, Code::InvalidQuery),
+        ({ let mut x = q("docs", "t"); x.cursor = Some("garbage".into()); x }, Code::InvalidCursor),
+        ({ let mut x = q("docs", "t"); x.scalar_eq = Some(Map::from_iter([("body".to_string(), json!([1]))])); x }, Code::InvalidQuery),
+    ];
+    for (query, code) in cases {
+        assert_eq!(engine.query(None, None, &query).unwrap_err().code, code, "{query:?}");
+    }
+}

@@ -1,0 +1,34 @@
+/** Query routes: explain (4) and the native query language (2). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { branchOf } from '../app.js';
+import { errorResponses, idemErrorResponses } from '../schemas/common.js';
+import { HybridExplain, HybridQuery, NativeQlRequest, QueryResponse } from '../schemas/query.js';
+import { parseNativeQuery } from '../ql/index.js';
+
+export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const { engine } = app.braid;
+
+  app.post('/v1/explain', {
+    schema: {
+      summary: 'Explain a hybrid query: the HybridExplain fields at top level',
+      body: HybridQuery,
+      response: { 200: HybridExplain, ...errorResponses },
+    },
+  }, async (request) => {
+    const result = await engine.query({ ...request.body, explain: true }, branchOf(request));
+    return result.explain;
+  });
+
+  app.post('/v1/nativeql', {
+    schema: {
+      summary: 'Run a native query language statement',
+      body: NativeQlRequest,
+      response: { 200: QueryResponse, ...idemErrorResponses },
+    },
+  }, async (request) => {
+    const query = parseNativeQuery(request.body.query);
+    return engine.query(query, branchOf(request));
+  });
+}

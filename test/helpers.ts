@@ -1,0 +1,124 @@
+/**
+ * Test helpers: a real engine on a temp data dir behind a real HTTP listener
+ * on an ephemeral loopback port, and child-process servers for crash tests.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildApp } from '../src/app.js';
+import { Braid, type OpenOptions } from '../src/engine.js';
+import type { ServerConfig } from '../src/config.js';
+import type { FastifyInstance } from 'fastify';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const CLI = path.join(ROOT, 'bin', 'braid.js');
+
+export function tempDir(prefix = 'braid-test-'): string {
+  return mkdtempSync(path.join(tmpdir(), prefix));
+}
+
+export interface TestServer {
+  url: string;
+  app: FastifyInstance;
+  engine: Braid;
+  dataDir: string;
+  /** POST JSON; returns status, parsed body and headers. */
+  post(route: string, body: unknown, headers?: Record<string, string>): Promise<HttpResult>;
+  get(route: string, headers?: Record<string, string>): Promise<HttpResult>;
+  /** Closes the listener and the engine (keeps the data dir). */
+  stop(): Promise<void>;
+  /** Stops and removes the data dir. */
+  destroy(): Promise<void>;
+}
+
+export interface HttpResult {
+  status: number;
+  body: any;
+  headers: Headers;
+}
+
+export async function request(url: string, method: string, body?: unknown, headers: Record<string, string> = {}): Promise<HttpResult> {
+  const init: RequestInit = { method, headers: { ...headers } };
+  if (body !== undefined) {
+    init.body = typeof body === 'string' ? body : JSON.stringify(body);
+    (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(url, init);
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    // leave as text
+  }
+  return { status: res.status, body: parsed, headers: res.headers };
+}
+
+/** Starts the engine's HTTP app in this process on a temp dir. */
+export async function startTestServer(
+  options: { dataDir?: string; config?: Partial<ServerConfig>; engine?: Partial<OpenOptions> } = {},
+): Promise<TestServer> {
+  const dataDir = options.dataDir ?? tempDir();
+  const engine = Braid.open({ dataDir, textCommitIntervalMs: 20, ...options.engine });
+  const app = await buildApp({ engine, config: { dataDir, ...options.config } });
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    await app.close();
+    engine.close();
+  };
+  return {
+    url,
+    app,
+    engine,
+    dataDir,
+    post: (route, body, headers) => request(url + route, 'POST', body, headers),
+    get: (route, headers) => request(url + route, 'GET', undefined, headers),
+    stop,
+    destroy: async () => {
+      await stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface ChildServer {
+  url: string;
+  child: ChildProcess;
+  output: () => string;
+  /** Resolves with the exit code once the process ends. */
+  exited: Promise<number | null>;
+}
+
+/** Spawns `braid serve` (or another subcommand) as a child process on an ephemeral port. */
+export async function spawnServer(args: string[], env: Record<string, string> = {}): Promise<ChildServer> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, BRAID_LOG_LEVEL: 'error', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 60_000);
+    const onData = () => {
+      const m = /listening on (http:\/\/[^\s]+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code}: ${out}`));
+    });
+  });
+  return { url, child, output: () => out, exited };
+}

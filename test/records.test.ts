@@ -1,0 +1,305 @@
+// Record routes over real HTTP against a real engine on a temp data dir.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers.js';
+
+let s: TestServer;
+
+beforeAll(async () => {
+  s = await startTestServer();
+});
+
+afterAll(async () => {
+  await s.destroy();
+});
+
+const rec = (id: string, fields: Record<string, unknown> = {}, tenant = 't1', table = 'docs') => ({ table, tenant_id: tenant, id, fields });
+
+describe('put (route 11)', () => {
+  it('accepts the wrapper and a bare RecordInput, one epoch per request', async () => {
+    const a = await s.post('/v1/records/put', { record: rec('a', { title: 'alpha' }) });
+    expect(a.status).toBe(200);
+    const b = await s.post('/v1/records/put', rec('b', { title: 'beta' }));
+    expect(b.status).toBe(200);
+    expect(b.body.epoch).toBe(a.body.epoch + 1);
+    expect(Object.keys(b.body)).toEqual(['epoch']);
+  });
+
+  it('full replacement: version_id grows by one and old fields are gone', async () => {
+    await s.post('/v1/records/put', rec('v', { title: 'one', extra: 1 }));
+    await s.post('/v1/records/put', rec('v', { title: 'two' }));
+    const got = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'v' });
+    expect(got.body.record).toEqual({ fields: { title: 'two' }, id: 'v', table: 'docs', tenant_id: 't1', version_id: 2 });
+  });
+
+  it('honours branch_id/database_id and rejects unknown branches with 404', async () => {
+    const ok = await s.post('/v1/records/put', { record: rec('br'), branch_id: 'main', database_id: 'default' });
+    expect(ok.status).toBe(200);
+    const missing = await s.post('/v1/records/put', { record: rec('br'), branch_id: 'nope' });
+    expect(missing.status).toBe(404);
+    expect(missing.body.code).toBe('branch_not_found');
+  });
+
+  it('rejects unknown fields naming them, and writes nothing', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    const r1 = await s.post('/v1/records/put', { record: rec('u'), extra: true });
+    expect(r1.status).toBe(400);
+    expect(r1.body).toMatchObject({ code: 'unknown_field' });
+    expect(r1.body.error).toContain('extra');
+    const r2 = await s.post('/v1/records/put', { ...rec('u'), colour: 'red' });
+    expect(r2.body.code).toBe('unknown_field');
+    expect(r2.body.error).toContain('colour');
+    const r3 = await s.post('/v1/records/put', { record: { ...rec('u'), nested: 1 } });
+    expect(r3.body.code).toBe('unknown_field');
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+  });
+
+  it.each([
+    ['bad table name', rec('x', {}, 't1', '9bad'), 'invalid_name'],
+    ['table with a dash', rec('x', {}, 't1', 'a-b'), 'invalid_name'],
+    ['empty id', rec('', {}), 'invalid_name'],
+    ['control char in id', rec('a\u0001b', {}), 'invalid_name'],
+    ['id over 256 bytes', rec('é'.repeat(129), {}), 'invalid_name'],
+    ['empty tenant', rec('x', {}, ''), 'invalid_name'],
+    ['missing id', { table: 'docs', tenant_id: 't1' }, 'invalid_request'],
+    ['fields not an object', { ...rec('x'), fields: [1, 2] }, 'invalid_request'],
+    ['id not a string', { ...rec('x'), id: 5 }, 'invalid_request'],
+    ['bad column name', rec('x', { 'bad col': 1 }), 'invalid_name'],
+  ])('%s is a 400 with a code', async (_name, body, code) => {
+    const r = await s.post('/v1/records/put', body);
+    expect(r.status).toBe(400);
+    expect(r.body.code).toBe(code);
+    expect(typeof r.body.error).toBe('string');
+  });
+
+  it('malformed JSON, empty bodies and wrong content types are 400', async () => {
+    const bad = await s.post('/v1/records/put', '{"record": ');
+    expect(bad.status).toBe(400);
+    expect(bad.body.code).toBe('invalid_json');
+    const empty = await s.post('/v1/records/put', '', { 'content-type': 'application/json' });
+    expect(empty.status).toBe(400);
+    expect(empty.body.code).toBe('invalid_json');
+    const text = await s.post('/v1/records/put', 'hello', { 'content-type': 'text/plain' });
+    expect(text.status).toBe(400);
+    expect(text.body.code).toBe('unsupported_media_type');
+    const proto = await s.post('/v1/records/put', '{"__proto__": {"x": 1}, "table": "docs"}');
+    expect(proto.status).toBe(400);
+  });
+});
+
+describe('schema inference', () => {
+  it('infers columns on first write and rejects conflicting types', async () => {
+    const ok = await s.post('/v1/records/put', rec('s1', { title: 'x', n: 1, ok: true, emb: [1, 0, 0], links: ['s2'] }, 't1', 'typed'));
+    expect(ok.status).toBe(200);
+    const wrongType = await s.post('/v1/records/put', rec('s2', { n: 'one' }, 't1', 'typed'));
+    expect(wrongType.status).toBe(400);
+    expect(wrongType.body.code).toBe('schema_type_mismatch');
+    const wrongDim = await s.post('/v1/records/put', rec('s2', { emb: [1, 0] }, 't1', 'typed'));
+    expect(wrongDim.status).toBe(400);
+    expect(wrongDim.body.code).toBe('vector_dimension_mismatch');
+    const tooBig = await s.post('/v1/records/put', rec('s3', { big: new Array(4097).fill(0.5) }, 't1', 'typed'));
+    expect(tooBig.status).toBe(400);
+    expect(tooBig.body.code).toBe('vector_dimension_too_large');
+    const got = await s.post('/v1/records/get', { table: 'typed', tenant_id: 't1', id: 's2' });
+    expect(got.body.record).toBeNull();
+  });
+
+  it('schema_count and schema_epoch are real', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body;
+    await s.post('/v1/records/put', rec('n1', { a: 1 }, 't1', 'fresh_table'));
+    const after = (await s.get('/v1/metrics/public-safe')).body;
+    expect(after.schema_count).toBe(before.schema_count + 1);
+    expect(after.schema_epoch).toBe(before.schema_epoch + 1);
+    // a write that adds no column does not change the schema
+    await s.post('/v1/records/put', rec('n2', { a: 2 }, 't1', 'fresh_table'));
+    expect((await s.get('/v1/metrics/public-safe')).body.schema_epoch).toBe(after.schema_epoch);
+  });
+});
+
+describe('insert (route 5, deprecated)', () => {
+  it('writes like put and names its successor', async () => {
+    const r = await s.post('/v1/insert', rec('ins', { title: 'old route' }));
+    expect(r.status).toBe(200);
+    expect(typeof r.body.epoch).toBe('number');
+    expect(r.headers.get('deprecation')).toBe('true');
+    expect(r.headers.get('link')).toContain('/v1/records/put');
+    const got = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'ins' });
+    expect(got.body.record.fields.title).toBe('old route');
+  });
+
+  it('does not take the wrapper', async () => {
+    const r = await s.post('/v1/insert', { record: rec('ins2') });
+    expect(r.status).toBe(400);
+  });
+});
+
+describe('put-batch (route 9)', () => {
+  it('commits the whole batch at one epoch', async () => {
+    const r = await s.post('/v1/records/put-batch', { records: [rec('p1', { n: 1 }), rec('p2', { n: 2 }), rec('p3', { n: 3 })] });
+    expect(r.status).toBe(200);
+    expect(r.body.record_count).toBe(3);
+    expect(r.body.write_timing).toBeUndefined();
+    const m = (await s.get('/v1/metrics/public-safe')).body;
+    expect(m.latest_epoch).toBe(r.body.epoch);
+  });
+
+  it('reports measured write_timing when asked', async () => {
+    const r = await s.post('/v1/records/put-batch', { include_write_timing: true, records: [rec('wt1')] });
+    const t = r.body.write_timing;
+    expect(Object.keys(t).sort()).toEqual(['apply_ms', 'encode_ms', 'queue_ms', 'total_ms', 'validate_ms', 'wal_fsync_ms']);
+    for (const v of Object.values(t)) expect(typeof v).toBe('number');
+    expect(t.wal_fsync_ms).toBeGreaterThan(0);
+    expect(t.total_ms).toBeGreaterThanOrEqual(t.wal_fsync_ms);
+  });
+
+  it('is atomic: one bad record writes nothing and the 400 names its index', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    const r = await s.post('/v1/records/put-batch', {
+      records: [rec('atom1', { n: 1 }), rec('atom2', { n: 2 }), rec('atom3', { n: 'three' })],
+    });
+    expect(r.status).toBe(400);
+    expect(r.body.code).toBe('schema_type_mismatch');
+    expect(r.body.index).toBe(2);
+    expect(r.body.error).toContain('records[2]');
+    for (const id of ['atom1', 'atom2', 'atom3']) {
+      expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id })).body.record).toBeNull();
+    }
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+  });
+
+  it('a bad name deep in a batch is a 400 naming the index', async () => {
+    const r = await s.post('/v1/records/put-batch', { records: [rec('ok'), rec('ok2', {}, 't1', 'bad-table')] });
+    expect(r.status).toBe(400);
+    expect(r.body.index).toBe(1);
+  });
+
+  it('the same key twice in one batch: the last wins, version grows by two', async () => {
+    const r = await s.post('/v1/records/put-batch', { records: [rec('dup', { n: 1 }), rec('dup', { n: 2 })] });
+    expect(r.status).toBe(200);
+    const got = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'dup' });
+    expect(got.body.record.fields.n).toBe(2);
+    expect(got.body.record.version_id).toBe(2);
+  });
+
+  it('empty and oversize batches are 400', async () => {
+    const empty = await s.post('/v1/records/put-batch', { records: [] });
+    expect(empty.status).toBe(400);
+    expect(empty.body.code).toBe('batch_empty');
+    const records = Array.from({ length: 10_001 }, (_, i) => rec(`big${i}`));
+    const big = await s.post('/v1/records/put-batch', { records });
+    expect(big.status).toBe(400);
+    expect(big.body.code).toBe('batch_too_large');
+  });
+});
+
+describe('get (route 14)', () => {
+  it('returns null for an absent record and is tenant-scoped', async () => {
+    await s.post('/v1/records/put', rec('iso', { secret: 'a' }, 'tenantA'));
+    const other = await s.post('/v1/records/get', { table: 'docs', tenant_id: 'tenantB', id: 'iso' });
+    expect(other.status).toBe(200);
+    expect(other.body).toEqual({ record: null });
+    const missingTable = await s.post('/v1/records/get', { table: 'no_such_table', tenant_id: 't1', id: 'x' });
+    expect(missingTable.body).toEqual({ record: null });
+  });
+
+  it('validates names', async () => {
+    const r = await s.post('/v1/records/get', { table: 'bad table', tenant_id: 't1', id: 'x' });
+    expect(r.status).toBe(400);
+    expect(r.body.code).toBe('invalid_name');
+  });
+});
+
+describe('operations routes', () => {
+  it('metrics are real and move with writes', async () => {
+    const m1 = (await s.get('/v1/metrics/public-safe')).body;
+    expect(m1).toMatchObject({ gateway: false, rate_limit_enabled: false, service: 'braid-engine', recovery_state: 'healthy' });
+    expect(m1.durable_epoch).toBe(m1.latest_epoch);
+    await s.post('/v1/records/put', rec('m1'));
+    const m2 = (await s.get('/v1/metrics/public-safe')).body;
+    expect(m2.latest_epoch).toBe(m1.latest_epoch + 1);
+    expect(m2.requests).toBeGreaterThan(m1.requests);
+    expect(m2.index_count).toBeGreaterThan(0);
+    expect(m2.module_count).toBeGreaterThan(0);
+  });
+
+  it('readiness reports the engine', async () => {
+    const r = await s.get('/v1/ready');
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ ok: true, ready: true, engine_health_checked: true, engine_status_code: 200, error: '', catalog_databases: 1 });
+    expect(r.body.engine_url).toBe(s.url);
+  });
+
+  it('unknown routes are 404 with the error body', async () => {
+    const r = await s.get('/v1/nope');
+    expect(r.status).toBe(404);
+    expect(r.body.code).toBe('route_not_found');
+    const wrongMethod = await s.get('/v1/records/put');
+    expect(wrongMethod.status).toBe(404);
+  });
+
+  it('oversize bodies are 400 and the server keeps running', async () => {
+    const small = await startTestServer({ config: { bodyLimitBytes: 1024 } });
+    try {
+      const r = await small.post('/v1/records/put', rec('big', { text: 'x'.repeat(4096) }));
+      expect(r.status).toBe(400);
+      expect(r.body.code).toBe('body_too_large');
+      expect((await small.get('/v1/ready')).status).toBe(200);
+    } finally {
+      await small.destroy();
+    }
+  });
+});
+
+describe('auth', () => {
+  it('accepts any token by default and can require given tokens', async () => {
+    expect((await s.get('/v1/ready', { authorization: 'Bearer anything' })).status).toBe(200);
+    const locked = await startTestServer({ config: { authTokens: ['s3cret'] } });
+    try {
+      const none = await locked.get('/v1/ready');
+      expect(none.status).toBe(401);
+      expect(none.body.code).toBe('unauthorized');
+      expect((await locked.get('/v1/ready', { authorization: 'Bearer wrong' })).status).toBe(401);
+      expect((await locked.get('/v1/ready', { authorization: 'Bearer s3cret' })).status).toBe(200);
+    } finally {
+      await locked.destroy();
+    }
+  });
+});
+
+describe('engine panics', () => {
+  it('a Rust panic is a 500 with a code and the server keeps serving', async () => {
+    const hooked = await startTestServer({ config: { testHooks: true } });
+    try {
+      const r = await hooked.post('/v1/_test/panic', {});
+      expect(r.status).toBe(500);
+      expect(r.body.code).toBe('internal_panic');
+      const after = await hooked.post('/v1/records/put', rec('after-panic'));
+      expect(after.status).toBe(200);
+    } finally {
+      await hooked.destroy();
+    }
+  });
+});
+
+describe('restart', () => {
+  it('keeps every record, version and epoch', async () => {
+    const a = await startTestServer();
+    await a.post('/v1/records/put', rec('r1', { title: 'first', emb: [1, 0] }));
+    await a.post('/v1/records/put', rec('r1', { title: 'second', emb: [0, 1] }));
+    await a.post('/v1/records/put-batch', { records: [rec('r2'), rec('r3')] });
+    const m = (await a.get('/v1/metrics/public-safe')).body;
+    await a.stop();
+    const b = await startTestServer({ dataDir: a.dataDir });
+    try {
+      const m2 = (await b.get('/v1/metrics/public-safe')).body;
+      expect(m2.latest_epoch).toBe(m.latest_epoch);
+      expect(m2.durable_epoch).toBe(m.durable_epoch);
+      expect(m2.schema_count).toBe(m.schema_count);
+      const got = await b.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'r1' });
+      expect(got.body.record).toMatchObject({ version_id: 2, fields: { title: 'second' } });
+      const next = await b.post('/v1/records/put', rec('r4'));
+      expect(next.body.epoch).toBe(m.latest_epoch + 1);
+    } finally {
+      await b.destroy();
+    }
+  });
+});
