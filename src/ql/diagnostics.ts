@@ -1,0 +1,113 @@
+/**
+ * Diagnostics of the native query language, as plain data.
+ *
+ * Every failure to parse a query is a `QlSyntaxError` carrying one
+ * `QlDiagnostic`; the HTTP layer turns it into a 400 body with
+ * `formatQlError`, so callers can point at the offending token.
+ */
+import { preview, type Token } from './lexer.js';
+
+export interface QlDiagnostic {
+  /** 1-based line of the offending token. */
+  line: number;
+  /** 1-based column of the offending token, in UTF-16 code units. */
+  column: number;
+  /** 0-based UTF-16 index of the offending token in the query string. */
+  offset: number;
+  /** What would have been accepted there, e.g. `'TENANT'`, `identifier`, `end of input`. */
+  expected: string[];
+  /** The offending token as shown in the message, e.g. `'LIMTI'`, `end of input`. */
+  found: string;
+  /** `line L, column C: expected <a, b or c>, found <token>`, maybe with a hint in parentheses. */
+  message: string;
+}
+
+export class QlSyntaxError extends Error {
+  readonly diagnostic: QlDiagnostic;
+
+  constructor(diagnostic: QlDiagnostic) {
+    super(diagnostic.message);
+    this.name = 'QlSyntaxError';
+    this.diagnostic = diagnostic;
+  }
+}
+
+/** The 400 body the HTTP layer sends for a query that does not parse. */
+export interface QlErrorBody {
+  code: 'ql_syntax_error';
+  error: string;
+  line: number;
+  column: number;
+  expected: string[];
+}
+
+export function formatQlError(err: QlSyntaxError): QlErrorBody {
+  const { message, line, column, expected } = err.diagnostic;
+  return { code: 'ql_syntax_error', error: message, line, column, expected: [...expected] };
+}
+
+/** Maps offsets to 1-based line and column; `\n`, `\r\n` and `\r` each end a line. */
+export class LineIndex {
+  private readonly starts: number[] = [0];
+
+  constructor(source: string) {
+    for (let i = 0; i < source.length; i++) {
+      const c = source[i];
+      if (c === '\r' && source[i + 1] === '\n') continue; // the \n ends this line
+      if (c === '\n' || c === '\r') this.starts.push(i + 1);
+    }
+  }
+
+  position(offset: number): { line: number; column: number } {
+    // Binary search for the last line start at or before offset.
+    let lo = 0;
+    let hi = this.starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if ((this.starts[mid] ?? 0) <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return { line: lo + 1, column: offset - (this.starts[lo] ?? 0) + 1 };
+  }
+}
+
+/** `a`, `a or b`, `a, b or c`. */
+export function joinAlternatives(items: readonly string[]): string {
+  if (items.length === 0) return 'nothing';
+  if (items.length === 1) return items[0] ?? '';
+  return `${items.slice(0, -1).join(', ')} or ${items[items.length - 1] ?? ''}`;
+}
+
+/** How a token is named after "found". */
+export function describeToken(token: Token): string {
+  switch (token.kind) {
+    case 'eof':
+      return 'end of input';
+    case 'word':
+    case 'punct':
+      return `'${token.text}'`;
+    case 'quoted_ident':
+      return `identifier ${preview(token.text)}`;
+    case 'string':
+      return `string ${preview(token.text)}`;
+    case 'number':
+      return `number ${preview(token.text)}`;
+    case 'invalid':
+      return token.description;
+  }
+}
+
+export function makeDiagnostic(lines: LineIndex, token: Token, expected: readonly string[], hint?: string): QlDiagnostic {
+  const { line, column } = lines.position(token.offset);
+  const found = describeToken(token);
+  const unique = [...new Set(expected)];
+  const suffix = hint === undefined ? '' : ` (${hint})`;
+  return {
+    line,
+    column,
+    offset: token.offset,
+    expected: unique,
+    found,
+    message: `line ${line}, column ${column}: expected ${joinAlternatives(unique)}, found ${found}${suffix}`,
+  };
+}
