@@ -11,8 +11,11 @@ import { ajv, validationError } from './validation.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
 import { queryRoutes } from './routes/query.js';
+import { graphqlRoutes } from './routes/graphql.js';
+import { adminRoutes } from './routes/admin.js';
 import { idempotency } from './idempotency/index.js';
 import sjson from 'secure-json-parse';
+import { QlSyntaxError, formatQlError } from './ql/index.js';
 
 export interface AppOptions {
   engine: Braid;
@@ -118,6 +121,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
 
   app.setErrorHandler((err, request, reply) => {
+    if (err instanceof QlSyntaxError) return reply.status(400).send(formatQlError(err));
     const braidErr = errorReply(err as Error);
     if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
     const body: Record<string, unknown> = braidErr.toBody();
@@ -137,5 +141,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(recordRoutes);
   await app.register(opsRoutes);
   await app.register(queryRoutes);
+  await app.register(graphqlRoutes);
+  await app.register(adminRoutes);
   return app;
 }

@@ -6,7 +6,8 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { BraidError } from './errors.js';
 
 export const ajv = new Ajv({
-  allErrors: false,
+  // all errors, so an unknown field is reported even when a required one is also missing
+  allErrors: true,
   coerceTypes: false,
   removeAdditional: false,
   useDefaults: false,
@@ -15,7 +16,7 @@ export const ajv = new Ajv({
 
 /** Turns the first Ajv error into a BraidError with a stable code. */
 export function validationError(errors: ErrorObject[] | null | undefined, dataVar = 'body'): BraidError {
-  const first = errors?.[0];
+  const first = errors?.find((e) => e.keyword === 'additionalProperties') ?? errors?.[0];
   if (!first) return new BraidError('invalid_request', `${dataVar} is invalid`);
   const where = `${dataVar}${first.instancePath.replaceAll('/', '.')}`;
   if (first.keyword === 'additionalProperties') {

@@ -1,0 +1,126 @@
+// Idempotency-Key over real HTTP: replay, conflicts, concurrency and restarts.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers.js';
+
+let s: TestServer;
+const rec = (id: string, fields: Record<string, unknown> = {}) => ({ table: 'docs', tenant_id: 't1', id, fields });
+const epochNow = async () => (await s.get('/v1/metrics/public-safe')).body.latest_epoch as number;
+
+beforeAll(async () => {
+  s = await startTestServer();
+});
+
+afterAll(async () => {
+  await s.destroy();
+});
+
+describe('Idempotency-Key', () => {
+  it('replays the first response of a put without writing again', async () => {
+    const body = JSON.stringify({ record: rec('k1', { n: 1 }) });
+    const first = await s.post('/v1/records/put', body, { 'idempotency-key': 'key-1' });
+    expect(first.status).toBe(200);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    const epoch = await epochNow();
+    const second = await s.post('/v1/records/put', body, { 'idempotency-key': 'key-1' });
+    expect(second.status).toBe(200);
+    expect(second.body).toEqual(first.body);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    expect(await epochNow()).toBe(epoch);
+    const got = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'k1' });
+    expect(got.body.record.version_id).toBe(1);
+  });
+
+  it('a different body with the same key is 409 idempotency_key_reused', async () => {
+    await s.post('/v1/records/put', { record: rec('k2', { n: 1 }) }, { 'idempotency-key': 'key-2' });
+    const r = await s.post('/v1/records/put', { record: rec('k2', { n: 2 }) }, { 'idempotency-key': 'key-2' });
+    expect(r.status).toBe(409);
+    expect(r.body.code).toBe('idempotency_key_reused');
+  });
+
+  it('keys are scoped by method and path', async () => {
+    const a = await s.post('/v1/records/put', rec('k3'), { 'idempotency-key': 'shared' });
+    const b = await s.post('/v1/insert', rec('k3b'), { 'idempotency-key': 'shared' });
+    expect(a.status).toBe(200);
+    expect(b.status).toBe(200);
+    expect(b.headers.get('idempotent-replayed')).toBeNull();
+    expect(b.body.epoch).toBe(a.body.epoch + 1);
+  });
+
+  it('put-batch replays its epoch and count', async () => {
+    const body = { records: [rec('b1'), rec('b2')] };
+    const first = await s.post('/v1/records/put-batch', body, { 'idempotency-key': 'batch-1' });
+    const again = await s.post('/v1/records/put-batch', body, { 'idempotency-key': 'batch-1' });
+    expect(again.body).toEqual(first.body);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('failed requests are not recorded and can be retried', async () => {
+    const bad = await s.post('/v1/records/put', rec('k4', { n: 'text' }), { 'idempotency-key': 'retry-me' });
+    expect(bad.status).toBe(400);
+    const again = await s.post('/v1/records/put', rec('k4', { n: 'text' }), { 'idempotency-key': 'retry-me' });
+    expect(again.status).toBe(400);
+    expect(again.headers.get('idempotent-replayed')).toBeNull();
+    const fixed = await s.post('/v1/records/put', rec('k4', { n: 5 }), { 'idempotency-key': 'retry-me' });
+    expect(fixed.status).toBe(200);
+    expect(fixed.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('concurrent requests with one key execute once', async () => {
+    const before = await epochNow();
+    const body = JSON.stringify({ record: rec('race', { n: 1 }) });
+    const results = await Promise.all(Array.from({ length: 12 }, () => s.post('/v1/records/put', body, { 'idempotency-key': 'race-key' })));
+    expect(results.every((r) => r.status === 200)).toBe(true);
+    expect(new Set(results.map((r) => r.body.epoch)).size).toBe(1);
+    expect(results.filter((r) => r.headers.get('idempotent-replayed') === 'true')).toHaveLength(11);
+    expect(await epochNow()).toBe(before + 1);
+  });
+
+  it('keys longer than 255 characters are 400', async () => {
+    const r = await s.post('/v1/records/put', rec('k5'), { 'idempotency-key': 'x'.repeat(256) });
+    expect(r.status).toBe(400);
+    expect(r.body.code).toBe('idempotency_key_invalid');
+  });
+
+  it('read and admin routes replay too', async () => {
+    const q = { query: "SEARCH docs TENANT 't1' LIMIT 3" };
+    const first = await s.post('/v1/nativeql', q, { 'idempotency-key': 'ql-1' });
+    await s.post('/v1/records/put', rec('after-ql'));
+    const again = await s.post('/v1/nativeql', q, { 'idempotency-key': 'ql-1' });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(JSON.stringify(again.body)).toBe(JSON.stringify(first.body));
+    const snap = await s.post('/v1/admin/snapshot', { target: 'idem_snap' }, { 'idempotency-key': 'snap-1' });
+    const snapAgain = await s.post('/v1/admin/snapshot', { target: 'idem_snap' }, { 'idempotency-key': 'snap-1' });
+    expect(snap.status).toBe(200);
+    expect(snapAgain.status).toBe(200);
+    expect(snapAgain.body).toEqual(snap.body);
+  });
+
+  it('receipts survive a restart', async () => {
+    const body = JSON.stringify({ record: rec('persist', { n: 1 }) });
+    const first = await s.post('/v1/records/put', body, { 'idempotency-key': 'persist-key' });
+    await s.stop();
+    const again = await startTestServer({ dataDir: s.dataDir });
+    try {
+      const replayed = await again.post('/v1/records/put', body, { 'idempotency-key': 'persist-key' });
+      expect(replayed.body).toEqual(first.body);
+      expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+    } finally {
+      await again.stop();
+      s = await startTestServer({ dataDir: s.dataDir });
+    }
+  });
+
+  it('receipts expire after the retention', async () => {
+    const short = await startTestServer({ engine: { receiptRetentionMs: 1 } });
+    try {
+      const body = JSON.stringify({ record: rec('exp') });
+      await short.post('/v1/records/put', body, { 'idempotency-key': 'exp-key' });
+      await new Promise((r) => setTimeout(r, 20));
+      const again = await short.post('/v1/records/put', body, { 'idempotency-key': 'exp-key' });
+      expect(again.headers.get('idempotent-replayed')).toBeNull();
+      expect(again.body.epoch).toBe(2);
+    } finally {
+      await short.destroy();
+    }
+  });
+});
