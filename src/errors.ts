@@ -33,6 +33,7 @@ export const ERROR_STATUS = {
   graphql_not_allowed: 400,
   graphql_too_deep: 400,
   graphql_too_costly: 400,
+  graphql_validation_failed: 400,
   idempotency_key_invalid: 400,
   // auth and routing
   unauthorized: 401,

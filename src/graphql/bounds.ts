@@ -1,0 +1,200 @@
+/**
+ * Depth and cost limits, checked on the parsed document before validation
+ * and execution (docs/graphql.md, "Limits").
+ *
+ * - depth: a root field is at depth 1, each nested selection adds 1
+ *   (fragments add nothing). Over `maxDepth`: graphql_too_deep.
+ * - cost: every selected field costs the product of the list sizes above it:
+ *   `results` counts the search's top_k (default 10, capped at 1000), any
+ *   other list of objects counts `listSize` (10). Over `maxCost`:
+ *   graphql_too_costly.
+ * - introspection (`__schema`, `__type` and below) has its own bounds: each
+ *   field costs 1, depth up to `introspectionMaxDepth`, and at most
+ *   `introspectionMaxLists` nested lists of objects (types > fields > args).
+ *
+ * The walk stops at the first limit it crosses, so a document whose
+ * fragments expand exponentially costs at most maxCost steps to reject.
+ */
+import {
+  Kind,
+  SchemaMetaFieldDef,
+  TypeMetaFieldDef,
+  TypeNameMetaFieldDef,
+  getNamedType,
+  getNullableType,
+  isCompositeType,
+  isInterfaceType,
+  isListType,
+  isObjectType,
+  type DocumentNode,
+  type FieldNode,
+  type FragmentDefinitionNode,
+  type GraphQLField,
+  type GraphQLNamedType,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+  type SelectionSetNode,
+} from 'graphql';
+import { BraidError } from '../errors.js';
+
+export interface Limits {
+  maxDepth: number;
+  maxCost: number;
+  /** Assumed size of a list of objects other than search results. */
+  listSize: number;
+  introspectionMaxDepth: number;
+  introspectionMaxLists: number;
+}
+
+/** Route 7 (POST /v1/graphql). */
+export const DEFAULT_LIMITS: Limits = {
+  maxDepth: 8,
+  maxCost: 5000,
+  listSize: 10,
+  introspectionMaxDepth: 20,
+  introspectionMaxLists: 3,
+};
+
+/** Route 6 (POST /v1/graphql/bounded): the subset's natural depth is 4. */
+export const BOUNDED_LIMITS: Limits = { ...DEFAULT_LIMITS, maxDepth: 4, maxCost: 2000 };
+
+/** Upper bound on the tokens of a document (parse option maxTokens). */
+export const MAX_TOKENS = 20_000;
+
+const DEFAULT_TOP_K = 10;
+const MAX_TOP_K = 1000;
+
+/** The operation a request runs: by operationName, or the only one. */
+export function selectOperation(document: DocumentNode, operationName?: string | null): OperationDefinitionNode | undefined {
+  const ops = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === Kind.OPERATION_DEFINITION);
+  if (operationName) return ops.find((o) => o.name?.value === operationName);
+  return ops.length === 1 ? ops[0] : undefined;
+}
+
+interface Walk {
+  schema: GraphQLSchema;
+  limits: Limits;
+  fragments: Map<string, FragmentDefinitionNode>;
+  variables: Record<string, unknown>;
+  defaults: Map<string, number>;
+  cost: number;
+  depth: number;
+}
+
+function fieldDef(parent: GraphQLNamedType | undefined, name: string, isRoot: boolean): GraphQLField<unknown, unknown> | undefined {
+  if (name === '__typename') return TypeNameMetaFieldDef;
+  if (isRoot && name === '__schema') return SchemaMetaFieldDef;
+  if (isRoot && name === '__type') return TypeMetaFieldDef;
+  if (parent && (isObjectType(parent) || isInterfaceType(parent))) return parent.getFields()[name];
+  return undefined;
+}
+
+function topK(field: FieldNode, w: Walk): number | undefined {
+  const arg = field.arguments?.find((a) => a.name.value === 'top_k');
+  if (!arg) return undefined;
+  let value: unknown;
+  if (arg.value.kind === Kind.INT) value = Number(arg.value.value);
+  else if (arg.value.kind === Kind.VARIABLE) value = w.variables[arg.value.name.value] ?? w.defaults.get(arg.value.name.value);
+  if (typeof value !== 'number' || !Number.isInteger(value)) return undefined;
+  return Math.min(Math.max(value, 1), MAX_TOP_K);
+}
+
+function tooDeep(field: FieldNode, depth: number, limit: number, introspection: boolean): BraidError {
+  const what = introspection ? 'introspection depth' : 'query depth';
+  const loc = field.loc ? ` (line ${field.loc.startToken.line}, column ${field.loc.startToken.column})` : '';
+  return new BraidError(
+    'graphql_too_deep',
+    `${what} exceeds the limit of ${limit}: field "${field.name.value}"${loc} is at depth ${depth}`,
+  );
+}
+
+function walk(
+  w: Walk,
+  set: SelectionSetNode,
+  parent: GraphQLNamedType | undefined,
+  depth: number,
+  multiplier: number,
+  rows: number,
+  intro: { lists: number } | null,
+  visiting: Set<string>,
+): void {
+  for (const sel of set.selections) {
+    if (sel.kind === Kind.INLINE_FRAGMENT) {
+      const type = sel.typeCondition ? w.schema.getType(sel.typeCondition.name.value) : parent;
+      walk(w, sel.selectionSet, type ?? undefined, depth, multiplier, rows, intro, visiting);
+      continue;
+    }
+    if (sel.kind === Kind.FRAGMENT_SPREAD) {
+      const name = sel.name.value;
+      const frag = w.fragments.get(name);
+      if (!frag || visiting.has(name)) continue; // unknown or cyclic: validation reports it
+      visiting.add(name);
+      walk(w, frag.selectionSet, w.schema.getType(frag.typeCondition.name.value) ?? undefined, depth, multiplier, rows, intro, visiting);
+      visiting.delete(name);
+      continue;
+    }
+    const name = sel.name.value;
+    const d = depth + 1;
+    const def = fieldDef(parent, name, depth === 0);
+    const isIntro = intro !== null || (depth === 0 && (name === '__schema' || name === '__type'));
+    if (isIntro) {
+      if (d > w.limits.introspectionMaxDepth) throw tooDeep(sel, d, w.limits.introspectionMaxDepth, true);
+      w.cost += 1;
+    } else {
+      if (d > w.limits.maxDepth) throw tooDeep(sel, d, w.limits.maxDepth, false);
+      w.depth = Math.max(w.depth, d);
+      w.cost += multiplier;
+    }
+    if (w.cost > w.limits.maxCost) {
+      throw new BraidError(
+        'graphql_too_costly',
+        `query cost exceeds the limit of ${w.limits.maxCost}: every selected field costs the product of the list sizes above it ` +
+          `(results: top_k, default ${DEFAULT_TOP_K}; other lists: ${w.limits.listSize}); select fewer fields or lower top_k`,
+      );
+    }
+    if (!sel.selectionSet) continue;
+    const type = def?.type;
+    const named = type ? getNamedType(type) : undefined;
+    const isObjectList = type !== undefined && isListType(getNullableType(type)) && named !== undefined && isCompositeType(named);
+    const childRows = topK(sel, w) ?? (def?.args.some((a) => a.name === 'top_k') ? DEFAULT_TOP_K : rows);
+    let childMultiplier = multiplier;
+    let childIntro = intro ?? (isIntro ? { lists: 0 } : null);
+    if (isObjectList) {
+      if (childIntro) {
+        childIntro = { lists: childIntro.lists + 1 };
+        if (childIntro.lists > w.limits.introspectionMaxLists) {
+          throw new BraidError(
+            'graphql_too_costly',
+            `introspection nests more than ${w.limits.introspectionMaxLists} lists of objects (at "${name}"); the standard introspection query needs 3`,
+          );
+        }
+      } else {
+        childMultiplier = multiplier * (name === 'results' ? childRows : w.limits.listSize);
+      }
+    }
+    walk(w, sel.selectionSet, named, d, childMultiplier, childRows, childIntro, visiting);
+  }
+}
+
+/**
+ * Throws graphql_too_deep or graphql_too_costly when `operation` crosses a
+ * limit; returns its depth and cost otherwise.
+ */
+export function checkLimits(
+  schema: GraphQLSchema,
+  document: DocumentNode,
+  operation: OperationDefinitionNode,
+  variables: Record<string, unknown>,
+  limits: Limits,
+): { depth: number; cost: number } {
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const def of document.definitions) if (def.kind === Kind.FRAGMENT_DEFINITION) fragments.set(def.name.value, def);
+  const defaults = new Map<string, number>();
+  for (const v of operation.variableDefinitions ?? []) {
+    if (v.defaultValue?.kind === Kind.INT) defaults.set(v.variable.name.value, Number(v.defaultValue.value));
+  }
+  const root = operation.operation === 'mutation' ? schema.getMutationType() : operation.operation === 'subscription' ? schema.getSubscriptionType() : schema.getQueryType();
+  const w: Walk = { schema, limits, fragments, variables, defaults, cost: 0, depth: 0 };
+  walk(w, operation.selectionSet, root ?? undefined, 0, 1, DEFAULT_TOP_K, null, new Set());
+  return { depth: w.depth, cost: w.cost };
+}

@@ -1,0 +1,425 @@
+/**
+ * The native GraphQL schema (route 7), generated from a branch's catalog:
+ * generic queries (record, search, tables, branches), per-table typed access
+ * (`<table>_search`, `<table>_record`), mutations (put, put_batch, delete)
+ * and admin mutations (snapshot, restore, declare_table). Cached per branch
+ * and regenerated when the branch's schema_epoch changes.
+ */
+import {
+  GraphQLBoolean,
+  GraphQLEnumType,
+  GraphQLFloat,
+  GraphQLInputObjectType,
+  GraphQLInt,
+  GraphQLList,
+  GraphQLNonNull,
+  GraphQLObjectType,
+  GraphQLSchema,
+  GraphQLString,
+  type GraphQLFieldConfig,
+  type GraphQLFieldConfigMap,
+  type GraphQLInputFieldConfigMap,
+  type GraphQLOutputType,
+  type GraphQLInputType,
+} from 'graphql';
+import type { Braid, BranchRef, ColumnDeclaration, Committed, RecordKey, TableSchema, WriteResult } from '../engine.js';
+import { BraidError } from '../errors.js';
+import { GraphQLJSON } from './scalars.js';
+import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery, type GraphQLContext } from './types.js';
+
+type Args = Record<string, unknown>;
+type Field = GraphQLFieldConfig<unknown, GraphQLContext, any>;
+
+const nn = <T extends GraphQLOutputType | GraphQLInputType>(t: T) => new GraphQLNonNull(t);
+const list = <T extends GraphQLOutputType | GraphQLInputType>(t: T) => new GraphQLList(new GraphQLNonNull(t));
+
+// ---------------------------------------------------------------- shared types
+
+const RecordType = new GraphQLObjectType({
+  name: 'Record',
+  description: 'The visible version of a record (RecordOutput).',
+  fields: {
+    id: { type: nn(GraphQLString) },
+    table: { type: nn(GraphQLString) },
+    tenant_id: { type: nn(GraphQLString) },
+    version_id: { type: nn(GraphQLInt) },
+    fields: { type: nn(GraphQLJSON) },
+  },
+});
+
+const RecordKeyType = new GraphQLObjectType({
+  name: 'RecordKey',
+  fields: { table: { type: nn(GraphQLString) }, tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) } },
+});
+
+const RecordInputType = new GraphQLInputObjectType({
+  name: 'RecordInput',
+  description: 'A record to write: a full replacement of the record with this (table, tenant_id, id).',
+  fields: {
+    table: { type: nn(GraphQLString) },
+    tenant_id: { type: nn(GraphQLString) },
+    id: { type: nn(GraphQLString) },
+    fields: { type: GraphQLJSON, description: 'the field map; columns are inferred on first write' },
+  },
+});
+
+const RecordKeyInput = new GraphQLInputObjectType({
+  name: 'RecordKeyInput',
+  fields: { table: { type: nn(GraphQLString) }, tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) } },
+});
+
+const WriteResultType = new GraphQLObjectType({
+  name: 'WriteResult',
+  description: 'A durable write: the epoch it committed at and how many records it wrote.',
+  fields: {
+    epoch: { type: nn(GraphQLInt) },
+    record_count: { type: nn(GraphQLInt) },
+    changed: { type: nn(GraphQLBoolean), description: 'false when the write was identical to the visible state' },
+  },
+});
+
+const ColumnType = new GraphQLObjectType({
+  name: 'Column',
+  fields: {
+    name: { type: nn(GraphQLString) },
+    type: { type: nn(GraphQLString), description: 'string, number, bool, vector, edges or json' },
+    dim: { type: GraphQLInt, description: 'vector dimension' },
+    metric: { type: GraphQLString, description: 'vector metric: cosine, dot or l2' },
+    text: { type: nn(GraphQLBoolean), description: 'BM25 text-indexed' },
+    scalar: { type: nn(GraphQLBoolean), description: 'usable in scalar_eq' },
+  },
+});
+
+const TableType = new GraphQLObjectType({
+  name: 'Table',
+  fields: { name: { type: nn(GraphQLString) }, columns: { type: nn(list(ColumnType)) } },
+});
+
+const BranchType = new GraphQLObjectType({
+  name: 'Branch',
+  description: 'BranchSummary, as GET /v1/branches returns it.',
+  fields: {
+    branch_id: { type: nn(GraphQLString) },
+    database_id: { type: nn(GraphQLString) },
+    endpoint: { type: nn(GraphQLString) },
+    latest_epoch: { type: nn(GraphQLInt) },
+    parent_branch_id: { type: GraphQLString },
+    state: { type: nn(GraphQLString) },
+  },
+});
+
+const SnapshotResultType = new GraphQLObjectType({
+  name: 'SnapshotResult',
+  description: 'As POST /v1/admin/snapshot returns it.',
+  fields: {
+    snapshot: { type: nn(GraphQLBoolean) },
+    target: { type: nn(GraphQLString) },
+    database_id: { type: nn(GraphQLString) },
+    branch_id: { type: nn(GraphQLString), description: 'branch the snapshot was taken from' },
+    epoch: { type: nn(GraphQLInt), description: 'the branch epoch the snapshot holds' },
+  },
+});
+
+const RestoreStatus = new GraphQLEnumType({ name: 'RestoreStatus', values: { passed: {}, failed: {} } });
+
+const RestoreVerificationType = new GraphQLObjectType({
+  name: 'RestoreVerification',
+  fields: {
+    status: { type: nn(RestoreStatus), description: 'passed when the record is visible in the restored target' },
+    record: { type: RecordType },
+    record_visible: { type: nn(GraphQLBoolean) },
+    request: { type: nn(RecordKeyType) },
+    error: { type: GraphQLString, description: 'why the verification read failed, when it did' },
+  },
+});
+
+const RestoreResultType = new GraphQLObjectType({
+  name: 'RestoreResult',
+  description: 'As POST /v1/admin/restore returns it, plus the epoch of the restored branch.',
+  fields: {
+    restored: { type: nn(GraphQLBoolean) },
+    source: { type: nn(GraphQLString) },
+    target: { type: nn(GraphQLString) },
+    epoch: { type: nn(GraphQLInt) },
+    verification: { type: RestoreVerificationType, description: 'present when verify_record was given' },
+  },
+});
+
+const DeclareTableResultType = new GraphQLObjectType({
+  name: 'DeclareTableResult',
+  fields: { epoch: { type: nn(GraphQLInt) }, table: { type: nn(TableType) } },
+});
+
+// ---------------------------------------------------------------- helpers
+
+function committed(result: WriteResult): { epoch: number; record_count: number; changed: boolean } {
+  if (result.committed) {
+    const c: Committed = result.committed;
+    return { epoch: c.epoch, record_count: c.record_count, changed: c.changed };
+  }
+  const body = result.replayed.body as { epoch?: number; record_count?: number };
+  return { epoch: body.epoch ?? 0, record_count: body.record_count ?? 0, changed: false };
+}
+
+function tableOut(t: TableSchema) {
+  return { name: t.name, columns: Object.entries(t.columns).map(([name, c]) => ({ name, ...c })) };
+}
+
+function asFields(value: unknown, what: string): Record<string, unknown> | undefined {
+  if (value === null || value === undefined) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) throw new BraidError('invalid_record', `${what} must be an object`);
+  return value as Record<string, unknown>;
+}
+
+function recordInput(value: Args, what: string) {
+  const fields = asFields(value.fields, `${what}.fields`);
+  return { table: value.table as string, tenant_id: value.tenant_id as string, id: value.id as string, ...(fields ? { fields } : {}) };
+}
+
+// ---------------------------------------------------------------- per-table types
+
+/** GraphQL names must not start with "__"; identifiers are otherwise valid names. */
+const usable = (name: string) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(name) && !name.startsWith('__');
+
+function columnType(c: TableSchema['columns'][string]): GraphQLOutputType {
+  switch (c.type) {
+    case 'string':
+    case 'text':
+      return GraphQLString;
+    case 'number':
+      return GraphQLFloat;
+    case 'bool':
+      return GraphQLBoolean;
+    case 'vector':
+      return new GraphQLList(nn(GraphQLFloat));
+    case 'edges':
+      return new GraphQLList(nn(GraphQLString));
+    default:
+      return GraphQLJSON;
+  }
+}
+
+function scalarInputType(c: TableSchema['columns'][string]): GraphQLInputType | undefined {
+  if (!c.scalar) return undefined;
+  if (c.type === 'string' || c.type === 'text') return GraphQLString;
+  if (c.type === 'number') return GraphQLFloat;
+  if (c.type === 'bool') return GraphQLBoolean;
+  return undefined;
+}
+
+/** `<t>_search`, `<t>_record` for one table, or nothing when it has no usable column. */
+function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLContext> {
+  if (!usable(t.name)) return {};
+  const columns = Object.entries(t.columns).filter(([name]) => usable(name));
+  if (columns.length === 0) return {};
+  const fieldsType = new GraphQLObjectType({
+    name: `${t.name}_Fields`,
+    description: `The columns of table ${t.name}; a column a record does not carry is null.`,
+    fields: Object.fromEntries(
+      columns.map(([name, c]) => [
+        name,
+        {
+          type: columnType(c),
+          description: `${c.type}${c.dim ? `(${c.dim}, ${c.metric})` : ''}${c.text ? ', text-indexed' : ''}${c.scalar ? ', scalar' : ''}`,
+          resolve: (fields: Record<string, unknown>) => fields[name] ?? null,
+        },
+      ]),
+    ),
+  });
+  const rowType = new GraphQLObjectType({
+    name: `${t.name}_Row`,
+    description: `A hybrid result row of table ${t.name} with typed fields.`,
+    fields: {
+      record_id: { type: nn(GraphQLString) },
+      tenant_id: { type: nn(GraphQLString) },
+      version_id: { type: nn(GraphQLInt) },
+      fields: { type: nn(fieldsType) },
+      score: { type: nn(ScoreComponents) },
+    },
+  });
+  const resultType = new GraphQLObjectType({
+    name: `${t.name}_SearchResult`,
+    fields: {
+      results: { type: nn(list(rowType)) },
+      next_cursor: { type: GraphQLString },
+      explain: { type: nn(GraphQLJSON) },
+    },
+  });
+  const recordType = new GraphQLObjectType({
+    name: `${t.name}_Record`,
+    fields: {
+      id: { type: nn(GraphQLString) },
+      table: { type: nn(GraphQLString) },
+      tenant_id: { type: nn(GraphQLString) },
+      version_id: { type: nn(GraphQLInt) },
+      fields: { type: nn(fieldsType) },
+    },
+  });
+  const scalarFields: GraphQLInputFieldConfigMap = {};
+  for (const [name, c] of columns) {
+    const type = scalarInputType(c);
+    if (type) scalarFields[name] = { type };
+  }
+  const scalarEq = Object.keys(scalarFields).length
+    ? new GraphQLInputObjectType({ name: `${t.name}_ScalarEq`, description: `Equality predicates on the scalar columns of ${t.name}.`, fields: scalarFields })
+    : undefined;
+  return {
+    [`${t.name}_search`]: {
+      type: resultType,
+      description: `Hybrid search over table ${t.name}, rows with typed fields.`,
+      args: searchArgs({ withTable: false, scalarEq }),
+      resolve: (_src, args: Args, ctx) => ctx.engine.query(toHybridQuery(args, t.name, scalarEq !== undefined), ctx.branch),
+    },
+    [`${t.name}_record`]: {
+      type: recordType,
+      description: `Exact get of a record of table ${t.name}.`,
+      args: { tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) }, as_of_epoch: { type: GraphQLInt } },
+      resolve: (_src, args: Args, ctx) =>
+        ctx.engine.get(
+          { table: t.name, tenant_id: args.tenant_id as string, id: args.id as string },
+          { ...ctx.branch, epoch: (args.as_of_epoch as number | null) ?? undefined },
+        ),
+    },
+  };
+}
+
+// ---------------------------------------------------------------- root fields
+
+const queryFields: Record<string, Field> = {
+  record: {
+    type: RecordType,
+    description: 'Exact get of the visible version of a record; null when it does not exist (or is deleted).',
+    args: {
+      table: { type: nn(GraphQLString) },
+      tenant_id: { type: nn(GraphQLString) },
+      id: { type: nn(GraphQLString) },
+      as_of_epoch: { type: GraphQLInt, description: 'read the version visible at this epoch' },
+    },
+    resolve: (_src, args: Args, ctx) =>
+      ctx.engine.get(
+        { table: args.table as string, tenant_id: args.tenant_id as string, id: args.id as string },
+        { ...ctx.branch, epoch: (args.as_of_epoch as number | null) ?? undefined },
+      ),
+  },
+  search: {
+    type: SearchResult,
+    description: 'Hybrid query: text, vector, scalar equality, graph seed and time in one ranked page.',
+    args: searchArgs({ withTable: true }),
+    resolve: (_src, args: Args, ctx) => ctx.engine.query(toHybridQuery(args), ctx.branch),
+  },
+  tables: {
+    type: nn(list(TableType)),
+    description: 'The tables of the branch and their columns.',
+    resolve: async (_src, _args, ctx) => (await ctx.engine.schemas(ctx.branch)).map(tableOut),
+  },
+  branches: {
+    type: nn(list(BranchType)),
+    resolve: (_src, _args, ctx) => ctx.engine.branches(ctx.endpoint()),
+  },
+};
+
+const mutationFields: Record<string, Field> = {
+  put: {
+    type: WriteResultType,
+    description: 'Full replacement write of one record; resolves once it is durable.',
+    args: { record: { type: nn(RecordInputType) } },
+    resolve: async (_src, args: Args, ctx) => committed(await ctx.engine.put(recordInput(args.record as Args, 'record'), ctx.branch)),
+  },
+  put_batch: {
+    type: WriteResultType,
+    description: 'Atomic write of many records at one epoch.',
+    args: { records: { type: nn(list(RecordInputType)) } },
+    resolve: async (_src, args: Args, ctx) => {
+      const records = (args.records as Args[]).map((r, i) => recordInput(r, `records[${i}]`));
+      return committed(await ctx.engine.putBatch(records, ctx.branch));
+    },
+  },
+  delete: {
+    type: WriteResultType,
+    description: 'Writes a tombstone: later gets and searches no longer see the record; temporal reads before it still do.',
+    args: { table: { type: nn(GraphQLString) }, tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) } },
+    resolve: async (_src, args: Args, ctx) => committed(await ctx.engine.delete(args as unknown as RecordKey, ctx.branch)),
+  },
+  snapshot: {
+    type: SnapshotResultType,
+    description: 'Admin: takes snapshot `target` of the branch at its latest epoch.',
+    args: { target: { type: nn(GraphQLString) } },
+    resolve: async (_src, args: Args, ctx) => {
+      const info = await ctx.engine.snapshot(args.target as string, ctx.branch);
+      return { snapshot: true, target: info.name, database_id: info.database_id, branch_id: info.branch_id, epoch: info.epoch };
+    },
+  },
+  restore: {
+    type: RestoreResultType,
+    description: 'Admin: restores snapshot `source` into a new branch `target`, then optionally checks that verify_record is visible there.',
+    args: { source: { type: nn(GraphQLString) }, target: { type: nn(GraphQLString) }, verify_record: { type: RecordKeyInput } },
+    resolve: async (_src, args: Args, ctx) => {
+      const source = args.source as string;
+      const out = await ctx.engine.restore(source, args.target as string);
+      const key = args.verify_record as RecordKey | null | undefined;
+      let verification = null;
+      if (key) {
+        const request = { table: key.table, tenant_id: key.tenant_id, id: key.id };
+        const snap = (await ctx.engine.snapshots()).find((s) => s.name === source);
+        try {
+          const record = await ctx.engine.get(request, { databaseId: snap?.database_id ?? ctx.branch.databaseId, branchId: out.target });
+          verification = { status: record ? 'passed' : 'failed', record, record_visible: record !== null, request };
+        } catch (err) {
+          verification = { status: 'failed', record: null, record_visible: false, request, error: (err as Error).message };
+        }
+      }
+      return { restored: out.restored, source: out.source, target: out.target, epoch: out.epoch, verification };
+    },
+  },
+  declare_table: {
+    type: DeclareTableResultType,
+    description: 'Admin: declares a table or adds columns to it. columns maps a name to {type, dim, metric, text, scalar}.',
+    args: {
+      table: { type: nn(GraphQLString) },
+      columns: { type: nn(GraphQLJSON), description: 'e.g. {title: {type: "string", text: true}, emb: {type: "vector", dim: 384}}' },
+    },
+    resolve: async (_src, args: Args, ctx) => {
+      const table = args.table as string;
+      const columns = args.columns;
+      if (typeof columns !== 'object' || columns === null || Array.isArray(columns)) {
+        throw new BraidError('invalid_record', 'columns must be an object mapping a column name to {type, dim, metric, text, scalar}');
+      }
+      const result = committed(await ctx.engine.declareTable(table, columns as Record<string, ColumnDeclaration>, ctx.branch));
+      const schema = (await ctx.engine.schemas(ctx.branch)).find((t) => t.name === table);
+      return { epoch: result.epoch, table: schema ? tableOut(schema) : { name: table, columns: [] } };
+    },
+  },
+};
+
+/** The native schema of a branch whose catalog holds `tables`. */
+export function buildNativeSchema(tables: TableSchema[]): GraphQLSchema {
+  const perTable: GraphQLFieldConfigMap<unknown, GraphQLContext> = {};
+  for (const t of [...tables].sort((a, b) => a.name.localeCompare(b.name))) Object.assign(perTable, tableFields(t));
+  return new GraphQLSchema({
+    query: new GraphQLObjectType({ name: 'Query', fields: { ...queryFields, ...perTable } }),
+    mutation: new GraphQLObjectType({ name: 'Mutation', fields: mutationFields }),
+    types: [HybridRow],
+  });
+}
+
+/** Native schemas cached per branch, regenerated when the branch's schema_epoch moves. */
+export class SchemaCache {
+  private readonly entries = new Map<string, { epoch: number; schema: GraphQLSchema }>();
+
+  constructor(
+    private readonly engine: Braid,
+    private readonly maxEntries = 256,
+  ) {}
+
+  async get(branch: BranchRef): Promise<GraphQLSchema> {
+    const key = `${branch.databaseId ?? ''}\u0000${branch.branchId ?? ''}`;
+    const epoch = this.engine.metrics(branch).schema_epoch;
+    const hit = this.entries.get(key);
+    if (hit && hit.epoch === epoch) return hit.schema;
+    const schema = buildNativeSchema(await this.engine.schemas(branch));
+    this.entries.delete(key);
+    this.entries.set(key, { epoch, schema });
+    if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value as string);
+    return schema;
+  }
+}

@@ -1,0 +1,127 @@
+/**
+ * GraphQL routes: schema export (1), bounded adapter (6), native GraphQL (7).
+ * docs/graphql.md describes the schemas, limits and error codes.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { GraphQLError, execute, parse, printSchema, validate, version, type DocumentNode } from 'graphql';
+import { branchOf } from '../app.js';
+import { BraidError } from '../errors.js';
+import { errorResponses, idemErrorResponses } from '../schemas/common.js';
+import { QueryResponse } from '../schemas/query.js';
+import { compile, validationError } from '../validation.js';
+import { BOUNDED_ADAPTER, boundedQuery, boundedSchema } from '../graphql/bounded.js';
+import { BOUNDED_LIMITS, DEFAULT_LIMITS, MAX_TOKENS, checkLimits, selectOperation, type Limits } from '../graphql/bounds.js';
+import { formatGraphQLError, type GraphQlErrorBody } from '../graphql/errors.js';
+import { GraphQlQueryRequest, GraphQlResponse, GraphQlSchemaResponse } from '../graphql/http.js';
+import { SchemaCache } from '../graphql/schema.js';
+import type { GraphQLContext } from '../graphql/types.js';
+
+export const GRAPHQL_EXECUTION = `graphql-js/${version} in-process against braid-engine`;
+
+export interface GraphQLRouteOptions {
+  /** Limits of POST /v1/graphql (defaults: DEFAULT_LIMITS). */
+  limits?: Partial<Limits>;
+  /** Limits of POST /v1/graphql/bounded (defaults: BOUNDED_LIMITS). */
+  boundedLimits?: Partial<Limits>;
+}
+
+/** A body that is not a GraphQL request is graphql_bad_request, naming what is wrong. */
+function requestValidator() {
+  const fn = compile(GraphQlQueryRequest);
+  return (data: unknown) =>
+    fn(data)
+      ? { value: data }
+      : { error: new BraidError('graphql_bad_request', `not a GraphQL request: ${validationError(fn.errors).message}`) };
+}
+
+function parseDocument(query: string): DocumentNode {
+  try {
+    return parse(query, { maxTokens: MAX_TOKENS });
+  } catch (err) {
+    if (!(err instanceof GraphQLError)) throw err;
+    const loc = err.locations?.[0];
+    throw new BraidError('graphql_bad_request', loc ? `${err.message} (line ${loc.line}, column ${loc.column})` : err.message);
+  }
+}
+
+export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRouteOptions = {}): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const state = app.braid;
+  const { engine } = state;
+  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const boundedLimits: Limits = { ...BOUNDED_LIMITS, ...options.boundedLimits };
+  const cache = new SchemaCache(engine);
+  const boundedSdl = printSchema(boundedSchema);
+
+  const endpoint = (): string => {
+    if (state.config.publicUrl) return state.config.publicUrl;
+    const address = app.server.address();
+    if (address && typeof address === 'object') {
+      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+      return `http://${host}:${address.port}`;
+    }
+    return 'embedded';
+  };
+
+  app.get('/v1/graphql/schema', {
+    schema: {
+      summary: 'Export the bounded GraphQL schema (SDL) and the table names of the branch',
+      response: { 200: GraphQlSchemaResponse, ...errorResponses },
+    },
+  }, async (request) => {
+    const tables = await engine.schemas(branchOf(request));
+    return { adapter: BOUNDED_ADAPTER, execution: GRAPHQL_EXECUTION, schema: boundedSdl, tables: tables.map((t) => t.name) };
+  });
+
+  app.post('/v1/graphql/bounded', {
+    schema: {
+      summary: 'Bounded GraphQL adapter: one hybrid search, answered with the full QueryResponse',
+      body: GraphQlQueryRequest,
+      response: { 200: QueryResponse, ...errorResponses },
+    },
+    validatorCompiler: requestValidator,
+  }, async (request) => {
+    const { query, variables, operationName } = request.body;
+    const hybrid = boundedQuery(parseDocument(query), variables, operationName, boundedLimits);
+    return engine.query(hybrid, branchOf(request));
+  });
+
+  app.post('/v1/graphql', {
+    schema: {
+      summary: 'Run a GraphQL query, mutation or admin operation against the catalog-generated schema',
+      body: GraphQlQueryRequest,
+      response: { 200: GraphQlResponse, ...idemErrorResponses },
+    },
+    validatorCompiler: requestValidator,
+  }, async (request) => {
+    const { query, variables, operationName } = request.body;
+    const document = parseDocument(query);
+    const branch = branchOf(request);
+    const schema = await cache.get(branch);
+    const operation = selectOperation(document, operationName);
+    // no operation to pick: execution reports it as a GraphQL error below
+    if (operation) checkLimits(schema, document, operation, variables ?? {}, limits);
+    const invalid = validate(schema, document);
+    if (invalid.length) return { errors: invalid.map(formatGraphQLError) };
+    const contextValue: GraphQLContext = { engine, branch, endpoint };
+    const result = await execute({
+      schema,
+      document,
+      variableValues: variables ?? undefined,
+      operationName: operationName ?? undefined,
+      contextValue,
+    });
+    const body: { data?: Record<string, unknown> | null; errors?: GraphQlErrorBody[] } = {};
+    if ('data' in result) body.data = result.data ?? null;
+    if (result.errors?.length) {
+      body.errors = result.errors.map(formatGraphQLError);
+      for (const [i, e] of body.errors.entries()) {
+        if (e.extensions.code === 'internal_error' || e.extensions.code === 'internal_panic') {
+          request.log.error({ err: result.errors[i]!.originalError }, 'graphql resolver failed');
+        }
+      }
+    }
+    return body;
+  });
+}

@@ -1,0 +1,534 @@
+/**
+ * GraphQL: the native route (7) through graphql-request against a real
+ * server, the bounded adapter (6) against engine.query and /v1/nativeql, and
+ * the schema export (1).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ClientError, GraphQLClient, gql } from 'graphql-request';
+import { buildClientSchema, buildSchema, getIntrospectionQuery, isObjectType, type IntrospectionQuery } from 'graphql';
+import { startTestServer, type TestServer } from './helpers.js';
+
+let server: TestServer;
+let client: GraphQLClient;
+/** Same endpoint, but returns `errors` next to `data` instead of throwing. */
+let lenient: GraphQLClient;
+
+const DOCS = [
+  { table: 'docs', tenant_id: 't1', id: 'd1', fields: { title: 'hello world', lang: 'en', year: 2024, emb: [1, 0, 0], links: ['d2'] } },
+  { table: 'docs', tenant_id: 't1', id: 'd2', fields: { title: 'hello again', lang: 'fr', year: 2023, emb: [0, 1, 0], links: ['d3'] } },
+  { table: 'docs', tenant_id: 't1', id: 'd3', fields: { title: 'goodbye world', lang: 'en', year: 2022, emb: [0, 0, 1], links: [] } },
+  { table: 'docs', tenant_id: 't2', id: 'd1', fields: { title: 'hello other tenant', lang: 'en', year: 2024, emb: [1, 0, 0] } },
+];
+
+const PUT_BATCH = gql`
+  mutation Seed($records: [RecordInput!]!) {
+    put_batch(records: $records) { epoch record_count }
+  }
+`;
+
+const SEARCH = gql`
+  query Search($text: String, $vector: [Float!], $scalar_eq: JSON, $top_k: Int) {
+    search(table: "docs", tenant_id: "t1", text: $text, vector: $vector, scalar_eq: $scalar_eq, top_k: $top_k) {
+      results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } }
+      next_cursor
+      explain
+    }
+  }
+`;
+
+type SearchData = {
+  search: {
+    results: { record_id: string; tenant_id: string; version_id: number; fields: Record<string, unknown>; score: Record<string, number | null> }[];
+    next_cursor: string | null;
+    explain: Record<string, unknown>;
+  };
+};
+
+async function expectGraphQLHttpError(promise: Promise<unknown>, status: number, code: string): Promise<ClientError> {
+  const err = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ClientError);
+  const clientErr = err as ClientError;
+  expect(clientErr.response.status).toBe(status);
+  const body = JSON.parse(clientErr.response.body as string) as { code: string; error: string };
+  expect(body.code).toBe(code);
+  return clientErr;
+}
+
+beforeAll(async () => {
+  server = await startTestServer();
+  client = new GraphQLClient(`${server.url}/v1/graphql`);
+  lenient = new GraphQLClient(`${server.url}/v1/graphql`, { errorPolicy: 'all' });
+  const seeded = await client.request<{ put_batch: { epoch: number; record_count: number } }>(PUT_BATCH, { records: DOCS });
+  expect(seeded.put_batch.record_count).toBe(4);
+  expect(seeded.put_batch.epoch).toBeGreaterThan(0);
+});
+
+afterAll(async () => {
+  await server?.destroy();
+});
+
+describe('POST /v1/graphql: records', () => {
+  it('put then record returns the written version', async () => {
+    const put = await client.request<{ put: { epoch: number; record_count: number } }>(gql`
+      mutation { put(record: { table: "notes", tenant_id: "t1", id: "n1", fields: { body: "first note", n: 1 } }) { epoch record_count } }
+    `);
+    expect(put.put.record_count).toBe(1);
+    const got = await client.request<{ record: { id: string; table: string; tenant_id: string; version_id: number; fields: unknown } }>(
+      gql`query($id: String!) { record(table: "notes", tenant_id: "t1", id: $id) { id table tenant_id version_id fields } }`,
+      { id: 'n1' },
+    );
+    expect(got.record).toEqual({ id: 'n1', table: 'notes', tenant_id: 't1', version_id: 1, fields: { body: 'first note', n: 1 } });
+  });
+
+  it('put_batch writes every record at one epoch', async () => {
+    const out = await client.request<{ put_batch: { epoch: number; record_count: number } }>(PUT_BATCH, {
+      records: [
+        { table: 'notes', tenant_id: 't1', id: 'b1', fields: { body: 'one' } },
+        { table: 'notes', tenant_id: 't1', id: 'b2', fields: { body: 'two' } },
+      ],
+    });
+    expect(out.put_batch.record_count).toBe(2);
+    const got = await client.request<{ a: { fields: unknown }; b: { fields: unknown }; before: null }>(
+      gql`query($before: Int) {
+        a: record(table: "notes", tenant_id: "t1", id: "b1") { fields }
+        b: record(table: "notes", tenant_id: "t1", id: "b2") { fields }
+        before: record(table: "notes", tenant_id: "t1", id: "b2", as_of_epoch: $before) { fields }
+      }`,
+      { before: out.put_batch.epoch - 1 },
+    );
+    expect(got).toEqual({ a: { fields: { body: 'one' } }, b: { fields: { body: 'two' } }, before: null });
+  });
+
+  it('delete writes a tombstone: get returns null, search no longer sees it, an earlier epoch still does', async () => {
+    const put = await client.request<{ put: { epoch: number } }>(gql`
+      mutation { put(record: { table: "docs", tenant_id: "t3", id: "gone", fields: { title: "ephemeral zebra" } }) { epoch } }
+    `);
+    const del = await client.request<{ delete: { epoch: number; record_count: number } }>(gql`
+      mutation { delete(table: "docs", tenant_id: "t3", id: "gone") { epoch record_count } }
+    `);
+    expect(del.delete.epoch).toBeGreaterThan(put.put.epoch);
+    const after = await client.request<{ now: unknown; before: { id: string } | null; search: { results: unknown[] } }>(
+      gql`query($before: Int) {
+        now: record(table: "docs", tenant_id: "t3", id: "gone") { id }
+        before: record(table: "docs", tenant_id: "t3", id: "gone", as_of_epoch: $before) { id }
+        search(table: "docs", tenant_id: "t3", text: "zebra") { results { record_id } }
+      }`,
+      { before: put.put.epoch },
+    );
+    expect(after.now).toBeNull();
+    expect(after.before).toEqual({ id: 'gone' });
+    expect(after.search.results).toEqual([]);
+  });
+
+  it('Idempotency-Key replays a mutation instead of running it again', async () => {
+    const body = { query: 'mutation { put(record: { table: "notes", tenant_id: "t1", id: "idem", fields: { body: "once" } }) { epoch } }' };
+    const first = await server.post('/v1/graphql', body, { 'idempotency-key': 'gql-put-1' });
+    const again = await server.post('/v1/graphql', body, { 'idempotency-key': 'gql-put-1' });
+    expect(first.status).toBe(200);
+    expect(again.status).toBe(200);
+    expect(again.body).toEqual(first.body);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    const other = await server.post('/v1/graphql', { query: body.query.replace('once', 'twice') }, { 'idempotency-key': 'gql-put-1' });
+    expect(other.status).toBe(409);
+  });
+});
+
+describe('POST /v1/graphql: search', () => {
+  it('text search ranks matching rows of the tenant', async () => {
+    const data = await client.request<SearchData>(SEARCH, { text: 'hello' });
+    const ids = data.search.results.map((r) => r.record_id).sort();
+    expect(ids).toEqual(['d1', 'd2']);
+    for (const row of data.search.results) {
+      expect(row.tenant_id).toBe('t1');
+      expect(row.score.lexical).toBeGreaterThan(0);
+      expect(typeof row.score.final_score).toBe('number');
+    }
+    expect(data.search.explain).toHaveProperty('read_epoch');
+    expect(data.search.explain).toHaveProperty('selected_strategy');
+  });
+
+  it('vector search puts the nearest row first', async () => {
+    const data = await client.request<SearchData>(SEARCH, { vector: [0, 1, 0], top_k: 3 });
+    expect(data.search.results[0]!.record_id).toBe('d2');
+    expect(data.search.results[0]!.score.vector).not.toBeNull();
+  });
+
+  it('scalar_eq filters (JSON literal and variable)', async () => {
+    const viaVariable = await client.request<SearchData>(SEARCH, { text: 'hello', scalar_eq: { lang: 'en' } });
+    expect(viaVariable.search.results.map((r) => r.record_id)).toEqual(['d1']);
+    const viaLiteral = await client.request<{ search: { results: { record_id: string }[] } }>(gql`{
+      search(table: "docs", tenant_id: "t1", scalar_eq: { lang: "en", year: 2022 }) { results { record_id } }
+    }`);
+    expect(viaLiteral.search.results.map((r) => r.record_id)).toEqual(['d3']);
+  });
+
+  it('pages with top_k and next_cursor', async () => {
+    const first = await client.request<SearchData>(SEARCH, { text: 'hello', top_k: 1 });
+    expect(first.search.results).toHaveLength(1);
+    expect(first.search.next_cursor).toBeTypeOf('string');
+    const second = await client.request<{ search: { results: { record_id: string }[]; next_cursor: string | null } }>(
+      gql`query($cursor: String) { search(table: "docs", tenant_id: "t1", text: "hello", top_k: 1, cursor: $cursor) { results { record_id } next_cursor } }`,
+      { cursor: first.search.next_cursor },
+    );
+    expect(second.search.results).toHaveLength(1);
+    expect(second.search.results[0]!.record_id).not.toBe(first.search.results[0]!.record_id);
+  });
+
+  it('per-table fields expose typed columns and typed scalar_eq', async () => {
+    const data = await client.request<{
+      docs_search: { results: { record_id: string; fields: { title: string; lang: string; year: number; emb: number[]; links: string[] } }[] };
+      docs_record: { fields: { title: string; year: number } };
+    }>(gql`{
+      docs_search(tenant_id: "t1", text: "hello", scalar_eq: { lang: "en" }) {
+        results { record_id fields { title lang year emb links } }
+      }
+      docs_record(tenant_id: "t1", id: "d2") { fields { title year } }
+    }`);
+    expect(data.docs_search.results).toEqual([
+      { record_id: 'd1', fields: { title: 'hello world', lang: 'en', year: 2024, emb: [1, 0, 0], links: ['d2'] } },
+    ]);
+    expect(data.docs_record.fields).toEqual({ title: 'hello again', year: 2023 });
+  });
+
+  it('tables lists the columns and branches the branches', async () => {
+    const data = await client.request<{
+      tables: { name: string; columns: { name: string; type: string; dim: number | null; text: boolean; scalar: boolean }[] }[];
+      branches: { branch_id: string; database_id: string; state: string }[];
+    }>(gql`{ tables { name columns { name type dim text scalar } } branches { branch_id database_id state } }`);
+    const docs = data.tables.find((t) => t.name === 'docs')!;
+    expect(docs.columns).toContainEqual({ name: 'emb', type: 'vector', dim: 3, text: false, scalar: false });
+    expect(docs.columns).toContainEqual({ name: 'title', type: 'string', dim: null, text: true, scalar: true });
+    expect(data.branches).toContainEqual({ branch_id: 'main', database_id: 'default', state: 'active' });
+  });
+});
+
+describe('POST /v1/graphql: admin', () => {
+  it('declare_table adds a table; tables and the regenerated schema show it', async () => {
+    const out = await client.request<{ declare_table: { epoch: number; table: { name: string; columns: { name: string; type: string }[] } } }>(
+      gql`mutation($columns: JSON!) { declare_table(table: "people", columns: $columns) { epoch table { name columns { name type } } } }`,
+      { columns: { name: { type: 'string', text: true, scalar: true }, age: { type: 'number', scalar: true }, face: { type: 'vector', dim: 2, metric: 'l2' } } },
+    );
+    expect(out.declare_table.table.columns).toEqual(
+      expect.arrayContaining([
+        { name: 'name', type: 'string' },
+        { name: 'age', type: 'number' },
+        { name: 'face', type: 'vector' },
+      ]),
+    );
+    const tables = await client.request<{ tables: { name: string; columns: { name: string; dim: number | null; metric: string | null }[] }[] }>(
+      gql`{ tables { name columns { name dim metric } } }`,
+    );
+    const people = tables.tables.find((t) => t.name === 'people');
+    expect(people?.columns).toContainEqual({ name: 'face', dim: 2, metric: 'l2' });
+    // the schema was regenerated for the new schema_epoch: people_search exists now
+    await client.request(gql`mutation { put(record: { table: "people", tenant_id: "t1", id: "p1", fields: { name: "Ada", age: 36, face: [1, 2] } }) { epoch } }`);
+    const typed = await client.request<{ people_search: { results: { fields: { name: string; age: number; face: number[] } }[] } }>(
+      gql`{ people_search(tenant_id: "t1", scalar_eq: { age: 36 }) { results { fields { name age face } } } }`,
+    );
+    expect(typed.people_search.results).toEqual([{ fields: { name: 'Ada', age: 36, face: [1, 2] } }]);
+  });
+
+  it('declare_table with a bad column type is an error with the engine code', async () => {
+    const res = await lenient.rawRequest(gql`mutation { declare_table(table: "bad", columns: { x: { type: "nope" } }) { epoch } }`);
+    expect(res.data).toEqual({ declare_table: null });
+    expect(res.errors?.[0]).toMatchObject({ path: ['declare_table'], extensions: { code: 'invalid_record' } });
+  });
+
+  it('snapshot then restore with verification passed and failed', async () => {
+    const snap = await client.request<{ snapshot: { snapshot: boolean; target: string; epoch: number } }>(
+      gql`mutation { snapshot(target: "gql_snap") { snapshot target database_id branch_id epoch } }`,
+    );
+    expect(snap.snapshot).toMatchObject({ snapshot: true, target: 'gql_snap', database_id: 'default', branch_id: 'main' });
+    expect(snap.snapshot.epoch).toBe(server.engine.metrics().latest_epoch);
+
+    type Restore = {
+      restore: {
+        restored: boolean;
+        source: string;
+        target: string;
+        verification: { status: string; record: { id: string; fields: Record<string, unknown> } | null; record_visible: boolean; request: unknown } | null;
+      };
+    };
+    const RESTORE = gql`
+      mutation($target: String!, $key: RecordKeyInput) {
+        restore(source: "gql_snap", target: $target, verify_record: $key) {
+          restored source target
+          verification { status record_visible request { table tenant_id id } record { id fields } }
+        }
+      }
+    `;
+    const passed = await client.request<Restore>(RESTORE, { target: 'gql_restored', key: { table: 'docs', tenant_id: 't1', id: 'd1' } });
+    expect(passed.restore).toMatchObject({ restored: true, source: 'gql_snap', target: 'gql_restored' });
+    expect(passed.restore.verification).toMatchObject({
+      status: 'passed',
+      record_visible: true,
+      request: { table: 'docs', tenant_id: 't1', id: 'd1' },
+      record: { id: 'd1', fields: { title: 'hello world' } },
+    });
+
+    const failed = await client.request<Restore>(RESTORE, { target: 'gql_restored2', key: { table: 'docs', tenant_id: 't1', id: 'missing' } });
+    expect(failed.restore.verification).toMatchObject({ status: 'failed', record_visible: false, record: null });
+
+    const none = await client.request<Restore>(RESTORE, { target: 'gql_restored3' });
+    expect(none.restore.verification).toBeNull();
+
+    // the restored branch is addressable through the branch header
+    const onBranch = new GraphQLClient(`${server.url}/v1/graphql`, { headers: { 'x-braid-branch': 'gql_restored' } });
+    const got = await onBranch.request<{ record: { id: string } | null }>(gql`{ record(table: "docs", tenant_id: "t1", id: "d2") { id } }`);
+    expect(got.record).toEqual({ id: 'd2' });
+  });
+
+  it('restoring a missing snapshot is an error with snapshot_not_found', async () => {
+    const res = await lenient.rawRequest(gql`mutation { restore(source: "no_such_snap", target: "x") { restored } }`);
+    expect(res.errors?.[0]).toMatchObject({ path: ['restore'], extensions: { code: 'snapshot_not_found' } });
+  });
+});
+
+describe('POST /v1/graphql: introspection', () => {
+  it('loads with buildClientSchema and has every root field', async () => {
+    const data = await client.request<IntrospectionQuery>(getIntrospectionQuery());
+    const schema = buildClientSchema(data);
+    const query = schema.getQueryType()!.getFields();
+    for (const f of ['record', 'search', 'tables', 'branches', 'docs_search', 'docs_record']) expect(query).toHaveProperty(f);
+    const searchArgs = query.search!.args.map((a) => a.name);
+    expect(searchArgs).toEqual(
+      expect.arrayContaining([
+        'table', 'tenant_id', 'text', 'text_field', 'vector', 'vector_field', 'scalar_eq', 'graph_seed', 'temporal_as_of',
+        'freshness', 'top_k', 'cursor', 'explain', 'fusion', 'fusion_weights', 'candidate_budget', 'graph_depth',
+      ]),
+    );
+    const mutation = schema.getMutationType()!.getFields();
+    for (const f of ['put', 'put_batch', 'delete', 'snapshot', 'restore', 'declare_table']) expect(mutation).toHaveProperty(f);
+    const row = schema.getType('docs_Fields');
+    expect(isObjectType(row) && Object.keys(row.getFields()).sort()).toEqual(['emb', 'lang', 'links', 'title', 'year']);
+    expect(String(isObjectType(row) && row.getFields().emb!.type)).toBe('[Float!]');
+  });
+});
+
+describe('POST /v1/graphql: errors', () => {
+  it('an engine error is in the 200 body with path and extensions.code', async () => {
+    const res = await lenient.rawRequest<{ search: unknown; tables: unknown[] }>(gql`{
+      search(table: "nope", tenant_id: "t1", text: "x") { next_cursor }
+      tables { name }
+    }`);
+    expect(res.status).toBe(200);
+    expect(res.data.search).toBeNull();
+    expect(res.data.tables.length).toBeGreaterThan(0);
+    expect(res.errors).toHaveLength(1);
+    expect(res.errors![0]).toMatchObject({ path: ['search'], extensions: { code: 'unknown_table' } });
+    expect(res.errors![0]!.message).toContain('nope');
+  });
+
+  it('graphql-request surfaces the code through ClientError', async () => {
+    const err = await client.request(gql`{ search(table: "docs", tenant_id: "t1", top_k: 5000) { next_cursor } }`).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ClientError);
+    expect((err as ClientError).response.errors?.[0]?.extensions).toEqual({ code: 'top_k_out_of_range' });
+  });
+
+  it('a put_batch error names the failing record in extensions.index', async () => {
+    const res = await lenient.rawRequest(PUT_BATCH, {
+      records: [
+        { table: 'docs', tenant_id: 't1', id: 'ok' },
+        { table: 'docs', tenant_id: 't1', id: '' },
+      ],
+    });
+    expect(res.errors?.[0]).toMatchObject({ path: ['put_batch'], extensions: { code: 'invalid_name', index: 1 } });
+  });
+
+  it('validation errors are graphql_validation_failed with locations, in a 200 body', async () => {
+    const raw = await server.post('/v1/graphql', { query: '{ search(table: "docs", tenant_id: "t1") { nope } }' });
+    expect(raw.status).toBe(200);
+    expect(raw.body.data).toBeUndefined();
+    expect(raw.body.errors[0]).toMatchObject({ extensions: { code: 'graphql_validation_failed' }, locations: [{ line: 1, column: 44 }] });
+    const wrongVar = await server.post('/v1/graphql', { query: 'query($k: Int) { search(table: "docs", tenant_id: "t1", top_k: $k) { next_cursor } }', variables: { k: 'ten' } });
+    expect(wrongVar.status).toBe(200);
+    expect(wrongVar.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+  });
+
+  it('a body that is not a GraphQL request, or a document that does not parse, is 400 graphql_bad_request', async () => {
+    for (const body of [{}, { query: 5 }, { query: '{ tables { name } }', extra: 1 }, [{ query: '{ tables { name } }' }]]) {
+      const res = await server.post('/v1/graphql', body);
+      expect(res.status).toBe(400);
+      expect(res.body.code).toBe('graphql_bad_request');
+    }
+    const parse = await server.post('/v1/graphql', { query: '{ tables { name }' });
+    expect(parse.status).toBe(400);
+    expect(parse.body).toMatchObject({ code: 'graphql_bad_request' });
+    expect(parse.body.error).toMatch(/Syntax Error.*line 1, column 18/);
+    await expectGraphQLHttpError(client.request('query {'), 400, 'graphql_bad_request');
+  });
+
+  it('operationName picks the operation; a missing one is an error', async () => {
+    const doc = 'query A { tables { name } } query B { branches { branch_id } }';
+    const b = await server.post('/v1/graphql', { query: doc, operationName: 'B' });
+    expect(b.status).toBe(200);
+    expect(b.body.data.branches.length).toBeGreaterThan(0);
+    const none = await server.post('/v1/graphql', { query: doc });
+    expect(none.status).toBe(200);
+    expect(none.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+  });
+});
+
+describe('POST /v1/graphql: limits', () => {
+  it('rejects a query deeper than 8 with graphql_too_deep before execution', async () => {
+    const deep = '{ a { b { c { d { e { f { g { h { i } } } } } } } } }';
+    const err = await expectGraphQLHttpError(client.request(deep), 400, 'graphql_too_deep');
+    expect(err.response.body).toMatch(/limit of 8/);
+  });
+
+  it('bounds introspection depth and list nesting separately', async () => {
+    let ofType = 'name';
+    for (let i = 0; i < 20; i++) ofType = `ofType { ${ofType} }`;
+    const deep = await server.post('/v1/graphql', { query: `{ __type(name: "Query") { ${ofType} } }` });
+    expect(deep.status).toBe(400);
+    expect(deep.body.code).toBe('graphql_too_deep');
+    expect(deep.body.error).toMatch(/introspection depth exceeds the limit of 20/);
+    const fanout = await server.post('/v1/graphql', { query: '{ __schema { types { fields { type { fields { type { fields { name } } } } } } } }' });
+    expect(fanout.status).toBe(400);
+    expect(fanout.body.code).toBe('graphql_too_costly');
+  });
+
+  it('rejects a query costing more than 5000 with graphql_too_costly', async () => {
+    const costly = gql`{
+      search(table: "docs", tenant_id: "t1", top_k: 1000) {
+        results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } }
+      }
+    }`;
+    const err = await expectGraphQLHttpError(client.request(costly), 400, 'graphql_too_costly');
+    expect(err.response.body).toMatch(/limit of 5000/);
+    // the same selection at top_k 100 is within the limit
+    const ok = await client.request<SearchData>(costly.replace('1000', '100'));
+    expect(ok.search.results.length).toBeGreaterThan(0);
+    // top_k from a variable counts too
+    const viaVar = await server.post('/v1/graphql', {
+      query: 'query($k: Int) { search(table: "docs", tenant_id: "t1", top_k: $k) { results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } } } }',
+      variables: { k: 1000 },
+    });
+    expect(viaVar.status).toBe(400);
+    expect(viaVar.body.code).toBe('graphql_too_costly');
+  });
+
+  it('counts fragments and aliases', async () => {
+    const fields = Array.from({ length: 60 }, (_, i) => `t${i}: tables { name columns { name type } }`).join(' ');
+    const res = await server.post('/v1/graphql', { query: `query { ...F } fragment F on Query { ${fields} }` });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('graphql_too_costly');
+  });
+});
+
+describe('POST /v1/graphql/bounded', () => {
+  const BOUNDED = `query($text: String, $k: Int) {
+    search(table: "docs", tenant_id: "t1", text: $text, top_k: $k) {
+      results { record_id score { final_score } }
+      next_cursor
+    }
+  }`;
+
+  it('returns the full QueryResponse, the same rows as engine.query and /v1/nativeql', async () => {
+    const res = await server.post('/v1/graphql/bounded', { query: BOUNDED, variables: { text: 'hello', k: 5 } });
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body).sort()).toEqual(['explain', 'next_cursor', 'results']);
+    // every row field is there, whatever the selection
+    expect(Object.keys(res.body.results[0]).sort()).toEqual(['fields', 'record_id', 'score', 'tenant_id', 'version_id']);
+    expect(res.body.explain).toHaveProperty('read_epoch');
+
+    const direct = await server.engine.query({ table: 'docs', tenant_id: 't1', text: 'hello', top_k: 5 });
+    expect(res.body.results).toEqual(direct.results);
+    expect(res.body.next_cursor).toEqual(direct.next_cursor);
+
+    const native = await server.post('/v1/nativeql', { query: "SEARCH docs TENANT 't1' MATCH 'hello' LIMIT 5" });
+    expect(native.status).toBe(200);
+    expect(res.body.results).toEqual(native.body.results);
+    expect(res.body.next_cursor).toEqual(native.body.next_cursor);
+  });
+
+  it('takes literal arguments, vectors and scalar_eq', async () => {
+    const res = await server.post('/v1/graphql/bounded', {
+      query: '{ search(table: "docs", tenant_id: "t1", vector: [0, 1, 0], scalar_eq: { lang: "fr" }, top_k: 3) { results { record_id } } }',
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.results.map((r: { record_id: string }) => r.record_id)).toEqual(['d2']);
+    const direct = await server.engine.query({ table: 'docs', tenant_id: 't1', vector: [0, 1, 0], scalar_eq: { lang: 'fr' }, top_k: 3 });
+    expect(res.body.results).toEqual(direct.results);
+  });
+
+  it('allows fragments on the bounded types', async () => {
+    const res = await server.post('/v1/graphql/bounded', {
+      query: 'query { search(table: "docs", tenant_id: "t1", text: "hello") { ...R } } fragment R on SearchResult { results { ... on HybridRow { record_id } } }',
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.results.length).toBe(2);
+  });
+
+  it.each([
+    ['a mutation', 'mutation { put(record: { table: "docs", tenant_id: "t1", id: "x" }) { epoch } }', /mutation operations are not allowed/],
+    ['another root field', '{ tables { name } }', /field "tables" is not allowed on Query/],
+    ['an extra root field', '{ search(table: "docs", tenant_id: "t1") { next_cursor } search2: search(table: "docs", tenant_id: "t1") { next_cursor } }', /aliases are not allowed/],
+    ['two searches', '{ search(table: "docs", tenant_id: "t1") { next_cursor } ... on Query { search(table: "docs", tenant_id: "t2") { next_cursor } } }', /exactly one top-level field/],
+    ['an extra field', '{ search(table: "docs", tenant_id: "t1") { results { record_id secret } } }', /field "secret" is not allowed on HybridRow/],
+    ['introspection', '{ __schema { types { name } } }', /field "__schema" is not allowed/],
+    ['__typename', '{ search(table: "docs", tenant_id: "t1") { __typename } }', /field "__typename" is not allowed/],
+    ['a fragment on another type', '{ search(table: "docs", tenant_id: "t1") { ... on HybridRow { record_id } } }', /fragments on type HybridRow are not allowed/],
+    ['a directive', '{ search(table: "docs", tenant_id: "t1") @include(if: true) { next_cursor } }', /directives are not allowed/],
+    ['two operations', 'query A { search(table: "docs", tenant_id: "t1") { next_cursor } } query B { search(table: "docs", tenant_id: "t1") { next_cursor } }', /exactly one operation/],
+  ])('rejects %s with graphql_not_allowed', async (_name, query, message) => {
+    const res = await server.post('/v1/graphql/bounded', { query });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('graphql_not_allowed');
+    expect(res.body.error).toMatch(message);
+  });
+
+  it('enforces its cost bound', async () => {
+    const res = await server.post('/v1/graphql/bounded', {
+      query: '{ search(table: "docs", tenant_id: "t1", top_k: 500) { results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } } } }',
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('graphql_too_costly');
+    expect(res.body.error).toMatch(/limit of 2000/);
+  });
+
+  it('reports invalid arguments, engine errors and bad bodies with their codes', async () => {
+    const badArg = await server.post('/v1/graphql/bounded', { query: '{ search(table: "docs", tenant_id: "t1", top_k: "x") { next_cursor } }' });
+    expect(badArg.status).toBe(400);
+    expect(badArg.body.code).toBe('graphql_validation_failed');
+    const missingVar = await server.post('/v1/graphql/bounded', { query: 'query($t: String!) { search(table: $t, tenant_id: "t1") { next_cursor } }' });
+    expect(missingVar.status).toBe(400);
+    expect(missingVar.body.code).toBe('graphql_validation_failed');
+    const engineErr = await server.post('/v1/graphql/bounded', { query: '{ search(table: "nope", tenant_id: "t1") { next_cursor } }' });
+    expect(engineErr.status).toBe(400);
+    expect(engineErr.body.code).toBe('unknown_table');
+    const parse = await server.post('/v1/graphql/bounded', { query: '{ search(' });
+    expect(parse.status).toBe(400);
+    expect(parse.body.code).toBe('graphql_bad_request');
+    const body = await server.post('/v1/graphql/bounded', { q: '{}' });
+    expect(body.status).toBe(400);
+    expect(body.body.code).toBe('graphql_bad_request');
+  });
+});
+
+describe('GET /v1/graphql/schema', () => {
+  it('exports the bounded SDL, the adapter and the tables of the branch', async () => {
+    const res = await server.get('/v1/graphql/schema');
+    expect(res.status).toBe(200);
+    expect(res.body.adapter).toBe('braid-bounded-graphql/1');
+    expect(res.body.execution).toMatch(/^graphql-js\/16\.\d+\.\d+ in-process against braid-engine$/);
+    expect(res.body.tables).toEqual(expect.arrayContaining(['docs', 'notes', 'people']));
+    const schema = buildSchema(res.body.schema);
+    expect(Object.keys(schema.getQueryType()!.getFields())).toEqual(['search']);
+    expect(schema.getMutationType()).toBeUndefined();
+    expect(Object.keys((schema.getType('SearchResult') as never as { getFields(): object }).getFields()).sort()).toEqual(['explain', 'next_cursor', 'results']);
+  });
+
+  it('lists the tables of the addressed branch', async () => {
+    const res = await server.get('/v1/graphql/schema', { 'x-braid-branch': 'gql_restored' });
+    expect(res.status).toBe(200);
+    expect(res.body.tables).toContain('docs');
+    expect(res.body.tables).toEqual((await server.engine.schemas({ branchId: 'gql_restored' })).map((t) => t.name));
+    const missing = await server.get('/v1/graphql/schema', { 'x-braid-branch': 'no_such_branch' });
+    expect(missing.status).toBe(404);
+    expect(missing.body.code).toBe('branch_not_found');
+  });
+});
