@@ -11,7 +11,10 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = new Set(process.argv.slice(2));
 const release = args.has('--release') || process.env.BRAID_RELEASE === '1';
-const addon = path.join(root, 'native', `braid.${process.platform}-${process.arch}-gnu.node`);
+// release builds (benchmarks) go to their own directory so they never
+// replace the dev addon the tests load
+const outDir = release ? path.join('target', 'bench-native') : 'native';
+const addon = path.join(root, outDir, `braid.${process.platform}-${process.arch}-gnu.node`);
 
 function newestSource(dir) {
   let newest = 0;
@@ -25,23 +28,21 @@ function newestSource(dir) {
 }
 
 export function buildNative({ force = false } = {}) {
-  if (!existsSync(path.join(root, 'crates'))) return;
+  if (!existsSync(path.join(root, 'crates'))) return undefined;
   const sources = Math.max(newestSource(path.join(root, 'crates')), statSync(path.join(root, 'Cargo.toml')).mtimeMs);
   const built = existsSync(addon) ? statSync(addon).mtimeMs : 0;
-  const marker = path.join(root, 'native', release ? '.release' : '.debug');
-  if (!force && built > sources && existsSync(marker)) return;
+  if (!force && built > sources) return path.join(root, outDir);
   const napi = path.join(root, 'node_modules', '@napi-rs', 'cli', 'dist', 'cli.js');
   const cmd = [
     napi, 'build', '--platform',
     '--manifest-path', 'crates/node/Cargo.toml',
-    '--output-dir', 'native', '--js', 'index.cjs', '--dts', 'index.d.ts',
+    '--output-dir', outDir, '--js', 'index.cjs', '--dts', 'index.d.ts',
     ...(release ? ['--release'] : []),
   ];
   console.error(`building the native addon (${release ? 'release' : 'dev'} profile) with cargo...`);
   const res = spawnSync(process.execPath, cmd, { cwd: root, stdio: 'inherit' });
   if (res.status !== 0) throw new Error(`napi build failed with status ${res.status}`);
-  for (const m of ['.release', '.debug']) spawnSync('rm', ['-f', path.join(root, 'native', m)]);
-  spawnSync('touch', [marker]);
+  return path.join(root, outDir);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

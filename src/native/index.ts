@@ -19,8 +19,10 @@ interface NativeModule {
 }
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-// src/native and dist/native both sit two levels below the package root
-const loaderPath = path.resolve(here, '..', '..', 'native', 'index.cjs');
+// src/native and dist/native both sit two levels below the package root;
+// BRAID_NATIVE_DIR points at another build (benchmarks use a release build
+// in target/bench-native so they never replace the dev addon tests use)
+const loaderPath = path.resolve(process.env.BRAID_NATIVE_DIR ?? path.resolve(here, '..', '..', 'native'), 'index.cjs');
 
 let cached: NativeModule | undefined;
 

@@ -135,14 +135,17 @@ impl Engine {
             Err(e) => return Err(e.into()),
         };
         if !catalog.branches.iter().any(|b| b.database_id == DEFAULT_DATABASE && b.branch_id == DEFAULT_BRANCH) {
-            catalog.branches.insert(0, BranchMeta {
-                database_id: DEFAULT_DATABASE.into(),
-                branch_id: DEFAULT_BRANCH.into(),
-                parent_branch_id: None,
-                state: "active".into(),
-                created_ms: now_ms(),
-                source_snapshot: None,
-            });
+            catalog.branches.insert(
+                0,
+                BranchMeta {
+                    database_id: DEFAULT_DATABASE.into(),
+                    branch_id: DEFAULT_BRANCH.into(),
+                    parent_branch_id: None,
+                    state: "active".into(),
+                    created_ms: now_ms(),
+                    source_snapshot: None,
+                },
+            );
             save_catalog(&catalog_path, &catalog)?;
         }
         let mut branches = HashMap::new();
@@ -200,16 +203,30 @@ impl Engine {
         key: RecordKey,
         receipt: Option<ReceiptDraft>,
     ) -> Result<WriteResult> {
-        self.write(database, branch, WriteOp::Delete { table: key.table, tenant_id: key.tenant_id, id: key.id, receipt })
+        self.write(
+            database,
+            branch,
+            WriteOp::Delete { table: key.table, tenant_id: key.tenant_id, id: key.id, receipt },
+        )
     }
 
     /// Records a receipt on its own (for keyed requests that write no rows).
-    pub fn record_receipt(&self, database: Option<&str>, branch: Option<&str>, receipt: ReceiptDraft) -> Result<WriteResult> {
+    pub fn record_receipt(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        receipt: ReceiptDraft,
+    ) -> Result<WriteResult> {
         self.write(database, branch, WriteOp::Receipt { receipt })
     }
 
     /// Looks up a live receipt by its scoped key.
-    pub fn receipt(&self, database: Option<&str>, branch: Option<&str>, key: &str) -> Result<Option<crate::storage::Receipt>> {
+    pub fn receipt(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        key: &str,
+    ) -> Result<Option<crate::storage::Receipt>> {
         let branch = self.branch(database, branch)?;
         let cutoff = now_ms().saturating_sub(branch.config.receipt_retention_ms);
         let state = branch.state.read();
@@ -238,7 +255,13 @@ impl Engine {
     }
 
     /// The visible version of a record at `epoch` (latest when `None`).
-    pub fn get(&self, database: Option<&str>, branch: Option<&str>, key: &RecordKey, epoch: Option<u64>) -> Result<Option<RecordOutput>> {
+    pub fn get(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        key: &RecordKey,
+        epoch: Option<u64>,
+    ) -> Result<Option<RecordOutput>> {
         names::check_table(&key.table)?;
         names::check_key("tenant_id", &key.tenant_id)?;
         names::check_key("id", &key.id)?;
@@ -294,7 +317,14 @@ impl Engine {
         }
         std::fs::create_dir_all(&tmp_dir)?;
         wal::copy_prefix(&handle.wal_path(), &tmp_dir.join(WAL_FILE), wal_bytes)?;
-        let meta = SnapshotMeta { name: target.to_string(), database_id: db, branch_id: br, epoch, wal_bytes, created_ms: now_ms() };
+        let meta = SnapshotMeta {
+            name: target.to_string(),
+            database_id: db,
+            branch_id: br,
+            epoch,
+            wal_bytes,
+            created_ms: now_ms(),
+        };
         write_durable(&tmp_dir.join("snapshot.json"), &serde_json::to_vec_pretty(&meta).expect("meta serialises"))?;
         std::fs::rename(&tmp_dir, &final_dir)?;
         wal::sync_dir(&final_dir)?;

@@ -19,10 +19,7 @@ pub fn is_identifier(name: &str) -> bool {
 
 pub fn check_identifier(what: &str, name: &str) -> Result<()> {
     if !is_identifier(name) {
-        bail!(
-            InvalidName,
-            "{what} {name:?} must match ^[A-Za-z_][A-Za-z0-9_]{{0,63}}$"
-        );
+        bail!(InvalidName, "{what} {name:?} must match ^[A-Za-z_][A-Za-z0-9_]{{0,63}}$");
     }
     Ok(())
 }

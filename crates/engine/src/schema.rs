@@ -158,10 +158,7 @@ fn mismatch(name: &str, ty: &ColumnType, value: &Value) -> Error {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     };
-    Error::new(
-        Code::SchemaTypeMismatch,
-        format!("column {name:?} is {} but the value is {got}", ty.name()),
-    )
+    Error::new(Code::SchemaTypeMismatch, format!("column {name:?} is {} but the value is {got}", ty.name()))
 }
 
 fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
@@ -176,11 +173,7 @@ fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
                 return Err(mismatch(name, ty, value));
             }
             if items.len() != *dim as usize {
-                bail!(
-                    VectorDimensionMismatch,
-                    "column {name:?} holds {dim}-dimensional vectors, got {}",
-                    items.len()
-                );
+                bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, got {}", items.len());
             }
             true
         }

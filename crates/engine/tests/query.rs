@@ -14,7 +14,12 @@ fn open(dir: &std::path::Path) -> Engine {
 }
 
 fn rec(table: &str, tenant: &str, id: &str, fields: Value) -> RecordInput {
-    RecordInput { table: table.into(), tenant_id: tenant.into(), id: id.into(), fields: fields.as_object().unwrap().clone() }
+    RecordInput {
+        table: table.into(),
+        tenant_id: tenant.into(),
+        id: id.into(),
+        fields: fields.as_object().unwrap().clone(),
+    }
 }
 
 fn q(table: &str, tenant: &str) -> HybridQuery {
@@ -34,9 +39,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 fn clustered(rng: &mut StdRng, n: usize, dim: usize, centres: usize) -> Vec<Vec<f32>> {
     let c: Vec<Vec<f32>> = (0..centres).map(|_| (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect()).collect();
-    (0..n)
-        .map(|i| c[i % centres].iter().map(|x| x + rng.gen_range(-0.25..0.25)).collect())
-        .collect()
+    (0..n).map(|i| c[i % centres].iter().map(|x| x + rng.gen_range(-0.25..0.25)).collect()).collect()
 }
 
 #[test]
@@ -80,7 +83,14 @@ fn exact_vector_top_k_and_scalar_filters_match_brute_force() {
     let records = data
         .iter()
         .enumerate()
-        .map(|(i, v)| rec("docs", "t", &format!("d{i}"), json!({ "emb": v, "colour": (["red", "blue", "green"][i % 3]), "n": i % 5, "ok": (i % 2 == 0) })))
+        .map(|(i, v)| {
+            rec(
+                "docs",
+                "t",
+                &format!("d{i}"),
+                json!({ "emb": v, "colour": (["red", "blue", "green"][i % 3]), "n": i % 5, "ok": (i % 2 == 0) }),
+            )
+        })
         .collect();
     engine.put(None, None, records, None).unwrap();
     let query: Vec<f32> = data[17].clone();
@@ -136,16 +146,22 @@ fn tenants_are_isolated_including_bm25_statistics() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     engine
-        .put(None, None, vec![
-            rec("notes", "a", "1", json!({"body": "rust database engine"})),
-            rec("notes", "a", "2", json!({"body": "cooking pasta tonight"})),
-            rec("notes", "a", "3", json!({"body": "gardening tips"})),
-        ], None)
+        .put(
+            None,
+            None,
+            vec![
+                rec("notes", "a", "1", json!({"body": "rust database engine"})),
+                rec("notes", "a", "2", json!({"body": "cooking pasta tonight"})),
+                rec("notes", "a", "3", json!({"body": "gardening tips"})),
+            ],
+            None,
+        )
         .unwrap();
     engine.wait_indexed(Duration::from_secs(30));
     let before = lexical_of(&engine, "a", "database", "1");
     // tenant b floods the same term
-    let flood = (0..200).map(|i| rec("notes", "b", &format!("b{i}"), json!({"body": "database database database"}))).collect();
+    let flood =
+        (0..200).map(|i| rec("notes", "b", &format!("b{i}"), json!({"body": "database database database"}))).collect();
     engine.put(None, None, flood, None).unwrap();
     engine.wait_indexed(Duration::from_secs(30));
     let after = lexical_of(&engine, "a", "database", "1");
@@ -166,7 +182,15 @@ fn hot_overlay_scores_like_the_index() {
     config.branch.text_commit_interval = Duration::from_secs(3600);
     let engine = Engine::open(config).unwrap();
     engine
-        .put(None, None, vec![rec("notes", "a", "1", json!({"body": "fresh words here"})), rec("notes", "a", "2", json!({"body": "other words"}))], None)
+        .put(
+            None,
+            None,
+            vec![
+                rec("notes", "a", "1", json!({"body": "fresh words here"})),
+                rec("notes", "a", "2", json!({"body": "other words"})),
+            ],
+            None,
+        )
         .unwrap();
     let mut hq = q("notes", "a");
     hq.text = Some("fresh".into());
@@ -186,11 +210,29 @@ fn hot_overlay_scores_like_the_index() {
 fn temporal_as_of_reads_old_versions_through_every_path() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
-    engine.put(None, None, vec![rec("docs", "t", "x", json!({"body": "apple", "emb": [1.0, 0.0], "kind": "fruit"}))], None).unwrap();
-    engine.put(None, None, vec![rec("docs", "t", "y", json!({"body": "carrot", "emb": [0.0, 1.0], "kind": "veg"}))], None).unwrap();
+    engine
+        .put(
+            None,
+            None,
+            vec![rec("docs", "t", "x", json!({"body": "apple", "emb": [1.0, 0.0], "kind": "fruit"}))],
+            None,
+        )
+        .unwrap();
+    engine
+        .put(None, None, vec![rec("docs", "t", "y", json!({"body": "carrot", "emb": [0.0, 1.0], "kind": "veg"}))], None)
+        .unwrap();
     let e2 = 2;
-    engine.put(None, None, vec![rec("docs", "t", "x", json!({"body": "banana", "emb": [0.0, 1.0], "kind": "veg"}))], None).unwrap();
-    engine.delete(None, None, braid_engine::RecordKey { table: "docs".into(), tenant_id: "t".into(), id: "y".into() }, None).unwrap();
+    engine
+        .put(None, None, vec![rec("docs", "t", "x", json!({"body": "banana", "emb": [0.0, 1.0], "kind": "veg"}))], None)
+        .unwrap();
+    engine
+        .delete(
+            None,
+            None,
+            braid_engine::RecordKey { table: "docs".into(), tenant_id: "t".into(), id: "y".into() },
+            None,
+        )
+        .unwrap();
     engine.wait_indexed(Duration::from_secs(30));
     let mut hq = q("docs", "t");
     hq.text = Some("apple".into());
@@ -242,9 +284,15 @@ fn history_horizon_rejects_old_reads() {
 fn paging_under_concurrent_writes_returns_each_match_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let engine = std::sync::Arc::new(open(dir.path()));
-    let records = (0..300).map(|i| rec("docs", "t", &format!("p{i:03}"), json!({"body": format!("common word {i}"), "grp": i % 2}))).collect();
+    let records = (0..300)
+        .map(|i| rec("docs", "t", &format!("p{i:03}"), json!({"body": format!("common word {i}"), "grp": i % 2})))
+        .collect();
     engine.put(None, None, records, None).unwrap();
-    for mut base in [q("docs", "t"), { let mut t = q("docs", "t"); t.text = Some("common".into()); t }] {
+    for mut base in [q("docs", "t"), {
+        let mut t = q("docs", "t");
+        t.text = Some("common".into());
+        t
+    }] {
         base.top_k = Some(25);
         base.scalar_eq = Some(json!({"grp": 0}).as_object().unwrap().clone());
         let mut page = engine.query(None, None, &base).unwrap();
@@ -254,8 +302,18 @@ fn paging_under_concurrent_writes_returns_each_match_exactly_once() {
             std::thread::spawn(move || {
                 for i in 0..40 {
                     // new matching rows, updates and deletes of matching rows
-                    let _ = engine.put(None, None, vec![rec("docs", "t", &format!("new{i}"), json!({"body": "common new", "grp": 0}))], None);
-                    let _ = engine.put(None, None, vec![rec("docs", "t", &format!("p{:03}", i * 2), json!({"body": "common updated", "grp": 0}))], None);
+                    let _ = engine.put(
+                        None,
+                        None,
+                        vec![rec("docs", "t", &format!("new{i}"), json!({"body": "common new", "grp": 0}))],
+                        None,
+                    );
+                    let _ = engine.put(
+                        None,
+                        None,
+                        vec![rec("docs", "t", &format!("p{:03}", i * 2), json!({"body": "common updated", "grp": 0}))],
+                        None,
+                    );
                 }
             })
         };
@@ -276,7 +334,11 @@ fn paging_under_concurrent_writes_returns_each_match_exactly_once() {
         at_epoch.temporal_as_of = Some(epoch as i64);
         at_epoch.top_k = Some(1000);
         let expected: HashSet<String> = ids(&engine.query(None, None, &at_epoch).unwrap()).into_iter().collect();
-        assert_eq!(unique.into_iter().cloned().collect::<HashSet<_>>(), expected, "exactly the rows matching at the pinned epoch");
+        assert_eq!(
+            unique.into_iter().cloned().collect::<HashSet<_>>(),
+            expected,
+            "exactly the rows matching at the pinned epoch"
+        );
     }
 }
 
@@ -284,7 +346,9 @@ fn paging_under_concurrent_writes_returns_each_match_exactly_once() {
 fn cursors_are_tamper_evident_and_bound_to_their_query() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
-    engine.put(None, None, (0..30).map(|i| rec("docs", "t", &format!("c{i}"), json!({"n": 1}))).collect(), None).unwrap();
+    engine
+        .put(None, None, (0..30).map(|i| rec("docs", "t", &format!("c{i}"), json!({"n": 1}))).collect(), None)
+        .unwrap();
     let mut hq = q("docs", "t");
     hq.top_k = Some(10);
     let first = engine.query(None, None, &hq).unwrap();
@@ -313,14 +377,19 @@ fn graph_neighbourhood_scores_fall_with_hops() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     engine
-        .put(None, None, vec![
-            rec("g", "t", "a", json!({"links": ["b", "c"], "name": "a"})),
-            rec("g", "t", "b", json!({"links": ["d"], "name": "b"})),
-            rec("g", "t", "c", json!({"links": [], "name": "c"})),
-            rec("g", "t", "d", json!({"links": ["e"], "name": "d"})),
-            rec("g", "t", "e", json!({"links": [], "name": "e"})),
-            rec("g", "other", "b", json!({"links": [], "name": "leak"})),
-        ], None)
+        .put(
+            None,
+            None,
+            vec![
+                rec("g", "t", "a", json!({"links": ["b", "c"], "name": "a"})),
+                rec("g", "t", "b", json!({"links": ["d"], "name": "b"})),
+                rec("g", "t", "c", json!({"links": [], "name": "c"})),
+                rec("g", "t", "d", json!({"links": ["e"], "name": "d"})),
+                rec("g", "t", "e", json!({"links": [], "name": "e"})),
+                rec("g", "other", "b", json!({"links": [], "name": "leak"})),
+            ],
+            None,
+        )
         .unwrap();
     let mut hq = q("g", "t");
     hq.graph_seed = Some("a".into());
@@ -337,14 +406,19 @@ fn fusion_orders_hand_made_cases() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     engine
-        .put(None, None, vec![
-            // both: mentions the term once and points the right way
-            rec("h", "t", "both", json!({"body": "solar panels and other things", "emb": [1.0, 0.1]})),
-            // text only: strong text, wrong direction
-            rec("h", "t", "text", json!({"body": "solar solar solar"})),
-            // vector only: no term, right direction
-            rec("h", "t", "vec", json!({"body": "unrelated words", "emb": [1.0, 0.0]})),
-        ], None)
+        .put(
+            None,
+            None,
+            vec![
+                // both: mentions the term once and points the right way
+                rec("h", "t", "both", json!({"body": "solar panels and other things", "emb": [1.0, 0.1]})),
+                // text only: strong text, wrong direction
+                rec("h", "t", "text", json!({"body": "solar solar solar"})),
+                // vector only: no term, right direction
+                rec("h", "t", "vec", json!({"body": "unrelated words", "emb": [1.0, 0.0]})),
+            ],
+            None,
+        )
         .unwrap();
     let mut hq = q("h", "t");
     hq.text = Some("solar".into());
@@ -379,15 +453,79 @@ fn validation_errors_have_codes() {
     let cases: Vec<(HybridQuery, Code)> = vec![
         (HybridQuery { table: Some("docs".into()), ..Default::default() }, Code::InvalidQuery),
         (q("missing", "t"), Code::UnknownTable),
-        ({ let mut x = q("docs", "t"); x.top_k = Some(0); x }, Code::TopKOutOfRange),
-        ({ let mut x = q("docs", "t"); x.top_k = Some(1001); x }, Code::TopKOutOfRange),
-        ({ let mut x = q("docs", "t"); x.text_field = Some("emb".into()); x }, Code::UnknownColumn),
-        ({ let mut x = q("docs", "t"); x.vector = Some(vec![1.0]); x }, Code::VectorDimensionMismatch),
-        ({ let mut x = q("docs", "t"); x.vector = Some(vec![1.0, 1.0]); x.vector_field = Some("body".into()); x }, Code::UnknownColumn),
-        ({ let mut x = q("docs", "t"); x.freshness = Some("eventually".into()); x }, Code::InvalidQuery),
-        ({ let mut x = q("docs", "t"); x.fusion = Some("max".into()); x }, Code::InvalidQuery),
-        ({ let mut x = q("docs", "t"); x.cursor = Some("garbage".into()); x }, Code::InvalidCursor),
-        ({ let mut x = q("docs", "t"); x.scalar_eq = Some(Map::from_iter([("body".to_string(), json!([1]))])); x }, Code::InvalidQuery),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.top_k = Some(0);
+                x
+            },
+            Code::TopKOutOfRange,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.top_k = Some(1001);
+                x
+            },
+            Code::TopKOutOfRange,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.text_field = Some("emb".into());
+                x
+            },
+            Code::UnknownColumn,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.vector = Some(vec![1.0]);
+                x
+            },
+            Code::VectorDimensionMismatch,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.vector = Some(vec![1.0, 1.0]);
+                x.vector_field = Some("body".into());
+                x
+            },
+            Code::UnknownColumn,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.freshness = Some("eventually".into());
+                x
+            },
+            Code::InvalidQuery,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.fusion = Some("max".into());
+                x
+            },
+            Code::InvalidQuery,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.cursor = Some("garbage".into());
+                x
+            },
+            Code::InvalidCursor,
+        ),
+        (
+            {
+                let mut x = q("docs", "t");
+                x.scalar_eq = Some(Map::from_iter([("body".to_string(), json!([1]))]));
+                x
+            },
+            Code::InvalidQuery,
+        ),
     ];
     for (query, code) in cases {
         assert_eq!(engine.query(None, None, &query).unwrap_err().code, code, "{query:?}");

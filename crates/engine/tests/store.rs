@@ -10,11 +10,13 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
 type Key = (String, String, String);
+/// A committed version: its epoch and its fields (None for a delete).
+type Version = (u64, Option<Map<String, Value>>);
 
 /// Every committed version of every key: (epoch, fields or None for a delete).
 #[derive(Default)]
 struct Model {
-    versions: BTreeMap<Key, Vec<(u64, Option<Map<String, Value>>)>>,
+    versions: BTreeMap<Key, Vec<Version>>,
     epoch: u64,
 }
 
@@ -85,7 +87,12 @@ fn store_matches_model_across_restarts() {
                     let mut fields = Map::new();
                     fields.insert("n".into(), json!(rng.gen_range(0..100)));
                     fields.insert("s".into(), json!(format!("word{}", rng.gen_range(0..10))));
-                    RecordInput { table: table.clone(), tenant_id: tenant.clone(), id: format!("k{}", rng.gen_range(0..40)), fields }
+                    RecordInput {
+                        table: table.clone(),
+                        tenant_id: tenant.clone(),
+                        id: format!("k{}", rng.gen_range(0..40)),
+                        fields,
+                    }
                 })
                 .collect();
             // now and then a record that must fail the whole batch
@@ -152,7 +159,12 @@ fn concurrent_writers_share_fsyncs_and_each_gets_its_own_epoch() {
             std::thread::spawn(move || {
                 (0..25)
                     .map(|i| {
-                        let r = RecordInput { table: "c".into(), tenant_id: "t".into(), id: format!("{w}-{i}"), fields: Map::new() };
+                        let r = RecordInput {
+                            table: "c".into(),
+                            tenant_id: "t".into(),
+                            id: format!("{w}-{i}"),
+                            fields: Map::new(),
+                        };
                         match engine.put(None, None, vec![r], None).unwrap() {
                             WriteResult::Committed(o) => (o.epoch, o.timing.group_size),
                             WriteResult::Replayed(_) => unreachable!(),
@@ -173,7 +185,12 @@ fn concurrent_writers_share_fsyncs_and_each_gets_its_own_epoch() {
 fn receipts_commit_with_the_write_and_replay() {
     use braid_engine::storage::ReceiptDraft;
     let dir = tempfile::tempdir().unwrap();
-    let draft = |hash: &str| ReceiptDraft { key: "POST /v1/records/put\nk1".into(), body_hash: hash.into(), status: 200, body: json!({"epoch": null}) };
+    let draft = |hash: &str| ReceiptDraft {
+        key: "POST /v1/records/put\nk1".into(),
+        body_hash: hash.into(),
+        status: 200,
+        body: json!({"epoch": null}),
+    };
     let rec = || vec![RecordInput { table: "r".into(), tenant_id: "t".into(), id: "1".into(), fields: Map::new() }];
     {
         let engine = open(dir.path());

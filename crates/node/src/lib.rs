@@ -24,8 +24,10 @@ impl NativeEngine {
     /// (see `ops::parse_config`).
     #[napi(factory, catch_unwind)]
     pub fn open(config: String) -> Result<NativeEngine> {
-        let config: EngineConfig = ops::parse_config(&config).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
-        let engine = Engine::open(config).map_err(|e| Error::new(Status::GenericFailure, format!("{}: {}", e.code.as_str(), e.message)))?;
+        let config: EngineConfig =
+            ops::parse_config(&config).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        let engine = Engine::open(config)
+            .map_err(|e| Error::new(Status::GenericFailure, format!("{}: {}", e.code.as_str(), e.message)))?;
         Ok(NativeEngine { engine: Arc::new(engine), pool: pool::Pool::new(32) })
     }
 

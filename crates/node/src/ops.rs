@@ -159,11 +159,21 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
     Ok(match op {
         "put" => {
             let p: Put = parse(payload)?;
-            write_result(engine.put(p.route.database_id.as_deref(), p.route.branch_id.as_deref(), p.records, p.receipt)?)
+            write_result(engine.put(
+                p.route.database_id.as_deref(),
+                p.route.branch_id.as_deref(),
+                p.records,
+                p.receipt,
+            )?)
         }
         "delete" => {
             let p: Delete = parse(payload)?;
-            write_result(engine.delete(p.route.database_id.as_deref(), p.route.branch_id.as_deref(), p.key, p.receipt)?)
+            write_result(engine.delete(
+                p.route.database_id.as_deref(),
+                p.route.branch_id.as_deref(),
+                p.key,
+                p.receipt,
+            )?)
         }
         "get" => {
             let p: Get = parse(payload)?;
@@ -173,14 +183,20 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
         }
         "query" => {
             let p: Query = parse(payload)?;
-            let q: HybridQuery = serde_json::from_value(p.query).map_err(|e| Error::new(Code::InvalidQuery, e.to_string()))?;
+            let q: HybridQuery =
+                serde_json::from_value(p.query).map_err(|e| Error::new(Code::InvalidQuery, e.to_string()))?;
             serde_json::to_value(engine.query(p.route.database_id.as_deref(), p.route.branch_id.as_deref(), &q)?)
                 .map_err(Error::internal)?
         }
         "declare" => {
             let p: Declare = parse(payload)?;
             let columns = braid_engine::engine::parse_columns(&p.columns)?;
-            write_result(engine.declare_table(p.route.database_id.as_deref(), p.route.branch_id.as_deref(), &p.table, columns)?)
+            write_result(engine.declare_table(
+                p.route.database_id.as_deref(),
+                p.route.branch_id.as_deref(),
+                &p.table,
+                columns,
+            )?)
         }
         "schemas" => {
             let p: Route = parse(payload)?;
@@ -188,7 +204,11 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
         }
         "record_receipt" => {
             let p: ReceiptOp = parse(payload)?;
-            write_result(engine.record_receipt(p.route.database_id.as_deref(), p.route.branch_id.as_deref(), p.receipt)?)
+            write_result(engine.record_receipt(
+                p.route.database_id.as_deref(),
+                p.route.branch_id.as_deref(),
+                p.receipt,
+            )?)
         }
         "receipt" => {
             let p: ReceiptLookup = parse(payload)?;
@@ -231,6 +251,8 @@ pub fn dispatch(engine: &Engine, op: &str, payload: &str) -> String {
         .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, format!("the engine panicked while running {op}"))));
     match result {
         Ok(value) => json!({ "ok": value }).to_string(),
-        Err(err) => json!({ "err": { "code": err.code.as_str(), "message": err.message, "index": err.index } }).to_string(),
+        Err(err) => {
+            json!({ "err": { "code": err.code.as_str(), "message": err.message, "index": err.index } }).to_string()
+        }
     }
 }

@@ -24,10 +24,8 @@ use parking_lot::Mutex;
 use roaring::RoaringBitmap;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, Bm25StatisticsProvider, ConstScoreQuery, Occur, Query, TermQuery};
-use tantivy::schema::{
-    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING,
-};
+use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING};
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
 use tantivy::{DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentReader, TantivyDocument, Term};
 
@@ -40,10 +38,7 @@ pub const B: f32 = 0.75;
 /// The analyzer used both by tantivy and by the store's statistics and the
 /// hot overlay, so all three agree on what a token is.
 pub fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(40))
-        .filter(LowerCaser)
-        .build()
+    TextAnalyzer::builder(SimpleTokenizer::default()).filter(RemoveLongFilter::limit(40)).filter(LowerCaser).build()
 }
 
 pub fn tokens(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
@@ -100,10 +95,7 @@ impl TextStats {
         if toks.is_empty() {
             return;
         }
-        self.scopes
-            .entry((tenant.clone(), Some(column.to_string())))
-            .or_default()
-            .apply(toks, sign);
+        self.scopes.entry((tenant.clone(), Some(column.to_string()))).or_default().apply(toks, sign);
         self.scopes.entry((tenant.clone(), None)).or_default().apply(toks, sign);
     }
 
@@ -115,10 +107,7 @@ impl TextStats {
         QueryStats {
             docs: scope.map_or(0, |s| s.docs),
             tokens: scope.map_or(0, |s| s.tokens),
-            df: terms
-                .iter()
-                .map(|t| (t.clone(), scope.and_then(|s| s.df.get(t).copied()).unwrap_or(0)))
-                .collect(),
+            df: terms.iter().map(|t| (t.clone(), scope.and_then(|s| s.df.get(t).copied()).unwrap_or(0))).collect(),
         }
     }
 }
@@ -207,9 +196,7 @@ fn schema() -> Schema {
     builder.add_u64_field("row", INDEXED | FAST);
     builder.add_text_field("scope", STRING);
     builder.add_text_field("col", STRING);
-    let indexing = TextFieldIndexing::default()
-        .set_tokenizer(TOKENIZER)
-        .set_index_option(IndexRecordOption::WithFreqs);
+    let indexing = TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqs);
     builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing));
     builder.build()
 }
@@ -226,18 +213,10 @@ impl TextIndex {
         let directory = MmapDirectory::open(dir).map_err(|e| Error::storage(e.to_string()))?;
         let index = Index::open_or_create(directory, schema()).map_err(tantivy_err)?;
         index.tokenizers().register(TOKENIZER, analyzer());
-        let watermark = index
-            .load_metas()
-            .map_err(tantivy_err)?
-            .payload
-            .and_then(|p| p.parse::<u32>().ok())
-            .unwrap_or(0);
+        let watermark =
+            index.load_metas().map_err(tantivy_err)?.payload.and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
         let writer = index.writer_with_num_threads(1, 48_000_000).map_err(tantivy_err)?;
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .map_err(tantivy_err)?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(tantivy_err)?;
         let s = index.schema();
         let field = |name: &str| s.get_field(name).expect("field defined by schema()");
         let fields = Fields { row: field("row"), scope: field("scope"), col: field("col"), text: field("text") };
@@ -331,10 +310,7 @@ impl TextIndex {
             clauses.push((
                 Occur::Must,
                 Box::new(ConstScoreQuery::new(
-                    Box::new(TermQuery::new(
-                        Term::from_field_text(self.fields.col, column),
-                        IndexRecordOption::Basic,
-                    )),
+                    Box::new(TermQuery::new(Term::from_field_text(self.fields.col, column), IndexRecordOption::Basic)),
                     0.0,
                 )),
             ));
@@ -343,19 +319,15 @@ impl TextIndex {
             .terms
             .iter()
             .map(|t| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(
-                    Term::from_field_text(self.fields.text, t),
-                    IndexRecordOption::WithFreqs,
-                ));
+                let q: Box<dyn Query> =
+                    Box::new(TermQuery::new(Term::from_field_text(self.fields.text, t), IndexRecordOption::WithFreqs));
                 (Occur::Should, q)
             })
             .collect();
         clauses.push((Occur::Must, Box::new(BooleanQuery::new(terms))));
         let query = BooleanQuery::new(clauses);
         let collector = RowCollector { eligible: req.eligible.clone(), watermark };
-        let hits = searcher
-            .search_with_statistics_provider(&query, &collector, req.stats)
-            .map_err(tantivy_err)?;
+        let hits = searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
         let mut by_row: HashMap<u32, f32> = HashMap::with_capacity(hits.len());
         for (row, score) in &hits {
             *by_row.entry(*row).or_insert(0.0) += *score;

@@ -102,9 +102,7 @@ impl VectorIndex {
     pub fn search(&self, query: &[f32], k: usize, ef: usize, eligible: &RoaringBitmap) -> Vec<(u32, f32)> {
         let filter = |id: &usize| eligible.contains(*id as u32);
         let hits = self.hnsw.search_filter(query, k, ef.max(k), Some(&filter));
-        hits.into_iter()
-            .map(|n| (n.d_id as u32, similarity_from_distance(self.metric, n.distance)))
-            .collect()
+        hits.into_iter().map(|n| (n.d_id as u32, similarity_from_distance(self.metric, n.distance))).collect()
     }
 }
 

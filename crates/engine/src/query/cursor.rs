@@ -53,7 +53,9 @@ pub fn decode(secret: &[u8], cursor: &str) -> Result<CursorPayload> {
     if tag.len() != 16 || mac.verify_truncated_left(&tag).is_err() {
         bail!(InvalidCursor, "cursor signature does not match: it was altered or issued by another server");
     }
-    let Ok(payload) = serde_json::from_slice::<CursorPayload>(&body) else { bail!(InvalidCursor, "cursor is malformed") };
+    let Ok(payload) = serde_json::from_slice::<CursorPayload>(&body) else {
+        bail!(InvalidCursor, "cursor is malformed")
+    };
     if payload.v != 1 {
         bail!(InvalidCursor, "cursor version {} is not supported", payload.v);
     }

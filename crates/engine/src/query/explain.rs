@@ -88,10 +88,8 @@ pub struct Explain {
 
 impl Explain {
     pub fn phase(&mut self, phase: &str, started: std::time::Instant) {
-        self.phase_timings.push(PhaseTiming {
-            elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
-            phase: phase.to_string(),
-        });
+        self.phase_timings
+            .push(PhaseTiming { elapsed_ms: started.elapsed().as_secs_f64() * 1000.0, phase: phase.to_string() });
     }
 
     pub fn path(&mut self, id: &str, candidates: u64, opened: bool, build_ms: f64, open_ms: f64) {

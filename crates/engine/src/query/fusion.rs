@@ -94,9 +94,10 @@ pub fn fuse(method: FusionMethod, weights: &Weights, lists: &[PathList<'_>]) -> 
     let mut out: HashMap<u32, Fused> = HashMap::new();
     let total_weight: f64 = lists.iter().map(|l| weight(weights, l.path)).sum::<f64>().max(f64::MIN_POSITIVE);
     for list in lists {
-        let (min, max) = list.hits.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, s)| {
-            (lo.min(*s as f64), hi.max(*s as f64))
-        });
+        let (min, max) = list
+            .hits
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, s)| (lo.min(*s as f64), hi.max(*s as f64)));
         for (rank, (row, raw)) in list.hits.iter().enumerate() {
             let entry = out.entry(*row).or_default();
             let raw = *raw as f64;

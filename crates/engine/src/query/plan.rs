@@ -162,25 +162,31 @@ pub struct Ranked {
 
 /// Ranked lists kept for cursor paging: page 2 reads the same list page 1
 /// did, so concurrent writes cannot duplicate or skip rows.
+#[derive(Default)]
+struct CacheInner {
+    map: HashMap<String, Arc<Ranked>>,
+    order: VecDeque<String>,
+}
+
 pub struct RankedCache {
-    inner: Mutex<(HashMap<String, Arc<Ranked>>, VecDeque<String>)>,
+    inner: Mutex<CacheInner>,
     capacity: usize,
 }
 
 impl Default for RankedCache {
     fn default() -> Self {
-        RankedCache { inner: Mutex::new((HashMap::new(), VecDeque::new())), capacity: 256 }
+        RankedCache { inner: Mutex::new(CacheInner::default()), capacity: 256 }
     }
 }
 
 impl RankedCache {
     fn get(&self, key: &str) -> Option<Arc<Ranked>> {
-        self.inner.lock().0.get(key).cloned()
+        self.inner.lock().map.get(key).cloned()
     }
 
     fn put(&self, key: String, ranked: Arc<Ranked>) {
         let mut guard = self.inner.lock();
-        let (map, order) = &mut *guard;
+        let CacheInner { map, order } = &mut *guard;
         if map.insert(key.clone(), ranked).is_none() {
             order.push_back(key);
         }
@@ -221,8 +227,9 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
     };
     let fusion = match q.fusion.as_deref() {
         None => FusionMethod::Rrf,
-        Some(f) => FusionMethod::parse(f)
-            .ok_or_else(|| Error::new(Code::InvalidQuery, format!("fusion must be rrf or relative_score, got {f:?}")))?,
+        Some(f) => FusionMethod::parse(f).ok_or_else(|| {
+            Error::new(Code::InvalidQuery, format!("fusion must be rrf or relative_score, got {f:?}"))
+        })?,
     };
     let weights = q.fusion_weights.unwrap_or_default();
     if [weights.lexical, weights.vector, weights.relational].iter().any(|w| !w.is_finite() || *w < 0.0) {
@@ -252,10 +259,9 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
         }
         Some(v) => {
             let column = match &q.vector_field {
-                Some(field) => schema
-                    .vector_columns()
-                    .find(|(n, ..)| n == field)
-                    .ok_or_else(|| Error::new(Code::UnknownColumn, format!("table {table:?} has no vector column {field:?}")))?,
+                Some(field) => schema.vector_columns().find(|(n, ..)| n == field).ok_or_else(|| {
+                    Error::new(Code::UnknownColumn, format!("table {table:?} has no vector column {field:?}"))
+                })?,
                 None => schema
                     .vector_columns()
                     .next()
@@ -263,7 +269,11 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
             };
             let (name, dim, metric) = column;
             if v.len() != dim as usize {
-                bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, the query has {}", v.len());
+                bail!(
+                    VectorDimensionMismatch,
+                    "column {name:?} holds {dim}-dimensional vectors, the query has {}",
+                    v.len()
+                );
             }
             let prepared = vector::prepare(metric, v.iter().map(|x| *x as f32).collect());
             Some((name.to_string(), metric, prepared))

@@ -268,9 +268,13 @@ impl Drop for Branch {
 }
 
 enum Staged {
-    Commit(Commit, usize, Option<Receipt>),
+    Commit(Box<Commit>, usize, Option<Receipt>),
     Replay(Receipt),
     Noop(u64),
+}
+
+fn staged(commit: Commit, count: usize, receipt: Option<Receipt>) -> Staged {
+    Staged::Commit(Box::new(commit), count, receipt)
 }
 
 /// Validation of a group of jobs against the state and what earlier jobs of
@@ -363,14 +367,24 @@ impl<'a> Stage<'a> {
                         return Ok(Staged::Noop(self.epoch));
                     }
                     let r = self.receipt(receipt, self.epoch);
-                    let commit = Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows: vec![], receipt: r.clone() };
-                    return Ok(Staged::Commit(commit, 0, r));
+                    let commit = Commit {
+                        epoch: self.epoch,
+                        at_ms: now_ms(),
+                        schemas: vec![],
+                        rows: vec![],
+                        receipt: r.clone(),
+                    };
+                    return Ok(staged(commit, 0, r));
                 }
                 let version_id = self.next_version(&key);
                 self.epoch += 1;
                 let rows = vec![WalRow { table, tenant_id, id, version_id, deleted: true, fields: Default::default() }];
                 let r = self.receipt(receipt, self.epoch);
-                Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows, receipt: r.clone() }, 1, r))
+                Ok(staged(
+                    Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows, receipt: r.clone() },
+                    1,
+                    r,
+                ))
             }
             WriteOp::Declare { table, columns } => {
                 names::check_table(&table)?;
@@ -399,14 +413,22 @@ impl<'a> Stage<'a> {
                 }
                 self.epoch += 1;
                 self.schemas.insert(table, schema.clone());
-                Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![schema], rows: vec![], receipt: None }, 0, None))
+                Ok(staged(
+                    Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![schema], rows: vec![], receipt: None },
+                    0,
+                    None,
+                ))
             }
             WriteOp::Receipt { receipt } => {
                 if let Some(s) = self.check_receipt(&Some(receipt.clone()))? {
                     return Ok(s);
                 }
                 let r = self.receipt(Some(receipt), self.epoch);
-                Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows: vec![], receipt: r.clone() }, 0, r))
+                Ok(staged(
+                    Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows: vec![], receipt: r.clone() },
+                    0,
+                    r,
+                ))
             }
         }
     }
@@ -442,10 +464,7 @@ impl<'a> Stage<'a> {
             };
             schema.admit(&record.fields, self.config.max_vector_dim).map_err(|e| e.at_index(i))?;
         }
-        let changed: Vec<TableSchema> = schemas
-            .into_values()
-            .filter(|s| self.schema(&s.name) != Some(s))
-            .collect();
+        let changed: Vec<TableSchema> = schemas.into_values().filter(|s| self.schema(&s.name) != Some(s)).collect();
         for s in &changed {
             self.schemas.insert(s.name.clone(), s.clone());
         }
@@ -455,11 +474,18 @@ impl<'a> Stage<'a> {
             .into_iter()
             .map(|r| {
                 let version_id = self.next_version(&key_string(&r.table, &r.tenant_id, &r.id));
-                WalRow { table: r.table, tenant_id: r.tenant_id, id: r.id, version_id, deleted: false, fields: r.fields }
+                WalRow {
+                    table: r.table,
+                    tenant_id: r.tenant_id,
+                    id: r.id,
+                    version_id,
+                    deleted: false,
+                    fields: r.fields,
+                }
             })
             .collect();
         let r = self.receipt(receipt, self.epoch);
-        Ok(Staged::Commit(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: changed, rows, receipt: r.clone() }, count, r))
+        Ok(staged(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: changed, rows, receipt: r.clone() }, count, r))
     }
 }
 
@@ -492,7 +518,9 @@ fn run_committer(
         }
         if shared.failed.load(Ordering::Acquire) {
             for job in jobs {
-                let _ = job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
+                let _ = job
+                    .reply
+                    .send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
             }
             continue;
         }
@@ -515,7 +543,7 @@ fn run_committer(
                     .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, "panic while validating a write")));
                 let timing = WriteTiming { queue_ms, validate_ms: ms(started.elapsed()), ..Default::default() };
                 match staged {
-                    Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, commit, count, receipt, timing)),
+                    Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, *commit, count, receipt, timing)),
                     Ok(Staged::Replay(receipt)) => {
                         let _ = job.reply.send(Ok(WriteResult::Replayed(receipt)));
                     }
@@ -578,9 +606,21 @@ fn run_committer(
 /// Work for one indexer round, copied out of the state under a read lock.
 struct IndexBatch {
     upto: u32,
-    text: Vec<(u32, Arc<str>, Arc<str>, String, String)>,
-    vectors: Vec<(Arc<VectorIndex>, Vec<(u32, Arc<[f32]>)>)>,
+    text: Vec<TextFeature>,
+    vectors: Vec<VectorBatch>,
 }
+
+/// One (row, text column) document for the text index.
+struct TextFeature {
+    row: u32,
+    table: Arc<str>,
+    tenant: Arc<str>,
+    column: String,
+    text: String,
+}
+
+/// Rows to insert into one vector graph.
+type VectorBatch = (Arc<VectorIndex>, Vec<(u32, Arc<[f32]>)>);
 
 const INDEX_ROUND_ROWS: u32 = 4096;
 
@@ -589,7 +629,7 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
     let start = from_text.min(from_vec);
     let upto = total.min(start.saturating_add(INDEX_ROUND_ROWS));
     let mut text = Vec::new();
-    let mut by_index: HashMap<*const VectorIndex, (Arc<VectorIndex>, Vec<(u32, Arc<[f32]>)>)> = HashMap::new();
+    let mut by_index: HashMap<*const VectorIndex, VectorBatch> = HashMap::new();
     for row_id in start..upto {
         let row = &state.rows[row_id as usize];
         if row.deleted {
@@ -600,7 +640,13 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         if row_id >= from_text {
             for col in schema.text_columns() {
                 if let Some(s) = row.fields.get(col).and_then(Value::as_str) {
-                    text.push((row_id, key.table.clone(), key.tenant.clone(), col.to_string(), s.to_string()));
+                    text.push(TextFeature {
+                        row: row_id,
+                        table: key.table.clone(),
+                        tenant: key.tenant.clone(),
+                        column: col.to_string(),
+                        text: s.to_string(),
+                    });
                 }
             }
         }
@@ -638,8 +684,8 @@ fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextInd
                 }
             }
             shared.vector_watermark.store(batch.upto.max(from_vec), Ordering::Release);
-            for (row, table, tenant, col, s) in &batch.text {
-                if text.add(*row, table, tenant, col, s).is_err() {
+            for f in &batch.text {
+                if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
                     // the row stays searchable through the hot overlay only
                     shared.failed_features.fetch_add(1, Ordering::Relaxed);
                 }
