@@ -10,7 +10,6 @@ export const ERROR_STATUS = {
   unknown_field: 400,
   body_too_large: 400,
   unsupported_media_type: 400,
-  invalid_header: 400,
   // engine validation
   invalid_name: 400,
   invalid_record: 400,
@@ -42,7 +41,6 @@ export const ERROR_STATUS = {
   snapshot_not_found: 404,
   // conflicts
   idempotency_key_reused: 409,
-  idempotency_key_in_flight: 409,
   snapshot_exists: 409,
   branch_exists: 409,
   branch_archived: 409,
