@@ -1,0 +1,356 @@
+/**
+ * buildGateway: the gateway's HTTP service, without listen. Every request
+ * needs a configured bearer token (401), then passes the per-token rate
+ * limiter (429), then is either served here (metrics, branches, readiness)
+ * or proxied to the engine of the catalog branch it addresses.
+ */
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import rateLimit from '@fastify/rate-limit';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { BraidError, isErrorCode } from '../errors.js';
+import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
+import { TokenSet } from './auth.js';
+import type { GatewayConfig } from './config.js';
+import { BRANCH_HEADER, DATABASE_HEADER, Router, headerValue, parsePutBody, type Route } from './routing.js';
+import { Upstream, upstreamFailure } from './upstream.js';
+
+export const GATEWAY_SERVICE_NAME = 'braid-gateway';
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  /** Pino logger options; off by default. */
+  logger?: boolean | object;
+}
+
+/** Counters and wiring shared by the gateway's routes. */
+export interface GatewayState {
+  config: GatewayConfig;
+  router: Router;
+  upstreams: Map<string, Upstream>;
+  /** Every request the gateway received. */
+  requests: number;
+  /** Requests with a valid token, counted against that token's rate limit. */
+  metered: number;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    gateway: GatewayState;
+  }
+}
+
+/** Headers that describe one connection and are not forwarded in either direction. */
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer',
+  'transfer-encoding', 'upgrade', 'host', 'expect', 'http2-settings',
+]);
+/** Response headers the gateway's own server sets. */
+const RESPONSE_SKIP = new Set([...HOP_BY_HOP, 'date']);
+
+const PUT_PATH = '/v1/records/put';
+/** Engine answers up to this size are buffered and sent in one write instead of streamed. */
+const SMALL_BODY_BYTES = 64 * 1024;
+
+function toBraidError(err: unknown): BraidError {
+  if (err instanceof BraidError) return err;
+  const e = err as FastifyError;
+  switch (e?.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new BraidError('body_too_large', 'request body is larger than the configured limit');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new BraidError('unsupported_media_type', e.message);
+    default:
+      break;
+  }
+  if (typeof e?.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, e.message);
+  if (typeof e?.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    return new BraidError('invalid_request', e.message || 'bad request');
+  }
+  return new BraidError('internal_error', (e as Error | undefined)?.message || 'internal error');
+}
+
+/** Reads a request body up to `limit` bytes. */
+async function readBody(raw: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(raw.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) {
+    throw new BraidError('body_too_large', `request body is larger than the limit of ${limit} bytes`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of raw) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new BraidError('body_too_large', `request body is larger than the limit of ${limit} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+function hasBody(headers: IncomingHttpHeaders): boolean {
+  if (headers['transfer-encoding'] !== undefined) return true;
+  const length = headers['content-length'];
+  return length !== undefined && length !== '0';
+}
+
+const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
+  const { config } = options;
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: config.bodyLimitBytes,
+    return503OnClosing: true,
+    disableRequestLogging: true,
+  });
+
+  const router = new Router(config.catalog, config.defaultDatabase);
+  const tokens = new TokenSet(config.tokens);
+  const engineAuthorization = config.engineToken ? `Bearer ${config.engineToken}` : undefined;
+  const upstreams = new Map<string, Upstream>();
+  for (const [endpoint, probe] of router.endpoints()) {
+    upstreams.set(endpoint, new Upstream(endpoint, probe, {
+      connectTimeoutMs: config.connectTimeoutMs,
+      upstreamTimeoutMs: config.upstreamTimeoutMs,
+      connections: config.connectionsPerEngine,
+      readyIntervalMs: config.readyIntervalMs,
+      // without an engine token, clients' headers are forwarded; checks use the first client token
+      probeAuthorization: engineAuthorization ?? `Bearer ${config.tokens[0]}`,
+    }));
+  }
+  const state: GatewayState = { config, router, upstreams, requests: 0, metered: 0 };
+  app.decorate('gateway', state);
+  const upstreamOf = (route: Route): Upstream => upstreams.get(route.endpoint)!;
+
+  app.addHook('onReady', async () => {
+    for (const up of upstreams.values()) up.start();
+  });
+  app.addHook('onClose', async () => {
+    await Promise.all([...upstreams.values()].map((up) => up.close()));
+  });
+
+  // Bodies are not parsed. Small ones (known length up to SMALL_BODY_BYTES) are
+  // read into a Buffer, so the engine gets headers and body in one write;
+  // larger or chunked ones stream from the client to the engine.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (request: FastifyRequest, payload: IncomingMessage, done: (err: Error | null, body?: unknown) => void) => {
+    const length = Number(request.headers['content-length']);
+    if (!Number.isInteger(length) || length > SMALL_BODY_BYTES) return done(null);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    payload.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      chunks.push(chunk);
+    });
+    payload.on('end', () => done(null, Buffer.concat(chunks, size)));
+    payload.on('error', (err) => done(err));
+  });
+
+  // Authentication runs first, as an application-level hook: the limiter's
+  // route-level hooks run after it, so unknown tokens are 401, never 429.
+  const tokenOf = new WeakMap<FastifyRequest, string>();
+  app.addHook('onRequest', async (request, reply) => {
+    state.requests += 1;
+    try {
+      tokenOf.set(request, tokens.check(request.headers.authorization));
+    } catch (err) {
+      reply.header('www-authenticate', 'Bearer realm="braid"');
+      throw err;
+    }
+    state.metered += 1;
+  });
+
+  const limiterOn = config.rateLimitMax > 0;
+  if (limiterOn) {
+    await app.register(rateLimit, {
+      global: true,
+      hook: 'onRequest',
+      max: config.rateLimitMax,
+      timeWindow: config.rateWindowMs,
+      keyGenerator: (request) => tokenOf.get(request) ?? '',
+      errorResponseBuilder: (_request, context) =>
+        new BraidError('rate_limited', `rate limit of ${context.max} requests per ${config.rateWindowMs} ms exceeded for this token; retry in ${context.after}`),
+    });
+  }
+
+  app.setErrorHandler((err, request, reply) => {
+    const braidErr = toBraidError(err);
+    if (braidErr.status >= 500 && braidErr.code !== 'upstream_unreachable' && braidErr.code !== 'not_ready') {
+      request.log.error({ err }, 'gateway request failed');
+    }
+    return reply.status(braidErr.status).send(braidErr.toBody());
+  });
+
+  /** The catalog branch named by the request's headers. */
+  const routeOf = (request: FastifyRequest, databaseId?: string, branchId?: string): Route =>
+    router.resolve(databaseId ?? headerValue(request.headers[DATABASE_HEADER]), branchId ?? headerValue(request.headers[BRANCH_HEADER]));
+
+  /** Request headers toward the engine: client headers minus hop-by-hop ones, with the route injected. */
+  const upstreamHeaders = (request: FastifyRequest, route: Route): Record<string, string | string[]> => {
+    const out: Record<string, string | string[]> = {};
+    for (const [name, value] of Object.entries(request.headers)) {
+      if (value === undefined || HOP_BY_HOP.has(name)) continue;
+      out[name] = value;
+    }
+    out[DATABASE_HEADER] = route.upstreamDatabaseId;
+    out[BRANCH_HEADER] = route.upstreamBranchId;
+    if (engineAuthorization) out.authorization = engineAuthorization;
+    const forwarded = headerValue(request.headers['x-forwarded-for']);
+    out['x-forwarded-for'] = forwarded ? `${forwarded}, ${request.ip}` : request.ip;
+    return out;
+  };
+
+  /** Sends an engine's non-200 JSON answer back as is (or 502 when it is not JSON). */
+  const relayError = (reply: FastifyReply, route: Route, res: { status: number; body: unknown }) => {
+    if (isObject(res.body)) return reply.status(res.status).send(res.body);
+    throw new BraidError('upstream_error', `engine ${route.endpoint} answered ${res.status} without a JSON body`);
+  };
+
+  const getFromEngine = async (up: Upstream, route: Route, path: string, headers: Record<string, string | string[]>) => {
+    delete headers['content-length'];
+    try {
+      return await up.getJson(path, headers);
+    } catch (err) {
+      void up.check();
+      throw upstreamFailure(route.endpoint, err);
+    }
+  };
+
+  app.get('/v1/metrics/public-safe', {
+    schema: { response: { 200: MetricsResponse } },
+  }, async (request, reply) => {
+    const route = routeOf(request);
+    const up = upstreamOf(route);
+    const res = await getFromEngine(up, route, '/v1/metrics/public-safe', upstreamHeaders(request, route));
+    if (res.status !== 200 || !isObject(res.body)) return relayError(reply, route, res);
+    return {
+      ...res.body,
+      gateway: true,
+      rate_limit_enabled: limiterOn,
+      rate_limit_requests: limiterOn ? config.rateLimitMax : 0,
+      requests: state.requests,
+      service: GATEWAY_SERVICE_NAME,
+    };
+  });
+
+  app.get('/v1/branches', {
+    schema: { response: { 200: BranchesResponse } },
+  }, async (request) => {
+    type Summary = { branch_id: string; database_id: string; latest_epoch: number; parent_branch_id: string | null; state: string };
+    const perEndpoint = new Map<string, Map<string, Summary> | undefined>();
+    await Promise.all([...router.endpoints()].map(async ([endpoint, probe]) => {
+      const up = upstreams.get(endpoint)!;
+      let listed: Map<string, Summary> | undefined;
+      try {
+        const headers = upstreamHeaders(request, probe);
+        delete headers['content-length'];
+        const res = await up.getJson('/v1/branches', headers);
+        if (res.status === 200 && isObject(res.body) && Array.isArray(res.body.branches)) {
+          listed = new Map((res.body.branches as Summary[]).map((b) => [`${b.database_id}\u0000${b.branch_id}`, b]));
+        }
+      } catch {
+        void up.check();
+      }
+      perEndpoint.set(endpoint, listed);
+    }));
+    const branches = router.all().map((route) => {
+      const listed = perEndpoint.get(route.endpoint);
+      const engine = listed?.get(`${route.upstreamDatabaseId}\u0000${route.upstreamBranchId}`);
+      return {
+        branch_id: route.branch_id,
+        database_id: route.database_id,
+        endpoint: route.endpoint,
+        latest_epoch: num(engine?.latest_epoch),
+        parent_branch_id: typeof engine?.parent_branch_id === 'string' ? engine.parent_branch_id : null,
+        // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not answer
+        state: engine ? String(engine.state) : listed ? 'missing' : 'unreachable',
+      };
+    });
+    return { branches, gateway: true };
+  });
+
+  app.get('/v1/ready', {
+    schema: { response: { 200: ReadyResponse, 503: ReadyResponse } },
+  }, async (request, reply) => {
+    const route = routeOf(request);
+    const up = upstreamOf(route);
+    const r = await up.check(route, engineAuthorization ?? headerValue(request.headers.authorization));
+    const body = r.body ?? {};
+    reply.status(r.ready ? 200 : 503);
+    return {
+      catalog_databases: router.databaseCount,
+      durable_epoch: num(body.durable_epoch),
+      engine_health_checked: r.checked,
+      engine_status_code: r.statusCode,
+      engine_url: route.endpoint,
+      error: r.error,
+      latest_epoch: num(body.latest_epoch),
+      metered_requests: state.metered,
+      ok: r.ready,
+      ready: r.ready,
+      recovery_state: typeof body.recovery_state === 'string' ? body.recovery_state : r.reachable ? 'unknown' : 'unreachable',
+      service: GATEWAY_SERVICE_NAME,
+      ...(r.ready ? {} : { code: r.code ?? 'not_ready' }),
+    };
+  });
+
+  /** Everything else goes to the engine: status, headers and body stream back. */
+  const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
+    const raw = request.raw;
+    const pathname = request.url.split('?', 1)[0];
+    let route: Route;
+    let body: Buffer | IncomingMessage | undefined;
+    const buffered = Buffer.isBuffer(request.body) ? request.body : undefined;
+    if (request.method === 'POST' && pathname === PUT_PATH && !request.headers['content-encoding']) {
+      const bytes = buffered ?? await readBody(raw, config.bodyLimitBytes);
+      const parsed = parsePutBody(bytes);
+      route = routeOf(request, parsed?.databaseId, parsed?.branchId);
+      body = parsed ? parsed.rewrite(route) : bytes;
+    } else {
+      route = routeOf(request);
+      body = buffered ?? (hasBody(request.headers) ? raw : undefined);
+    }
+    const up = upstreamOf(route);
+    if (up.notReady) throw new BraidError('not_ready', up.readiness.error);
+
+    const headers = upstreamHeaders(request, route);
+    if (Buffer.isBuffer(body)) headers['content-length'] = String(body.length);
+    else if (body === undefined) delete headers['content-length'];
+
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await up.request({ method: request.method as Dispatcher.HttpMethod, path: request.url, headers, body });
+    } catch (err) {
+      void up.check();
+      throw upstreamFailure(route.endpoint, err);
+    }
+    if (res.statusCode === 503) void up.check();
+    // Small answers with a known length are read first and sent in one write;
+    // anything else streams through.
+    let payload: Buffer | Dispatcher.ResponseData['body'] = res.body;
+    const length = Number(res.headers['content-length']);
+    if (request.method !== 'HEAD' && Number.isInteger(length) && length <= SMALL_BODY_BYTES) {
+      try {
+        payload = Buffer.from(await res.body.arrayBuffer());
+      } catch (err) {
+        void up.check();
+        throw upstreamFailure(route.endpoint, err);
+      }
+    }
+    reply.status(res.statusCode);
+    for (const [name, value] of Object.entries(res.headers)) {
+      if (value !== undefined && !RESPONSE_SKIP.has(name)) reply.header(name, value);
+    }
+    // Every Braid body is JSON: label an unlabelled one so, rather than fastify's octet-stream default.
+    if (res.headers['content-type'] === undefined && Buffer.isBuffer(payload) && payload.length > 0) {
+      reply.header('content-type', 'application/json; charset=utf-8');
+    }
+    return reply.send(payload);
+  };
+
+  app.all('/*', proxy);
+  app.setNotFoundHandler(limiterOn ? { preHandler: app.rateLimit() } : {}, proxy);
+
+  return app;
+}

@@ -1,0 +1,19 @@
+/** The gateway: bearer auth, per-token rate limits and managed routing in front of engines. */
+export { buildGateway, GATEWAY_SERVICE_NAME, type GatewayOptions, type GatewayState } from './app.js';
+export { startGateway, exitGatewayOnSignals, type RunningGateway } from './server.js';
+export {
+  GATEWAY_DEFAULTS,
+  GatewayConfigError,
+  gatewayConfig,
+  parseCatalog,
+  resolveGatewayConfig,
+  singleEngineCatalog,
+  type Catalog,
+  type CatalogBranch,
+  type CatalogDatabase,
+  type GatewayConfig,
+  type GatewayFlags,
+} from './config.js';
+export { Router, parsePutBody, type Route } from './routing.js';
+export { TokenSet } from './auth.js';
+export { Upstream, isUnreachable, type Readiness } from './upstream.js';

@@ -1,0 +1,118 @@
+/**
+ * Managed routing: picks the catalog branch a request addresses (headers
+ * x-braid-database / x-braid-branch, or the put body's database_id /
+ * branch_id) and rewrites what the engine receives.
+ */
+import { BraidError } from '../errors.js';
+import { DEFAULT_BRANCH, type Catalog, type CatalogBranch } from './config.js';
+
+export const DATABASE_HEADER = 'x-braid-database';
+export const BRANCH_HEADER = 'x-braid-branch';
+
+/** Where a request goes: the catalog names, the engine's names and the endpoint. */
+export interface Route {
+  database_id: string;
+  branch_id: string;
+  upstreamDatabaseId: string;
+  upstreamBranchId: string;
+  endpoint: string;
+}
+
+export class Router {
+  private readonly routes = new Map<string, Map<string, Route>>();
+  private readonly defaultBranches = new Map<string, string>();
+
+  constructor(readonly catalog: Catalog, readonly defaultDatabase: string) {
+    for (const db of catalog.databases) {
+      const branches = new Map<string, Route>();
+      for (const b of db.branches) branches.set(b.branch_id, toRoute(db.database_id, b));
+      this.routes.set(db.database_id, branches);
+      const fallback = branches.has(DEFAULT_BRANCH) ? DEFAULT_BRANCH : db.branches[0]!.branch_id;
+      this.defaultBranches.set(db.database_id, db.default_branch ?? fallback);
+    }
+  }
+
+  /** Resolves a database/branch pair (undefined = default); throws branch_not_found. */
+  resolve(databaseId: string | undefined, branchId: string | undefined): Route {
+    const db = databaseId || this.defaultDatabase;
+    const branches = this.routes.get(db);
+    if (!branches) throw new BraidError('branch_not_found', `database ${db} is not in the gateway catalog`);
+    const branch = branchId || this.defaultBranches.get(db)!;
+    const route = branches.get(branch);
+    if (!route) throw new BraidError('branch_not_found', `branch ${db}/${branch} is not in the gateway catalog`);
+    return route;
+  }
+
+  /** Every catalog branch, in catalog order. */
+  all(): Route[] {
+    return [...this.routes.values()].flatMap((m) => [...m.values()]);
+  }
+
+  /** Distinct engine endpoints, each with the first route that uses it (for readiness checks). */
+  endpoints(): Map<string, Route> {
+    const out = new Map<string, Route>();
+    for (const r of this.all()) if (!out.has(r.endpoint)) out.set(r.endpoint, r);
+    return out;
+  }
+
+  get databaseCount(): number {
+    return this.routes.size;
+  }
+}
+
+function toRoute(databaseId: string, b: CatalogBranch): Route {
+  return {
+    database_id: databaseId,
+    branch_id: b.branch_id,
+    upstreamDatabaseId: b.upstream_database_id ?? databaseId,
+    upstreamBranchId: b.upstream_branch_id ?? b.branch_id,
+    endpoint: b.endpoint,
+  };
+}
+
+/** First value of a header. */
+export function headerValue(value: string | string[] | undefined): string | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  return v === undefined || v === '' ? undefined : v;
+}
+
+/**
+ * The put body (route 11) as the gateway forwards it. A JSON object body is
+ * rewritten into the wrapper `{record, database_id, branch_id}` with the
+ * engine's names of the routed branch; anything else (invalid JSON, not an
+ * object) is returned as undefined so the raw bytes go to the engine, which
+ * answers with its own validation error.
+ */
+export interface ParsedPut {
+  /** database_id / branch_id the client put in the wrapper, if any. */
+  databaseId: string | undefined;
+  branchId: string | undefined;
+  rewrite(route: Route): Buffer;
+}
+
+export function parsePutBody(raw: Buffer): ParsedPut | undefined {
+  let body: unknown;
+  try {
+    body = JSON.parse(raw.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  const obj = body as Record<string, unknown>;
+  const isWrapper = 'record' in obj;
+  const asString = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
+  // A wrapper with a malformed routing field goes to the engine untouched, which rejects it.
+  for (const key of ['database_id', 'branch_id']) {
+    if (isWrapper && key in obj && asString(obj[key]) === undefined) return undefined;
+  }
+  return {
+    databaseId: isWrapper ? asString(obj.database_id) : undefined,
+    branchId: isWrapper ? asString(obj.branch_id) : undefined,
+    rewrite(route: Route): Buffer {
+      const wrapper: Record<string, unknown> = isWrapper ? { ...obj } : { record: obj };
+      wrapper.database_id = route.upstreamDatabaseId;
+      wrapper.branch_id = route.upstreamBranchId;
+      return Buffer.from(JSON.stringify(wrapper), 'utf8');
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * Runs the gateway: builds it, listens, and on SIGTERM or SIGINT stops
+ * accepting requests, lets in-flight ones finish and closes the engine pools.
+ */
+import type { FastifyInstance } from 'fastify';
+import { buildGateway } from './app.js';
+import type { GatewayConfig } from './config.js';
+
+export interface RunningGateway {
+  app: FastifyInstance;
+  url: string;
+  config: GatewayConfig;
+  close(): Promise<void>;
+}
+
+export async function startGateway(config: GatewayConfig): Promise<RunningGateway> {
+  const app = await buildGateway({ config, logger: { level: config.logLevel } });
+  let url: string;
+  try {
+    url = await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    await app.close();
+    throw err;
+  }
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= app.close();
+    return closing;
+  };
+  return { app, url, config, close };
+}
+
+/** Drains and exits on SIGTERM / SIGINT. */
+export function exitGatewayOnSignals(gateway: RunningGateway): void {
+  const stop = (signal: string) => {
+    gateway.app.log.info({ signal }, 'draining');
+    gateway.close().then(
+      () => process.exit(0),
+      (err) => {
+        console.error('shutdown failed:', err);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+}

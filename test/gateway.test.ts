@@ -1,0 +1,485 @@
+/**
+ * The gateway (`braid gateway`) as real processes in front of a real engine
+ * process: bearer auth, per-token rate limits, proxying, managed routing,
+ * engine crash and restart. A small in-process HTTP server stands in for an
+ * engine where the test needs to see exactly what the engine receives.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Braid } from '../src/engine.js';
+import { GatewayConfigError, parsePutBody, resolveGatewayConfig, Router, TokenSet } from '../src/gateway/index.js';
+import { request, spawnServer, tempDir, type ChildServer, type HttpResult } from './helpers.js';
+
+const GOOD = { authorization: 'Bearer good' };
+const OTHER = { authorization: 'Bearer other' };
+const JSON_HEADERS = { 'content-type': 'application/json' };
+
+const children: ChildServer[] = [];
+const dirs: string[] = [];
+
+async function spawn(args: string[], env: Record<string, string> = {}): Promise<ChildServer> {
+  const child = await spawnServer(args, env);
+  children.push(child);
+  return child;
+}
+
+async function stopChild(child: ChildServer, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.child.exitCode === null && child.child.signalCode === null) child.child.kill(signal);
+  await child.exited;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls until `check` returns true (or throws when it never does). */
+async function waitFor(what: string, check: () => Promise<boolean>, limitMs = 30_000): Promise<void> {
+  const deadline = Date.now() + limitMs;
+  for (;;) {
+    if (await check().catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+const get = (base: string, route: string, headers: Record<string, string> = {}) => request(base + route, 'GET', undefined, headers);
+const post = (base: string, route: string, body: unknown, headers: Record<string, string> = {}) =>
+  request(base + route, 'POST', body, { ...JSON_HEADERS, ...headers });
+
+const record = (id: string, fields: Record<string, unknown> = {}) => ({ table: 'notes', tenant_id: 't1', id, fields });
+const key = (id: string) => ({ table: 'notes', tenant_id: 't1', id });
+
+afterAll(async () => {
+  await Promise.all(children.map((c) => stopChild(c, 'SIGKILL')));
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('gateway configuration (pure)', () => {
+  it('takes tokens from the config file, the environment and flags together', () => {
+    const dir = tempDir('braid-gw-conf-');
+    dirs.push(dir);
+    const file = path.join(dir, 'gateway.json');
+    writeFileSync(file, JSON.stringify({ tokens: ['from-file'], rate_limit: { max: 7, window_ms: 250 }, engine_url: 'http://127.0.0.1:9/' }));
+    const config = resolveGatewayConfig({ config: file, token: ['from-flag'] }, { BRAID_GATEWAY_TOKENS: 'env-a, env-b' });
+    expect(config.tokens.sort()).toEqual(['env-a', 'env-b', 'from-file', 'from-flag']);
+    expect(config.rateLimitMax).toBe(7);
+    expect(config.rateWindowMs).toBe(250);
+    expect(config.engineUrl).toBe('http://127.0.0.1:9');
+    expect(config.catalog).toEqual({ databases: [{ database_id: 'default', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:9' }] }] });
+    // flags beat the environment, which beats the file
+    const flagged = resolveGatewayConfig({ config: file, rateLimit: 3 }, { BRAID_RATE_LIMIT: '5', BRAID_RATE_WINDOW_MS: '2000' });
+    expect(flagged.rateLimitMax).toBe(3);
+    expect(flagged.rateWindowMs).toBe(2000);
+  });
+
+  it('refuses to start without tokens, with an unknown key or a bad catalog', () => {
+    expect(() => resolveGatewayConfig({}, {})).toThrow(GatewayConfigError);
+    const dir = tempDir('braid-gw-conf-');
+    dirs.push(dir);
+    const write = (name: string, value: unknown) => {
+      const file = path.join(dir, name);
+      writeFileSync(file, JSON.stringify(value));
+      return file;
+    };
+    expect(() => resolveGatewayConfig({ config: write('a.json', { tokens: ['x'], tokns: [] }) }, {})).toThrow(/unknown key/);
+    expect(() => resolveGatewayConfig({ config: write('b.json', { tokens: ['x'], databases: [] }) }, {})).toThrow(/must not be empty/);
+    expect(() => resolveGatewayConfig({ config: write('c.json', {
+      tokens: ['x'],
+      databases: [{ database_id: 'd', branches: [{ branch_id: 'main', endpoint: 'ftp://x' }] }],
+    }) }, {})).toThrow(/http/);
+  });
+
+  it('routes by catalog names and wraps a bare put body', () => {
+    const router = new Router({
+      databases: [
+        { database_id: 'default', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:1' }] },
+        { database_id: 'alias', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:2', upstream_database_id: 'default', upstream_branch_id: 'dev' }] },
+      ],
+    }, 'default');
+    expect(router.resolve(undefined, undefined).endpoint).toBe('http://127.0.0.1:1');
+    const alias = router.resolve('alias', undefined);
+    expect([alias.upstreamDatabaseId, alias.upstreamBranchId]).toEqual(['default', 'dev']);
+    expect(() => router.resolve('nope', undefined)).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
+    expect(() => router.resolve('default', 'nope')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
+
+    const bare = parsePutBody(Buffer.from(JSON.stringify(record('a'))))!;
+    expect(JSON.parse(bare.rewrite(alias).toString())).toEqual({ record: record('a'), database_id: 'default', branch_id: 'dev' });
+    const wrapped = parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), branch_id: 'x' })))!;
+    expect(wrapped.branchId).toBe('x');
+    expect(parsePutBody(Buffer.from('{"id":'))).toBeUndefined();
+    expect(parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), database_id: 5 })))).toBeUndefined();
+
+    const tokens = new TokenSet(['good']);
+    expect(tokens.check('Bearer good')).toBe('good');
+    expect(() => tokens.check('Bearer bad')).toThrow(expect.objectContaining({ code: 'unauthorized' }));
+    expect(() => tokens.check(undefined)).toThrow(expect.objectContaining({ code: 'unauthorized' }));
+  });
+});
+
+describe('gateway in front of a real engine', () => {
+  let dataDir: string;
+  let engine: ChildServer;
+  let engineUrl: string;
+  let enginePort: string;
+  let gateway: ChildServer;
+  let managed: ChildServer;
+
+  beforeAll(async () => {
+    dataDir = tempDir('braid-gw-engine-');
+    dirs.push(dataDir);
+    // a second branch "dev" (child of main) for managed routing, made before the engine process opens the directory
+    const db = Braid.open({ dataDir });
+    await db.snapshot('seed');
+    await db.restore('seed', 'dev');
+    db.close();
+
+    engine = await spawn(['serve', '--port', '0', '--data-dir', dataDir]);
+    engineUrl = engine.url;
+    enginePort = new URL(engineUrl).port;
+    gateway = await spawn(['gateway', '--port', '0', '--engine', engineUrl, '--token', 'good', 'other', '--rate-limit', '20', '--rate-window', '1000']);
+
+    const configFile = path.join(dataDir, '..', `${path.basename(dataDir)}-gateway.json`);
+    dirs.push(configFile);
+    writeFileSync(configFile, JSON.stringify({
+      tokens: ['managed'],
+      rate_limit: { max: 1000, window_ms: 1000 },
+      databases: [
+        { database_id: 'default', branches: [{ branch_id: 'main', endpoint: engineUrl }, { branch_id: 'dev', endpoint: engineUrl }] },
+        { database_id: 'analytics', branches: [{ branch_id: 'main', endpoint: engineUrl, upstream_database_id: 'default', upstream_branch_id: 'dev' }] },
+        { database_id: 'ghost', branches: [{ branch_id: 'main' }] },
+      ],
+    }));
+    managed = await spawn(['gateway', '--port', '0', '--config', configFile, '--engine', engineUrl]);
+  });
+
+  it('answers 401 without a token or with an unknown one', async () => {
+    for (const route of ['/v1/records/get', '/v1/ready', '/v1/metrics/public-safe', '/v1/branches', '/v1/nope']) {
+      const none = route === '/v1/records/get' ? await post(gateway.url, route, key('a')) : await get(gateway.url, route);
+      expect(none.status).toBe(401);
+      expect(none.body).toMatchObject({ code: 'unauthorized', error: expect.any(String) });
+      const bad = await get(gateway.url, route, { authorization: 'Bearer nope' });
+      expect(bad.status).toBe(401);
+      expect(bad.body.code).toBe('unauthorized');
+    }
+    const basic = await get(gateway.url, '/v1/ready', { authorization: 'Basic Z29vZDo=' });
+    expect(basic.status).toBe(401);
+  });
+
+  it('proxies put and get with a good token', async () => {
+    const put = await post(gateway.url, '/v1/records/put', record('a', { title: 'through the gateway' }), GOOD);
+    expect(put.status).toBe(200);
+    expect(put.body.epoch).toBeGreaterThan(0);
+    const got = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
+    expect(got.status).toBe(200);
+    expect(got.body.record).toMatchObject({ id: 'a', fields: { title: 'through the gateway' }, version_id: expect.any(Number) });
+    // the engine has it too
+    const direct = await post(engineUrl, '/v1/records/get', key('a'));
+    expect(direct.body.record.fields.title).toBe('through the gateway');
+    // rate-limit headers on every answer
+    expect(got.headers.get('x-ratelimit-limit')).toBe('20');
+    expect(got.headers.get('x-ratelimit-remaining')).toMatch(/^\d+$/);
+
+    // wrapper body, batch, deprecated insert (with its headers), validation errors and unknown routes pass through
+    const wrapped = await post(gateway.url, '/v1/records/put', { record: record('b') }, GOOD);
+    expect(wrapped.status).toBe(200);
+    const batch = await post(gateway.url, '/v1/records/put-batch', { records: [record('c'), record('d')] }, GOOD);
+    expect(batch.status).toBe(200);
+    expect(batch.body.record_count).toBe(2);
+    const insert = await post(gateway.url, '/v1/insert', record('e'), GOOD);
+    expect(insert.status).toBe(200);
+    expect(insert.headers.get('deprecation')).toBe('true');
+    expect(insert.headers.get('link')).toContain('/v1/records/put');
+    const invalid = await post(gateway.url, '/v1/records/put', '{"id":', GOOD);
+    expect(invalid.status).toBe(400);
+    expect(invalid.body.code).toBe('invalid_json');
+    // a put larger than the gateway's in-memory fast path is still wrapped and routed
+    const long = await post(gateway.url, '/v1/records/put', record('long', { text: 'z'.repeat(100_000) }), GOOD);
+    expect(long.status).toBe(200);
+    expect((await post(engineUrl, '/v1/records/get', key('long'))).body.record.fields.text).toHaveLength(100_000);
+    const unknown = await get(gateway.url, '/v1/nope', GOOD);
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.code).toBe('route_not_found');
+  });
+
+  it('forwards Idempotency-Key: a retry replays the first answer with its replay header', async () => {
+    const headers = { ...GOOD, 'idempotency-key': 'gw-key-1' };
+    const first = await post(gateway.url, '/v1/records/put', record('idem'), headers);
+    expect(first.status).toBe(200);
+    const again = await post(gateway.url, '/v1/records/put', record('idem'), headers);
+    expect(again.status).toBe(200);
+    expect(again.body).toEqual(first.body);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.headers.get('content-type')).toContain('application/json');
+    const reused = await post(gateway.url, '/v1/records/put', record('idem', { changed: true }), headers);
+    expect(reused.status).toBe(409);
+    expect(reused.body.code).toBe('idempotency_key_reused');
+  });
+
+  it('serves metrics, branches and readiness with gateway: true', async () => {
+    const metrics = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
+    expect(metrics.status).toBe(200);
+    expect(metrics.body).toMatchObject({ gateway: true, rate_limit_enabled: true, rate_limit_requests: 20, recovery_state: 'healthy' });
+    expect(metrics.body.requests).toBeGreaterThan(0);
+    const engineMetrics = await get(engineUrl, '/v1/metrics/public-safe');
+    expect(metrics.body.latest_epoch).toBe(engineMetrics.body.latest_epoch);
+    expect(engineMetrics.body.gateway).toBe(false);
+
+    const branches = await get(gateway.url, '/v1/branches', GOOD);
+    expect(branches.status).toBe(200);
+    expect(branches.body.gateway).toBe(true);
+    expect(branches.body.branches).toEqual([{
+      branch_id: 'main', database_id: 'default', endpoint: engineUrl,
+      latest_epoch: engineMetrics.body.latest_epoch, parent_branch_id: null, state: 'active',
+    }]);
+
+    const ready = await get(gateway.url, '/v1/ready', GOOD);
+    expect(ready.status).toBe(200);
+    expect(ready.body).toMatchObject({
+      ok: true, ready: true, engine_url: engineUrl, engine_health_checked: true, engine_status_code: 200,
+      catalog_databases: 1, error: '', service: 'braid-gateway',
+    });
+    expect(ready.body.metered_requests).toBeGreaterThan(0);
+    expect(ready.body.code).toBeUndefined();
+  });
+
+  it('limits each token: a burst gets 429 with Retry-After, other tokens pass, and the next window passes', async () => {
+    const burst = await Promise.all(Array.from({ length: 60 }, () => post(gateway.url, '/v1/records/get', key('a'), OTHER)));
+    const limited = burst.filter((r) => r.status === 429);
+    expect(limited.length).toBeGreaterThan(0);
+    expect(burst.every((r) => r.status === 200 || r.status === 429)).toBe(true);
+    const first = limited[0]!;
+    expect(first.body).toMatchObject({ code: 'rate_limited', error: expect.any(String) });
+    const retryAfter = Number(first.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(first.headers.get('x-ratelimit-limit')).toBe('20');
+    expect(first.headers.get('x-ratelimit-remaining')).toBe('0');
+    expect(first.headers.get('x-ratelimit-reset')).toMatch(/^\d+$/);
+
+    // another token has its own budget
+    const good = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
+    expect(good.status).toBe(200);
+    // unknown tokens are rejected before the limiter: 401, never 429
+    const unknown = await Promise.all(Array.from({ length: 30 }, () => get(gateway.url, '/v1/ready', { authorization: 'Bearer nope' })));
+    expect(unknown.every((r) => r.status === 401)).toBe(true);
+
+    await sleep(retryAfter * 1000 + 100);
+    const later = await post(gateway.url, '/v1/records/get', key('a'), OTHER);
+    expect(later.status).toBe(200);
+  });
+
+  it('routes by x-braid-database / x-braid-branch and injects the branch toward the engine', async () => {
+    const M = { authorization: 'Bearer managed' };
+    // bare RecordInput to default/dev
+    const toDev = await post(managed.url, '/v1/records/put', record('routed', { where: 'dev' }), { ...M, 'x-braid-branch': 'dev' });
+    expect(toDev.status).toBe(200);
+    const onDev = await post(engineUrl, '/v1/records/get', key('routed'), { 'x-braid-branch': 'dev' });
+    expect(onDev.body.record).toMatchObject({ id: 'routed', fields: { where: 'dev' } });
+    const onMain = await post(engineUrl, '/v1/records/get', key('routed'), { 'x-braid-branch': 'main' });
+    expect(onMain.status).toBe(200);
+    expect(onMain.body.record).toBeNull();
+    // reads through the gateway follow the same headers
+    const viaDev = await post(managed.url, '/v1/records/get', key('routed'), { ...M, 'x-braid-branch': 'dev' });
+    expect(viaDev.body.record.fields.where).toBe('dev');
+    const viaMain = await post(managed.url, '/v1/records/get', key('routed'), M);
+    expect(viaMain.body.record).toBeNull();
+
+    // the put wrapper's branch_id routes too (body wins over the headers, as on the engine)
+    const wrapped = await post(managed.url, '/v1/records/put', { record: record('wrapped'), branch_id: 'dev' }, M);
+    expect(wrapped.status).toBe(200);
+    expect((await post(engineUrl, '/v1/records/get', key('wrapped'), { 'x-braid-branch': 'dev' })).body.record).not.toBeNull();
+    expect((await post(engineUrl, '/v1/records/get', key('wrapped'))).body.record).toBeNull();
+
+    // a catalog alias: analytics/main is the engine's default/dev
+    const alias = await post(managed.url, '/v1/records/put', record('aliased'), { ...M, 'x-braid-database': 'analytics' });
+    expect(alias.status).toBe(200);
+    expect((await post(engineUrl, '/v1/records/get', key('aliased'), { 'x-braid-branch': 'dev' })).body.record).not.toBeNull();
+
+    // not in the catalog: the gateway answers 404; in the catalog but not on the engine: the engine does
+    const misses: Array<Record<string, string>> = [{ 'x-braid-database': 'nope' }, { 'x-braid-branch': 'nope' }, { 'x-braid-database': 'ghost' }];
+    for (const headers of misses) {
+      const res = await post(managed.url, '/v1/records/put', record('x'), { ...M, ...headers });
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('branch_not_found');
+    }
+
+    const branches = await get(managed.url, '/v1/branches', M);
+    expect(branches.status).toBe(200);
+    const engineBranches = (await get(engineUrl, '/v1/branches')).body.branches as Array<{ branch_id: string; latest_epoch: number }>;
+    const devEpoch = engineBranches.find((b) => b.branch_id === 'dev')!.latest_epoch;
+    expect(devEpoch).toBeGreaterThan(0);
+    expect(branches.body).toEqual({
+      gateway: true,
+      branches: [
+        { database_id: 'default', branch_id: 'main', endpoint: engineUrl, latest_epoch: expect.any(Number), parent_branch_id: null, state: 'active' },
+        { database_id: 'default', branch_id: 'dev', endpoint: engineUrl, latest_epoch: devEpoch, parent_branch_id: 'main', state: 'active' },
+        { database_id: 'analytics', branch_id: 'main', endpoint: engineUrl, latest_epoch: devEpoch, parent_branch_id: 'main', state: 'active' },
+        { database_id: 'ghost', branch_id: 'main', endpoint: engineUrl, latest_epoch: 0, parent_branch_id: null, state: 'missing' },
+      ],
+    });
+    const ready = await get(managed.url, '/v1/ready', { ...M, 'x-braid-branch': 'dev' });
+    expect(ready.status).toBe(200);
+    expect(ready.body.catalog_databases).toBe(3);
+    const metrics = await get(managed.url, '/v1/metrics/public-safe', { ...M, 'x-braid-branch': 'dev' });
+    expect(metrics.body).toMatchObject({ gateway: true, rate_limit_requests: 1000, latest_epoch: devEpoch });
+  });
+
+  it('answers 502 and not ready while the engine is down, and recovers when it restarts on the same port', async () => {
+    await stopChild(engine, 'SIGKILL');
+    const down = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
+    expect(down.status).toBe(502);
+    expect(down.body).toMatchObject({ code: 'upstream_unreachable', error: expect.any(String) });
+    const putDown = await post(gateway.url, '/v1/records/put', record('while-down'), GOOD);
+    expect(putDown.status).toBe(502);
+    const metricsDown = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
+    expect(metricsDown.status).toBe(502);
+    const ready = await get(gateway.url, '/v1/ready', GOOD);
+    expect(ready.status).toBe(503);
+    expect(ready.body).toMatchObject({ ok: false, ready: false, engine_health_checked: true, engine_status_code: 0, code: 'not_ready' });
+    expect(ready.body.error).not.toBe('');
+    const branches = await get(gateway.url, '/v1/branches', GOOD);
+    expect(branches.status).toBe(200);
+    expect(branches.body.branches[0].state).toBe('unreachable');
+
+    engine = await spawn(['serve', '--port', enginePort, '--data-dir', dataDir]);
+    expect(engine.url).toBe(engineUrl);
+    await waitFor('the gateway to see the engine ready', async () => (await get(gateway.url, '/v1/ready', GOOD)).status === 200);
+    const got = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
+    expect(got.status).toBe(200);
+    expect(got.body.record.fields.title).toBe('through the gateway');
+    const put = await post(gateway.url, '/v1/records/put', record('after-restart'), GOOD);
+    expect(put.status).toBe(200);
+  });
+});
+
+describe('gateway against a scripted engine', () => {
+  let upstream: Server;
+  let upstreamUrl: string;
+  let gateway: ChildServer;
+  let notReady = false;
+  const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders; body: string }> = [];
+
+  beforeAll(async () => {
+    upstream = createServer((req, res) => {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        if (req.url === '/v1/ready') {
+          res.writeHead(notReady ? 503 : 200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(notReady
+            ? { ready: false, ok: false, error: 'recovering', code: 'shutting_down', recovery_state: 'failed' }
+            : { ready: true, ok: true, error: '', durable_epoch: 4, latest_epoch: 5, recovery_state: 'healthy' }));
+          return;
+        }
+        seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+        if (req.url === '/big') {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ big: 'y'.repeat(200_000) }));
+          return;
+        }
+        res.writeHead(201, {
+          'content-type': 'application/json',
+          'idempotent-replayed': 'true',
+          'idempotency-replayed': 'true',
+          deprecation: 'true',
+          link: '</v1/records/put>; rel="successor-version"',
+          'x-custom': 'kept',
+        });
+        res.end(JSON.stringify({ echoed: true }));
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    const address = upstream.address() as { port: number };
+    upstreamUrl = `http://127.0.0.1:${address.port}`;
+    gateway = await spawn(['gateway', '--port', '0', '--engine', upstreamUrl, '--token', 'good', '--rate-limit', '0'], {
+      BRAID_GATEWAY_TOKENS: 'env-token',
+    });
+  });
+
+  afterAll(async () => {
+    await stopChild(gateway);
+    upstream.closeAllConnections();
+    await new Promise((resolve) => upstream.close(resolve));
+  });
+
+  it('forwards Idempotency-Key and the route headers, wraps the put body and relays response headers', async () => {
+    seen.length = 0;
+    const res: HttpResult = await post(gateway.url, '/v1/records/put?x=1', record('k'), {
+      ...GOOD,
+      'idempotency-key': 'key-123',
+      'x-braid-database': 'default',
+    });
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual({ echoed: true });
+    for (const name of ['idempotent-replayed', 'idempotency-replayed', 'deprecation', 'link', 'x-custom']) {
+      expect(res.headers.get(name)).not.toBeNull();
+    }
+    expect(res.headers.get('x-ratelimit-limit')).toBeNull();
+    const sent = seen[0]!;
+    expect(sent.method).toBe('POST');
+    expect(sent.url).toBe('/v1/records/put?x=1');
+    expect(sent.headers['idempotency-key']).toBe('key-123');
+    expect(sent.headers['x-braid-database']).toBe('default');
+    expect(sent.headers['x-braid-branch']).toBe('main');
+    expect(sent.headers.authorization).toBe('Bearer good');
+    expect(sent.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(sent.body)).toEqual({ record: record('k'), database_id: 'default', branch_id: 'main' });
+    expect(Number(sent.headers['content-length'])).toBe(Buffer.byteLength(sent.body));
+
+    // other routes stream the body unchanged; the env token works too
+    seen.length = 0;
+    const raw = '{"query": "FROM notes" }';
+    const other = await post(gateway.url, '/v1/nativeql', raw, { authorization: 'Bearer env-token', 'idempotency-key': 'k2' });
+    expect(other.status).toBe(201);
+    expect(seen[0]!.body).toBe(raw);
+    expect(seen[0]!.headers['idempotency-key']).toBe('k2');
+    expect(seen[0]!.headers['x-braid-branch']).toBe('main');
+  });
+
+  it('streams large bodies both ways, with or without a content-length', async () => {
+    seen.length = 0;
+    const large = JSON.stringify({ query: 'x'.repeat(150_000) });
+    const sized = await post(gateway.url, '/v1/nativeql', large, GOOD);
+    expect(sized.status).toBe(201);
+    expect(seen[0]!.body).toBe(large);
+    // chunked request body (no content-length)
+    const chunked = await fetch(`${gateway.url}/v1/nativeql`, {
+      method: 'POST',
+      headers: { ...GOOD, ...JSON_HEADERS },
+      body: new ReadableStream({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(large.slice(0, 1000)));
+          controller.enqueue(new TextEncoder().encode(large.slice(1000)));
+          controller.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
+    expect(chunked.status).toBe(201);
+    await chunked.text();
+    expect(seen[1]!.body).toBe(large);
+    const big = await get(gateway.url, '/big', GOOD);
+    expect(big.status).toBe(200);
+    expect(big.body.big).toHaveLength(200_000);
+  });
+
+  it('answers 503 not_ready while the engine says it is not ready, and proxies again once it is', async () => {
+    notReady = true;
+    await waitFor('the gateway to see the engine not ready', async () => (await get(gateway.url, '/v1/nope', GOOD)).status === 503);
+    const gated = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
+    expect(gated.status).toBe(503);
+    expect(gated.body).toMatchObject({ code: 'not_ready', error: expect.stringContaining('recovering') });
+    const ready = await get(gateway.url, '/v1/ready', GOOD);
+    expect(ready.status).toBe(503);
+    expect(ready.body).toMatchObject({ ready: false, engine_status_code: 503, code: 'shutting_down', recovery_state: 'failed' });
+
+    notReady = false;
+    await waitFor('the gateway to see the engine ready', async () => (await get(gateway.url, '/v1/nope', GOOD)).status === 201);
+    const readyAgain = await get(gateway.url, '/v1/ready', GOOD);
+    expect(readyAgain.status).toBe(200);
+    expect(readyAgain.body).toMatchObject({ ready: true, durable_epoch: 4, latest_epoch: 5, engine_url: upstreamUrl });
+    const metrics = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
+    // the scripted engine's answer is not a metrics body: relayed as is
+    expect(metrics.status).toBe(201);
+  });
+});
