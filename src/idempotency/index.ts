@@ -74,7 +74,12 @@ export function receiptFor(request: FastifyRequest, body: unknown): ReceiptDraft
 
 /** Sends a stored response again. */
 export function replay(reply: FastifyReply, status: number, body: unknown): FastifyReply {
-  return reply.status(status).header(REPLAY_HEADER, 'true').serializer(JSON.stringify).send(body);
+  return reply
+    .status(status)
+    .header(REPLAY_HEADER, 'true')
+    .type('application/json; charset=utf-8')
+    .serializer(JSON.stringify)
+    .send(body);
 }
 
 export interface IdempotencyOptions {
