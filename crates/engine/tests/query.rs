@@ -531,3 +531,35 @@ fn validation_errors_have_codes() {
         assert_eq!(engine.query(None, None, &query).unwrap_err().code, code, "{query:?}");
     }
 }
+
+#[test]
+fn vector_graphs_are_persisted_and_reloaded_not_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let data = clustered(&mut rng, 3000, 32, 30);
+    {
+        let engine = open(dir.path());
+        let records =
+            data.iter().enumerate().map(|(i, v)| rec("vec", "t", &format!("{i}"), json!({ "emb": v }))).collect();
+        engine.put(None, None, records, None).unwrap();
+        assert!(engine.wait_indexed(Duration::from_secs(120)));
+    }
+    let graph_dir = dir.path().join("db/default/main/vectors");
+    assert!(graph_dir.join("vec.emb.json").exists(), "the graph is dumped at close");
+    let engine = open(dir.path());
+    let branch = engine.branch(None, None).unwrap();
+    assert_eq!(branch.vector_watermark(), 3000, "the reloaded graph covers every row without re-inserting");
+    let mut hq = q("vec", "t");
+    hq.vector = Some(data[5].iter().map(|x| *x as f64).collect());
+    let resp = engine.query(None, None, &hq).unwrap();
+    assert_eq!(resp.explain.selected_strategy.as_deref(), Some("vector_hnsw"));
+    assert_eq!(resp.results[0].record_id, "5");
+    // new writes after the reload are indexed on top of the loaded graph
+    engine.put(None, None, vec![rec("vec", "t", "new", json!({ "emb": data[7] }))], None).unwrap();
+    assert!(engine.wait_indexed(Duration::from_secs(30)));
+    let mut hq = q("vec", "t");
+    hq.vector = Some(data[7].iter().map(|x| *x as f64).collect());
+    hq.top_k = Some(2);
+    let ids: HashSet<String> = ids(&engine.query(None, None, &hq).unwrap()).into_iter().collect();
+    assert_eq!(ids, HashSet::from(["7".to_string(), "new".to_string()]));
+}

@@ -9,12 +9,15 @@
 //! (vectors are normalised on the way in), the dot product for `dot`, and
 //! `1 / (1 + euclidean distance)` for `l2`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use hnsw_rs::anndists::dist::distances::Distance;
-use hnsw_rs::prelude::Hnsw;
+use hnsw_rs::prelude::{AnnT, Hnsw, HnswIo};
 use roaring::RoaringBitmap;
+use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::schema::Metric;
 
 pub const MAX_NB_CONNECTION: usize = 16;
@@ -69,12 +72,102 @@ pub struct VectorIndex {
     pub dim: u32,
     hnsw: Hnsw<'static, f32, MetricDist>,
     inserted: AtomicUsize,
+    /// Every row below this id that has a vector in this column is in the graph.
+    watermark: AtomicU32,
+    /// Watermark of the last dump on disk.
+    dumped: AtomicU32,
+}
+
+/// Sidecar of a dumped graph: which generation of files holds it and up to
+/// which row. Written (atomically) after the graph files, so it never points
+/// at a partial dump.
+#[derive(Debug, Serialize, Deserialize)]
+struct DumpMeta {
+    generation: u64,
+    watermark: u32,
+    metric: Metric,
+    dim: u32,
+    count: usize,
 }
 
 impl VectorIndex {
     pub fn new(metric: Metric, dim: u32, expected: usize) -> VectorIndex {
         let hnsw = Hnsw::new(MAX_NB_CONNECTION, expected.max(1024), MAX_LAYER, EF_CONSTRUCTION, MetricDist(metric));
-        VectorIndex { metric, dim, hnsw, inserted: AtomicUsize::new(0) }
+        VectorIndex {
+            metric,
+            dim,
+            hnsw,
+            inserted: AtomicUsize::new(0),
+            watermark: AtomicU32::new(0),
+            dumped: AtomicU32::new(0),
+        }
+    }
+
+    pub fn watermark(&self) -> u32 {
+        self.watermark.load(Ordering::Acquire)
+    }
+
+    pub fn set_watermark(&self, upto: u32) {
+        self.watermark.fetch_max(upto, Ordering::AcqRel);
+    }
+
+    /// Loads the graph dumped under `name` in `dir`, if there is a usable one
+    /// covering at most `max_rows` rows. A missing, stale or damaged dump
+    /// gives `None` and the caller rebuilds from the log.
+    pub fn load(dir: &Path, name: &str, metric: Metric, dim: u32, max_rows: u32) -> Option<VectorIndex> {
+        let meta: DumpMeta = serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.json"))).ok()?).ok()?;
+        if meta.metric != metric || meta.dim != dim || meta.watermark > max_rows {
+            return None;
+        }
+        let basename = format!("{name}.g{}", meta.generation);
+        let loaded = std::panic::catch_unwind(|| {
+            // hnsw_rs ties the graph's lifetime to its reader; the reader is
+            // small and lives as long as the graph, so it is leaked once per load
+            let io: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, &basename)));
+            io.load_hnsw_with_dist::<f32, MetricDist>(MetricDist(metric)).ok()
+        })
+        .ok()
+        .flatten()?;
+        let count = loaded.get_nb_point();
+        Some(VectorIndex {
+            metric,
+            dim,
+            hnsw: loaded,
+            inserted: AtomicUsize::new(count),
+            watermark: AtomicU32::new(meta.watermark),
+            dumped: AtomicU32::new(meta.watermark),
+        })
+    }
+
+    /// Dumps the graph when it has grown since the last dump. Must not run
+    /// concurrently with inserts (the indexer is stopped or is the caller).
+    pub fn dump(&self, dir: &Path, name: &str) -> Result<()> {
+        let watermark = self.watermark();
+        if watermark == self.dumped.load(Ordering::Acquire) || self.is_empty() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir)?;
+        let meta_path = dir.join(format!("{name}.json"));
+        let previous: Option<DumpMeta> = std::fs::read(&meta_path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        let generation = previous.as_ref().map_or(1, |m| m.generation + 1);
+        let basename = format!("{name}.g{generation}");
+        self.hnsw.file_dump(dir, &basename).map_err(|e| Error::storage(format!("vector dump: {e}")))?;
+        for ext in ["hnsw.graph", "hnsw.data"] {
+            std::fs::File::open(dir.join(format!("{basename}.{ext}")))?.sync_all()?;
+        }
+        let meta = DumpMeta { generation, watermark, metric: self.metric, dim: self.dim, count: self.len() };
+        let tmp = dir.join(format!("{name}.json.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&meta).expect("meta serialises"))?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &meta_path)?;
+        crate::storage::wal::sync_dir(&meta_path)?;
+        if let Some(old) = previous {
+            for ext in ["hnsw.graph", "hnsw.data"] {
+                let _ = std::fs::remove_file(dir.join(format!("{name}.g{}.{ext}", old.generation)));
+            }
+        }
+        self.dumped.store(watermark, Ordering::Release);
+        Ok(())
     }
 
     /// Inserts a prepared vector under its row id.
@@ -122,6 +215,35 @@ mod tests {
         // zero vectors must not panic
         let z = prepare(Metric::Cosine, vec![0.0, 0.0]);
         assert_eq!(similarity(Metric::Cosine, &z, &a), 0.0);
+    }
+
+    #[test]
+    fn dump_and_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = VectorIndex::new(Metric::L2, 2, 100);
+        for i in 0..200u32 {
+            index.insert(i, &[i as f32, (i % 7) as f32]);
+        }
+        index.set_watermark(200);
+        index.dump(dir.path(), "t.emb").unwrap();
+        // a second dump after growth replaces the first generation
+        index.insert(200, &[500.0, 0.0]);
+        index.set_watermark(201);
+        index.dump(dir.path(), "t.emb").unwrap();
+        assert!(!dir.path().join("t.emb.g1.hnsw.graph").exists());
+        let loaded = VectorIndex::load(dir.path(), "t.emb", Metric::L2, 2, 1000).expect("loads");
+        assert_eq!(loaded.watermark(), 201);
+        assert_eq!(loaded.len(), 201);
+        let mut all = RoaringBitmap::new();
+        all.insert_range(0..1000);
+        assert_eq!(loaded.search(&[500.0, 0.0], 1, 64, &all)[0].0, 200);
+        // stale or mismatched dumps are refused
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, 2, 100).is_none());
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::Cosine, 2, 1000).is_none());
+        assert!(VectorIndex::load(dir.path(), "missing", Metric::L2, 2, 1000).is_none());
+        // a damaged dump is refused, not a panic
+        std::fs::write(dir.path().join("t.emb.g2.hnsw.data"), b"garbage").unwrap();
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, 2, 1000).is_none());
     }
 
     #[test]

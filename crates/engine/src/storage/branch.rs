@@ -120,6 +120,28 @@ pub struct Branch {
 }
 
 pub const WAL_FILE: &str = "wal.log";
+pub const VECTOR_DIR: &str = "vectors";
+
+fn graph_name(table: &str, column: &str) -> String {
+    format!("{table}.{column}")
+}
+
+/// Replaces the empty graphs built during replay with the ones dumped at the
+/// last clean close, when they are usable; returns the row from which the
+/// indexer must catch up.
+fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
+    let mut from = rows;
+    for (table, data) in state.tables.iter_mut() {
+        for (column, vc) in data.vectors.iter_mut() {
+            let (metric, dim) = (vc.index.metric, vc.index.dim);
+            if let Some(loaded) = VectorIndex::load(dir, &graph_name(table, column), metric, dim, rows) {
+                vc.index = Arc::new(loaded);
+            }
+            from = from.min(vc.index.watermark());
+        }
+    }
+    from
+}
 
 impl Branch {
     pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
@@ -135,6 +157,7 @@ impl Branch {
         let cutoff = now_ms().saturating_sub(config.receipt_retention_ms);
         state.receipts.retain(|_, r| r.created_ms >= cutoff);
         let rows = state.rows.len() as u32;
+        let vector_watermark = load_vector_graphs(&mut state, &dir.join(VECTOR_DIR), rows);
 
         let text_dir = dir.join("text");
         let mut text = TextIndex::open(&text_dir)?;
@@ -150,7 +173,7 @@ impl Branch {
             archived: AtomicBool::new(false),
             wake: Mutex::new(true),
             wake_cv: Condvar::new(),
-            vector_watermark: AtomicU32::new(0),
+            vector_watermark: AtomicU32::new(vector_watermark),
             failed_features: Default::default(),
         });
         let state = Arc::new(RwLock::new(state));
@@ -258,6 +281,14 @@ impl Branch {
             let _ = handle.join();
         }
         let _ = self.text.close();
+        // the indexer has stopped: dump the vector graphs so the next start
+        // loads them instead of rebuilding
+        let state = self.state.read();
+        for (table, data) in &state.tables {
+            for (column, vc) in &data.vectors {
+                let _ = vc.index.dump(&self.dir.join(VECTOR_DIR), &graph_name(table, column));
+            }
+        }
     }
 }
 
@@ -652,7 +683,7 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         }
         if row_id >= from_vec {
             if let Some(table) = state.tables.get(&*key.table) {
-                for vc in table.vectors.values() {
+                for vc in table.vectors.values().filter(|vc| row_id >= vc.index.watermark()) {
                     if let Some(v) = vc.data.get(&row_id) {
                         by_index
                             .entry(Arc::as_ptr(&vc.index))
@@ -682,6 +713,9 @@ fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextInd
                 } else {
                     items.iter().for_each(|(row, v)| index.insert(*row, v));
                 }
+            }
+            for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
+                vc.index.set_watermark(batch.upto);
             }
             shared.vector_watermark.store(batch.upto.max(from_vec), Ordering::Release);
             for f in &batch.text {
