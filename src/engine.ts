@@ -8,6 +8,7 @@ import type { Static } from 'typebox';
 import { BraidError, isErrorCode } from './errors.js';
 import type { HybridExplain as HybridExplainSchema } from './schemas/query.js';
 import { loadNative, type NativeEngineHandle } from './native/index.js';
+import { parseNativeQuery } from './ql/index.js';
 
 export type Fields = Record<string, unknown>;
 
@@ -243,6 +244,15 @@ export class Braid {
   /** Runs a hybrid query. */
   query(query: HybridQuery, options?: BranchRef): Promise<QueryResponse> {
     return this.call('query', { ...route(options), query });
+  }
+
+  /**
+   * Runs a native query language statement (docs/ql.md). A statement that does
+   * not parse rejects with `QlSyntaxError` (HTTP: `400 ql_syntax_error`).
+   */
+  async nativeQuery(text: string, options?: BranchRef): Promise<QueryResponse> {
+    if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
+    return this.query(parseNativeQuery(text), options);
   }
 
   /** Declares a table or adds columns to it. */

@@ -1,0 +1,154 @@
+// The embedded API (src/engine.ts through src/index.ts): the documented example of docs/embedded.md
+// really runs, and errors carry stable codes.
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { BraidError, open, type Braid } from '../src/index.js';
+import { QlSyntaxError } from '../src/ql/index.js';
+import { ROOT, tempDir } from './helpers.js';
+
+/** The ```ts blocks of a markdown file. */
+function tsBlocks(markdown: string): string[] {
+  return [...markdown.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+}
+
+describe('docs/embedded.md', () => {
+  const markdown = readFileSync(path.join(ROOT, 'docs', 'embedded.md'), 'utf8');
+  const examples = tsBlocks(markdown).filter((b) => b.includes('db.close()'));
+
+  it('has exactly one complete example, importing braid-db', () => {
+    expect(examples).toHaveLength(1);
+    expect(examples[0]).toMatch(/from 'braid-db'/);
+    for (const step of ['putBatch', 'scalar_eq', 'nativeQuery', 'next_cursor', 'snapshot(', 'restore(', 'branches()', 'close()']) {
+      expect(examples[0], step).toContain(step);
+    }
+  });
+
+  it('the example runs against the real engine', async () => {
+    const source = examples[0]!.replaceAll("'braid-db'", JSON.stringify(path.join(ROOT, 'src', 'index.ts')));
+    const file = path.join(ROOT, 'test', `.tmp-embedded-example-${process.pid}.test-helper.ts`);
+    writeFileSync(file, source);
+    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+    try {
+      await import(file);
+      const lines = log.mock.calls.map((args) => args.join(' '));
+      expect(lines).toContain('committed at epoch 1');
+      expect(lines).toContain('invalid_name 400');
+      expect(lines.some((l) => l.startsWith('restored into audit'))).toBe(true);
+    } finally {
+      log.mockRestore();
+      rmSync(file, { force: true });
+    }
+  });
+});
+
+describe('embedded API errors carry stable codes', () => {
+  let dir: string;
+  let db: Braid;
+
+  beforeAll(async () => {
+    dir = tempDir('braid-embedded-');
+    db = open({ dataDir: dir });
+    await db.putBatch([
+      { table: 'notes', tenant_id: 't', id: 'n1', fields: { title: 'hello world', n: 1, emb: [1, 0] } },
+      { table: 'notes', tenant_id: 't', id: 'n2', fields: { title: 'hello again', n: 2, emb: [0, 1] } },
+    ]);
+  });
+
+  afterAll(() => {
+    db?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function codeOf(promise: Promise<unknown>): Promise<string> {
+    const err = await promise.then(
+      () => expect.unreachable('expected a rejection'),
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(BraidError);
+    return (err as BraidError).code;
+  }
+
+  it('invalid_name for a bad table name and an empty id', async () => {
+    expect(await codeOf(db.put({ table: 'no-dashes', tenant_id: 't', id: 'x' }))).toBe('invalid_name');
+    expect(await codeOf(db.put({ table: 'notes', tenant_id: 't', id: '' }))).toBe('invalid_name');
+    expect(await codeOf(db.snapshot('bad name'))).toBe('invalid_name');
+  });
+
+  it('schema_type_mismatch for a value of another type, with the batch index', async () => {
+    const err = await db
+      .putBatch([
+        { table: 'notes', tenant_id: 't', id: 'ok', fields: { n: 3 } },
+        { table: 'notes', tenant_id: 't', id: 'bad', fields: { n: 'three' } },
+      ])
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BraidError);
+    expect((err as BraidError).code).toBe('schema_type_mismatch');
+    expect((err as BraidError).status).toBe(400);
+    expect((err as BraidError).index).toBe(1);
+    // the batch is atomic: nothing was written
+    expect(await db.get({ table: 'notes', tenant_id: 't', id: 'ok' })).toBeNull();
+  });
+
+  it('vector_dimension_mismatch and top_k_out_of_range from queries', async () => {
+    expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', text: 'hello', top_k: 0 }))).toBe('top_k_out_of_range');
+    expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', text: 'hello', top_k: 1001 }))).toBe('top_k_out_of_range');
+    expect(await codeOf(db.nativeQuery("SEARCH notes TENANT 't' MATCH 'hello' LIMIT 0"))).toBe('top_k_out_of_range');
+    expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', vector: [1, 0, 0] }))).toBe('vector_dimension_mismatch');
+  });
+
+  it('nativeQuery runs a statement like query does', async () => {
+    const native = await db.nativeQuery("SEARCH notes TENANT 't' MATCH 'hello' WHERE n = 2 LIMIT 5");
+    const direct = await db.query({ table: 'notes', tenant_id: 't', text: 'hello', scalar_eq: { n: 2 }, top_k: 5 });
+    expect(native.results.map((r) => r.record_id)).toEqual(['n2']);
+    expect(direct.results.map((r) => r.record_id)).toEqual(['n2']);
+    const other = await db.nativeQuery("SEARCH notes TENANT 't' MATCH 'hello'", { branchId: 'main' });
+    expect(other.results).toHaveLength(2);
+  });
+
+  it('nativeQuery rejects text that does not parse with QlSyntaxError (ql_syntax_error)', async () => {
+    const err = await db.nativeQuery("SEARCH notes TENANT 't' LIMTI 5").catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(QlSyntaxError);
+    const ql = err as QlSyntaxError;
+    expect(ql.name).toBe('QlSyntaxError');
+    expect(ql.diagnostic.line).toBe(1);
+    expect(ql.diagnostic.column).toBe(25);
+    expect(ql.diagnostic.found).toBe("'LIMTI'");
+    expect(ql.message).toMatch(/^line 1, column 25: expected/);
+    // a non-string is a diagnostic too, not a TypeError
+    await expect(db.nativeQuery(42 as unknown as string)).rejects.toBeInstanceOf(QlSyntaxError);
+  });
+
+  it('snapshot_exists, snapshot_not_found, branch_exists, branch_not_found', async () => {
+    await db.snapshot('s1');
+    expect(await codeOf(db.snapshot('s1'))).toBe('snapshot_exists');
+    expect(await codeOf(db.restore('nope', 'b1'))).toBe('snapshot_not_found');
+    await db.restore('s1', 'b1');
+    expect(await codeOf(db.restore('s1', 'b1'))).toBe('branch_exists');
+    expect(await codeOf(db.get({ table: 'notes', tenant_id: 't', id: 'n1' }, { branchId: 'nope' }))).toBe('branch_not_found');
+    expect((await db.get({ table: 'notes', tenant_id: 't', id: 'n1' }, { branchId: 'b1' }))?.fields.title).toBe('hello world');
+  });
+
+  it('storage_failure when the data directory is already held', () => {
+    let err: unknown;
+    try {
+      open({ dataDir: dir }).close();
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(BraidError);
+    expect((err as BraidError).code).toBe('storage_failure');
+  });
+
+  it('shutting_down after close, for query and nativeQuery alike', async () => {
+    const other = open({ dataDir: tempDir('braid-embedded-closed-') });
+    const closedDir = other.dataDir;
+    other.close();
+    try {
+      expect(await codeOf(other.query({ table: 'notes', tenant_id: 't' }))).toBe('shutting_down');
+      expect(await codeOf(other.nativeQuery("SEARCH notes TENANT 't'"))).toBe('shutting_down');
+    } finally {
+      rmSync(closedDir, { recursive: true, force: true });
+    }
+  });
+});
