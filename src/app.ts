@@ -133,8 +133,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return reply.status(404).send({ code: 'route_not_found', error: `no route ${request.method} ${request.url.split('?')[0]}` });
   });
 
-  app.addHook('onClose', async () => {
+  // Draining: once close() starts, in-flight requests finish but their
+  // keep-alive connections are closed after the response, so close() ends.
+  app.addHook('preClose', async () => {
     state.closing = true;
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (state.closing) reply.header('connection', 'close');
+    return payload;
   });
 
   await app.register(idempotency, { engine: options.engine, branchOf: receiptBranch });

@@ -34,7 +34,13 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
     closing ??= (async () => {
-      await app.close();
+      // connections that go idle while draining are closed as they do
+      const reaper = setInterval(() => app.server.closeIdleConnections(), 100);
+      try {
+        await app.close();
+      } finally {
+        clearInterval(reaper);
+      }
       engine.close();
     })();
     return closing;

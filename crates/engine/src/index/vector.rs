@@ -24,8 +24,10 @@ pub const MAX_NB_CONNECTION: usize = 16;
 pub const EF_CONSTRUCTION: usize = 200;
 pub const MAX_LAYER: usize = 16;
 
-/// The distance hnsw_rs orders by: lower is closer. Never panics on odd input
-/// (zero vectors score as orthogonal).
+/// The distance hnsw_rs orders by: lower is closer, and never negative
+/// (hnsw_rs asserts that). Cosine is `1 - cos` clamped at 0; the dot product
+/// maps through a strictly decreasing positive function so the graph sees
+/// the same order. Never panics on odd input (zero vectors are orthogonal).
 #[derive(Debug, Clone, Copy)]
 pub struct MetricDist(pub Metric);
 
@@ -36,10 +38,19 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 impl Distance<f32> for MetricDist {
     fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
         match self.0 {
-            Metric::Cosine => 1.0 - dot(a, b),
-            Metric::Dot => -dot(a, b),
+            Metric::Cosine => (1.0 - dot(a, b)).max(0.0),
+            Metric::Dot => dot_distance(dot(a, b)),
             Metric::L2 => a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt(),
         }
+    }
+}
+
+/// Strictly decreasing in the dot product, positive, continuous at 0 (= 1).
+fn dot_distance(d: f32) -> f32 {
+    if d >= 0.0 {
+        1.0 / (1.0 + d)
+    } else {
+        1.0 - d
     }
 }
 
@@ -58,7 +69,8 @@ pub fn prepare(metric: Metric, mut v: Vec<f32>) -> Vec<f32> {
 pub fn similarity_from_distance(metric: Metric, distance: f32) -> f32 {
     match metric {
         Metric::Cosine => 1.0 - distance,
-        Metric::Dot => -distance,
+        Metric::Dot if distance <= 1.0 => 1.0 / distance.max(f32::MIN_POSITIVE) - 1.0,
+        Metric::Dot => 1.0 - distance,
         Metric::L2 => 1.0 / (1.0 + distance),
     }
 }
@@ -211,10 +223,33 @@ mod tests {
         assert!(similarity(Metric::Cosine, &a, &b) > similarity(Metric::Cosine, &a, &c));
         assert!((similarity(Metric::Cosine, &a, &a) - 1.0).abs() < 1e-6);
         assert_eq!(similarity(Metric::L2, &[0.0, 0.0], &[3.0, 4.0]), 1.0 / 6.0);
-        assert_eq!(similarity(Metric::Dot, &[1.0, 2.0], &[3.0, 4.0]), 11.0);
+        assert!((similarity(Metric::Dot, &[1.0, 2.0], &[3.0, 4.0]) - 11.0).abs() < 1e-4);
+        assert!((similarity(Metric::Dot, &[1.0, 2.0], &[-3.0, -4.0]) + 11.0).abs() < 1e-4);
+        assert!(similarity(Metric::Dot, &[1.0], &[2.0]) > similarity(Metric::Dot, &[1.0], &[1.0]));
+        for m in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            let (a, b) = (prepare(m, vec![0.3, 0.7, 0.1]), prepare(m, vec![-5.0, 2.0, 9.0]));
+            assert!(MetricDist(m).eval(&a, &a) >= 0.0 && MetricDist(m).eval(&a, &b) >= 0.0);
+        }
         // zero vectors must not panic
         let z = prepare(Metric::Cosine, vec![0.0, 0.0]);
         assert_eq!(similarity(Metric::Cosine, &z, &a), 0.0);
+    }
+
+    #[test]
+    fn graphs_of_every_metric_build_on_awkward_data() {
+        // regression: hnsw_rs asserts non-negative distances; near-identical
+        // cosine vectors and negative dot products used to panic the indexer
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            let index = VectorIndex::new(metric, 3, 100);
+            let items: Vec<(u32, std::sync::Arc<[f32]>)> = (0..2000u32)
+                .map(|i| (i, std::sync::Arc::from(prepare(metric, vec![(i % 7) as f32, (i % 11) as f32 - 5.0, 1.0]))))
+                .collect();
+            index.insert_many(&items);
+            let mut all = RoaringBitmap::new();
+            all.insert_range(0..2000);
+            let q = prepare(metric, vec![3.0, -2.0, 1.0]);
+            assert_eq!(index.search(&q, 5, 64, &all).len(), 5);
+        }
     }
 
     #[test]

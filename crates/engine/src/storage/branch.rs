@@ -708,10 +708,17 @@ fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextInd
         if from_text < total || from_vec < total {
             let batch = collect_batch(&state.read(), from_text, from_vec);
             for (index, items) in &batch.vectors {
-                if items.len() > 64 {
-                    index.insert_many(items);
-                } else {
-                    items.iter().for_each(|(row, v)| index.insert(*row, v));
+                // a panic inside the graph library must not kill the indexer;
+                // the rows it failed on are counted in failed_feature_count
+                let inserted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if items.len() > 64 {
+                        index.insert_many(items);
+                    } else {
+                        items.iter().for_each(|(row, v)| index.insert(*row, v));
+                    }
+                }));
+                if inserted.is_err() {
+                    shared.failed_features.fetch_add(items.len() as u64, Ordering::Relaxed);
                 }
             }
             for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
