@@ -1,0 +1,342 @@
+// The `braid` client commands (snapshot, restore, branches, query, import, version), run as child
+// processes of bin/braid.js against (a) a server in this process and (b) a data directory.
+import { spawn } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, ROOT, startTestServer, tempDir, type TestServer } from './helpers.js';
+
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs bin/braid.js asynchronously (the test server lives in this process), optionally feeding stdin. */
+function braid(args: string[], input?: string, env: Record<string, string> = {}): Promise<CliResult> {
+  const base = { ...process.env };
+  delete base.BRAID_URL;
+  delete base.BRAID_TOKEN;
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env: { ...base, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  child.stdin.end(input ?? '');
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** `key: value` lines of the import summary. */
+function summary(stdout: string): Record<string, string> {
+  return Object.fromEntries(stdout.trim().split('\n').map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 2)]));
+}
+
+const articles = [
+  { tenant_id: 'acme', id: 'a1', fields: { title: 'Solar panels on every roof of the city and its suburbs, now', topic: 'energy', year: 2024, embedding: [0.9, 0.1, 0] } },
+  { tenant_id: 'acme', id: 'a2', fields: { title: 'Wind and solar hybrids', topic: 'energy', year: 2023, embedding: [0.8, 0.2, 0] } },
+  { tenant_id: 'acme', id: 'a3', fields: { title: 'Sourdough at home', topic: 'food', year: 2024, embedding: [0, 1, 0] } },
+  { tenant_id: 'acme', id: 'a4', fields: { title: 'Solar cookers', topic: 'food', year: 2022, embedding: [0.5, 0.5, 0] } },
+];
+const ndjson = (rows: unknown[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';
+
+let work: string;
+let s: TestServer;
+
+beforeAll(async () => {
+  work = tempDir('braid-cli-');
+  s = await startTestServer();
+});
+
+afterAll(async () => {
+  await s?.destroy();
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe('help and version', () => {
+  it('every command has --help', async () => {
+    const commands = ['snapshot', 'restore', 'branches', 'query', 'import', 'serve', 'gateway', 'version'];
+    const results = await Promise.all(commands.map((c) => braid([c, '--help'])));
+    for (const [i, r] of results.entries()) {
+      expect(r.code, commands[i]).toBe(0);
+      expect(r.stdout, commands[i]).toContain(`Usage: braid ${commands[i]}`);
+    }
+    const clientHelp = results.slice(0, 5).map((r) => r.stdout);
+    for (const text of clientHelp) {
+      expect(text).toContain('--url <url>');
+      expect(text).toContain('--data-dir <dir>');
+      expect(text).toContain('a running `braid serve` locks it');
+    }
+    expect(results[1]!.stdout).toContain('--verify <table/tenant/id>');
+    expect(results[3]!.stdout).toContain('--json');
+    expect(results[4]!.stdout).toContain('--batch <n>');
+    expect(results[4]!.stdout).toContain('--id-field <name>');
+    const top = await braid(['--help']);
+    for (const c of ['snapshot', 'restore', 'branches', 'query', 'import']) expect(top.stdout).toContain(c);
+  });
+
+  it('version prints the package version', async () => {
+    const { version } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    const r = await braid(['version']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe(version);
+  });
+});
+
+describe('against a running server (--url)', () => {
+  let url: string[];
+
+  beforeAll(() => {
+    url = ['--url', s.url];
+  });
+
+  it('import from a file: chunks, a bad line and a rejected record are counted with their line numbers', async () => {
+    const file = path.join(work, 'articles.ndjson');
+    const lines = [
+      JSON.stringify(articles[0]),
+      JSON.stringify(articles[1]),
+      '{"tenant_id": "acme", "id": oops}',
+      '',
+      JSON.stringify(articles[2]),
+      JSON.stringify({ tenant_id: 'acme', id: 'bad', fields: { year: 'not a number' } }),
+      JSON.stringify(articles[3]),
+    ];
+    writeFileSync(file, lines.join('\n') + '\n');
+    const r = await braid(['import', 'articles', file, '--batch', '2', ...url]);
+    expect(r.code, r.stderr).toBe(1);
+    const sum = summary(r.stdout);
+    expect(sum['records imported']).toBe('4');
+    // [a1, a2], [a3, bad] sent again as [a3], [a4]
+    expect(sum.batches).toBe('3');
+    expect(Number(sum.seconds)).toBeGreaterThanOrEqual(0);
+    expect(Number(sum['records/s'])).toBeGreaterThan(0);
+    expect(sum.failures).toMatch(/^2 \(first bad record: line 3: not valid JSON/);
+    expect(r.stderr).toBe('');
+    const got = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'a4' });
+    expect(got.body.record.fields.title).toBe('Solar cookers');
+    const bad = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'bad' });
+    expect(bad.body.record).toBeNull();
+  });
+
+  it('a rejected record is reported by its line', async () => {
+    const r = await braid(['import', 'articles', '-', ...url], ndjson([{ tenant_id: 'acme', id: 'x1', fields: { year: 'nope' } }]));
+    expect(r.code).toBe(1);
+    const sum = summary(r.stdout);
+    expect(sum['records imported']).toBe('0');
+    expect(sum.failures).toMatch(/^1 \(first bad record: line 1: schema_type_mismatch: /);
+  });
+
+  it('import from stdin: plain objects with --tenant and --id-field, in chunks of --batch', async () => {
+    const rows = Array.from({ length: 25 }, (_, i) => ({ user_id: i + 1, name: `user ${i + 1}`, team: i % 2 ? 'red' : 'blue' }));
+    const r = await braid(['import', 'users', '--tenant', 'acme', '--id-field', 'user_id', '--batch', '10', ...url], ndjson(rows));
+    expect(r.code, r.stderr).toBe(0);
+    const sum = summary(r.stdout);
+    expect(sum['records imported']).toBe('25');
+    expect(sum.batches).toBe('3');
+    expect(sum.failures).toBe('0');
+    const got = await s.post('/v1/records/get', { table: 'users', tenant_id: 'acme', id: '7' });
+    expect(got.body.record.fields).toEqual({ user_id: 7, name: 'user 7', team: 'blue' });
+  });
+
+  it('import into a branch with --branch', async () => {
+    await s.post('/v1/admin/snapshot', { target: 'for_import' });
+    await s.post('/v1/admin/restore', { source: 'for_import', target: 'imports' });
+    const r = await braid(['import', 'notes', '--branch', 'imports', ...url], ndjson([{ tenant_id: 't', id: 'n1', fields: { body: 'on a branch' } }]));
+    expect(r.code, r.stderr).toBe(0);
+    const onBranch = await s.post('/v1/records/get', { table: 'notes', tenant_id: 't', id: 'n1' }, { 'x-braid-branch': 'imports' });
+    expect(onBranch.body.record.fields.body).toBe('on a branch');
+    const onMain = await s.post('/v1/records/get', { table: 'notes', tenant_id: 't', id: 'n1' });
+    expect(onMain.body.record).toBeNull();
+  });
+
+  it('query prints a table of scores and the first text field, truncated; --json prints the response', async () => {
+    const q = "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5";
+    const r = await braid(['query', q, ...url]);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.trimEnd().split('\n');
+    expect(lines[0]!.split(/\s+/)).toEqual(['record_id', 'final_score', 'lexical', 'vector', 'relational', 'title']);
+    expect(lines[2]).toMatch(/^a1\s+\d\.\d{4}\s+\d\.\d{4}\s+\d\.\d{4}\s+-\s+Solar panels on every roof of the city and its …$/);
+    expect(lines[3]).toMatch(/^a2\s+.*Wind and solar hybrids$/);
+    expect(lines[4]).toMatch(/^\(2 rows, read epoch \d+\)$/);
+
+    const json = await braid(['query', q, '--json', ...url]);
+    expect(json.code).toBe(0);
+    const body = JSON.parse(json.stdout);
+    expect(body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1', 'a2']);
+    expect(body).toHaveProperty('explain.read_epoch');
+    expect(body.next_cursor).toBeNull();
+  });
+
+  it('query pages with next_cursor and CURSOR', async () => {
+    const q = "SEARCH articles TENANT 'acme' MATCH 'solar' LIMIT 1";
+    const first = JSON.parse((await braid(['query', q, '--json', ...url])).stdout);
+    expect(first.next_cursor).toEqual(expect.any(String));
+    const table = await braid(['query', q, ...url]);
+    expect(table.stdout).toMatch(/\nnext_cursor: \S+\n$/);
+    const second = JSON.parse((await braid(['query', `${q} CURSOR '${first.next_cursor}'`, '--json', ...url])).stdout);
+    expect(second.results).toHaveLength(1);
+    expect(second.results[0].record_id).not.toBe(first.results[0].record_id);
+  });
+
+  it('query reports a syntax error with its code and a caret', async () => {
+    const r = await braid(['query', "SEARCH articles TENANT 'acme' LIMTI 5", ...url]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain("braid: ql_syntax_error: line 1, column 31: expected 'MATCH'");
+    expect(r.stderr).toContain(`\n  SEARCH articles TENANT 'acme' LIMTI 5\n  ${' '.repeat(30)}^`);
+    const range = await braid(['query', "SEARCH articles TENANT 'acme' LIMIT 0", ...url]);
+    expect(range.code).toBe(1);
+    expect(range.stderr).toMatch(/^braid: top_k_out_of_range: /);
+  });
+
+  it('snapshot, restore with --verify, branches', async () => {
+    const snap = await braid(['snapshot', 'cli_snap', ...url]);
+    expect(snap.code, snap.stderr).toBe(0);
+    expect(snap.stdout).toMatch(/^snapshot cli_snap of default\/main at epoch \d+\n$/);
+
+    const again = await braid(['snapshot', 'cli_snap', ...url]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/^braid: snapshot_exists: /);
+
+    const snapJson = JSON.parse((await braid(['snapshot', 'cli_snap_json', '--json', ...url])).stdout);
+    expect(snapJson).toMatchObject({ snapshot: true, target: 'cli_snap_json', database_id: 'default', branch_id: 'main' });
+
+    const restored = await braid(['restore', 'cli_snap', 'cli_audit', '--verify', 'articles/acme/a1', ...url]);
+    expect(restored.code, restored.stderr).toBe(0);
+    expect(restored.stdout).toMatch(/^restored snapshot cli_snap into branch cli_audit at epoch \d+\nverify articles\/acme\/a1: passed \(version 1\)\n$/);
+
+    const missing = await braid(['restore', 'cli_snap', 'cli_audit2', '--verify', 'articles/acme/nope', ...url]);
+    expect(missing.code).toBe(1);
+    expect(missing.stdout).toContain('verify articles/acme/nope: failed (record not found)');
+
+    const json = JSON.parse((await braid(['restore', 'cli_snap', 'cli_audit3', '--json', ...url])).stdout);
+    expect(json).toMatchObject({ restored: true, source: 'cli_snap', target: 'cli_audit3', verification: null });
+
+    const noSnap = await braid(['restore', 'no_such', 'x', ...url]);
+    expect(noSnap.code).toBe(1);
+    expect(noSnap.stderr).toMatch(/^braid: snapshot_not_found: /);
+
+    const badVerify = await braid(['restore', 'cli_snap', 'x', '--verify', 'articles/a1', ...url]);
+    expect(badVerify.code).toBe(1);
+    expect(badVerify.stderr).toContain('--verify expects table/tenant/id');
+
+    const branches = await braid(['branches', ...url]);
+    expect(branches.code, branches.stderr).toBe(0);
+    const rows = branches.stdout.trimEnd().split('\n');
+    expect(rows[0]!.split(/\s+/)).toEqual(['database', 'branch', 'parent', 'state', 'latest_epoch', 'endpoint']);
+    expect(rows.some((l) => /^default\s+cli_audit\s+main\s+active\s+\d+\s+http:\/\/127\.0\.0\.1:\d+$/.test(l))).toBe(true);
+    const list = JSON.parse((await braid(['branches', '--json', ...url])).stdout);
+    expect(list.map((b: { branch_id: string }) => b.branch_id)).toEqual(expect.arrayContaining(['main', 'cli_audit', 'cli_audit2', 'cli_audit3']));
+  });
+
+  it('BRAID_URL is the default --url', async () => {
+    const r = await braid(['branches', '--json'], undefined, { BRAID_URL: s.url });
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).length).toBeGreaterThan(0);
+  });
+
+  it('--data-dir on a directory a server holds fails, pointing at --url', async () => {
+    const r = await braid(['branches', '--data-dir', s.dataDir]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^braid: storage_failure: /);
+    expect(r.stderr).toContain('use --url');
+  });
+
+  it('--url and --data-dir together are refused; an unreachable server is upstream_unreachable', async () => {
+    const both = await braid(['branches', '--url', s.url, '--data-dir', work]);
+    expect(both.code).toBe(1);
+    expect(both.stderr).toContain('either --url or --data-dir');
+    // a loopback port that was just free
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const down = await braid(['branches', '--url', `http://127.0.0.1:${port}`]);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toMatch(new RegExp(`^braid: upstream_unreachable: cannot reach http://127\\.0\\.0\\.1:${port}: ECONNREFUSED`));
+  });
+});
+
+describe('with a bearer token (--token)', () => {
+  let secured: TestServer;
+
+  beforeAll(async () => {
+    secured = await startTestServer({ config: { authTokens: ['s3cret'] } });
+  });
+
+  afterAll(async () => {
+    await secured?.destroy();
+  });
+
+  it('sends --token or BRAID_TOKEN; without one the server code is printed', async () => {
+    const ok = await braid(['branches', '--url', secured.url, '--token', 's3cret']);
+    expect(ok.code, ok.stderr).toBe(0);
+    const env = await braid(['snapshot', 'tok', '--url', secured.url], undefined, { BRAID_TOKEN: 's3cret' });
+    expect(env.code, env.stderr).toBe(0);
+    const denied = await braid(['branches', '--url', secured.url]);
+    expect(denied.code).toBe(1);
+    expect(denied.stderr).toMatch(/^braid: unauthorized: /);
+  });
+});
+
+describe('against a data directory (--data-dir)', () => {
+  let dataDir: string;
+  let dd: string[];
+
+  beforeAll(() => {
+    dataDir = path.join(work, 'data');
+    dd = ['--data-dir', dataDir];
+  });
+
+  it('import from a file and from stdin, with a bad line', async () => {
+    const file = path.join(work, 'local.ndjson');
+    writeFileSync(file, ndjson(articles.slice(0, 3)) + '[1, 2]\n' + ndjson(articles.slice(3)));
+    const r = await braid(['import', 'articles', file, ...dd]);
+    expect(r.code).toBe(1);
+    const sum = summary(r.stdout);
+    expect(sum['records imported']).toBe('4');
+    expect(sum.batches).toBe('1');
+    expect(sum.failures).toBe('1 (first bad record: line 4: expected a JSON object)');
+
+    const stdin = await braid(['import', 'articles', ...dd], ndjson([{ table: 'articles', tenant_id: 'acme', id: 'a5', fields: { title: 'Solar roads' } }]));
+    expect(stdin.code, stdin.stderr).toBe(0);
+    expect(summary(stdin.stdout)['records imported']).toBe('1');
+
+    const wrongTable = await braid(['import', 'articles', ...dd], ndjson([{ table: 'other', tenant_id: 'acme', id: 'z', fields: {} }]));
+    expect(wrongTable.code).toBe(1);
+    expect(summary(wrongTable.stdout).failures).toContain('line 1: table "other" differs from the argument "articles"');
+  });
+
+  it('query, table and json', async () => {
+    const q = "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5";
+    const r = await braid(['query', q, ...dd]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.split('\n')[2]).toMatch(/^a1\s/);
+    const json = JSON.parse((await braid(['query', q, '--json', ...dd])).stdout);
+    expect(json.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1', 'a2']);
+    const bad = await braid(['query', "SEARCH articles TENANT 'acme' LIMTI 5", ...dd]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('braid: ql_syntax_error: line 1, column 31');
+    expect(bad.stderr).toContain('^');
+  });
+
+  it('snapshot, restore with --verify, branches, and the restored branch is queryable', async () => {
+    const snap = await braid(['snapshot', 'local_snap', ...dd]);
+    expect(snap.code, snap.stderr).toBe(0);
+    expect(snap.stdout).toMatch(/^snapshot local_snap of default\/main at epoch \d+\n$/);
+    const restored = await braid(['restore', 'local_snap', 'local_audit', '--verify', 'articles/acme/a5', ...dd]);
+    expect(restored.code, restored.stderr).toBe(0);
+    expect(restored.stdout).toContain('verify articles/acme/a5: passed (version 1)');
+    const branches = await braid(['branches', '--json', ...dd]);
+    expect(branches.code).toBe(0);
+    const list = JSON.parse(branches.stdout) as { branch_id: string; parent_branch_id: string | null; endpoint: string }[];
+    expect(list.find((b) => b.branch_id === 'local_audit')).toMatchObject({ parent_branch_id: 'main', endpoint: 'embedded' });
+    const table = await braid(['branches', ...dd]);
+    expect(table.stdout).toMatch(/\ndefault\s+local_audit\s+main\s+active\s+\d+\s+embedded\n/);
+    const onBranch = await braid(['query', "SEARCH articles TENANT 'acme' MATCH 'roads'", '--json', '--branch', 'local_audit', ...dd]);
+    expect(JSON.parse(onBranch.stdout).results.map((x: { record_id: string }) => x.record_id)).toEqual(['a5']);
+  });
+});
