@@ -16,6 +16,7 @@ import { adminRoutes } from './routes/admin.js';
 import { idempotency } from './idempotency/index.js';
 import sjson from 'secure-json-parse';
 import { QlSyntaxError, formatQlError } from './ql/index.js';
+import swagger from '@fastify/swagger';
 
 export interface AppOptions {
   engine: Braid;
@@ -143,6 +144,30 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return payload;
   });
 
+  // OpenAPI 3.1 document of every route, generated from the route schemas (docs/api.md, "OpenAPI")
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Braid', version: '1', description: 'Braid hybrid record database: the 14 routes of the service interface and the extensions of docs/api.md' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'required by the gateway, and by an engine started with --auth-token' } } },
+      security: [{ bearer: [] }],
+    },
+    // documentation only (validation is unchanged): the branch headers every route takes, Idempotency-Key on the keyed routes
+    transform: ({ schema, url }) => {
+      const keyed = schema?.response !== undefined && 409 in (schema.response as object);
+      const header = (description: string) => ({ type: 'string', description });
+      const headers = {
+        type: 'object',
+        properties: {
+          'x-braid-database': header('database to address (default: default)'),
+          'x-braid-branch': header('branch to address (default: main)'),
+          ...(keyed ? { 'idempotency-key': header('1-255 printable ASCII characters; replays the first response of the same key and body') } : {}),
+        },
+      };
+      return { schema: { ...schema, headers } as typeof schema, url };
+    },
+  });
+  app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.register(idempotency, { engine: options.engine, branchOf: receiptBranch });
   await app.register(recordRoutes);
   await app.register(opsRoutes);
