@@ -348,6 +348,20 @@ describe('gateway in front of a real engine', () => {
     expect(got.body.record.fields.title).toBe('through the gateway');
     const put = await post(gateway.url, '/v1/records/put', record('after-restart'), GOOD);
     expect(put.status).toBe(200);
+
+    // receipts survive the engine restart: the earlier keyed put replays through the gateway
+    const OTHER = { authorization: 'Bearer other' };
+    const replayed = await post(gateway.url, '/v1/records/put', record('idem'), { ...OTHER, 'idempotency-key': 'gw-key-1' });
+    expect(replayed.status).toBe(200);
+    expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+    // concurrent requests with one key through the gateway execute once: one epoch
+    const before = (await get(gateway.url, '/v1/metrics/public-safe', OTHER)).body.latest_epoch;
+    const burst = await Promise.all(
+      Array.from({ length: 6 }, () => post(gateway.url, '/v1/records/put', record('gw-race'), { ...OTHER, 'idempotency-key': 'gw-race' })),
+    );
+    expect(burst.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(new Set(burst.map((r) => r.body.epoch)).size).toBe(1);
+    expect((await get(gateway.url, '/v1/metrics/public-safe', OTHER)).body.latest_epoch).toBe(before + 1);
   });
 });
 
