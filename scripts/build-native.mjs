@@ -10,11 +10,12 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = new Set(process.argv.slice(2));
-const release = args.has('--release') || process.env.BRAID_RELEASE === '1';
-// release builds (benchmarks) go to their own directory so they never
-// replace the dev addon the tests load
-const outDir = release ? path.join('target', 'bench-native') : 'native';
-const addon = path.join(root, outDir, `braid.${process.platform}-${process.arch}-gnu.node`);
+
+/** Where a build of this profile goes: release builds (benchmarks, packages)
+ * have their own directory so they never replace the dev addon tests load. */
+export function nativeOutDir({ release = false } = {}) {
+  return path.join(root, release ? path.join('target', 'bench-native') : 'native');
+}
 
 function newestSource(dir) {
   let newest = 0;
@@ -27,8 +28,10 @@ function newestSource(dir) {
   return newest;
 }
 
-export function buildNative({ force = false } = {}) {
+export function buildNative({ force = false, release = false } = {}) {
   if (!existsSync(path.join(root, 'crates'))) return undefined;
+  const outDir = path.relative(root, nativeOutDir({ release }));
+  const addon = path.join(root, outDir, `braid.${process.platform}-${process.arch}-gnu.node`);
   const sources = Math.max(newestSource(path.join(root, 'crates')), statSync(path.join(root, 'Cargo.toml')).mtimeMs);
   const built = existsSync(addon) ? statSync(addon).mtimeMs : 0;
   if (!force && built > sources) return path.join(root, outDir);
@@ -46,5 +49,5 @@ export function buildNative({ force = false } = {}) {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  buildNative({ force: args.has('--force') });
+  buildNative({ force: args.has('--force'), release: args.has('--release') || process.env.BRAID_RELEASE === '1' });
 }

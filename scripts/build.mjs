@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Builds what a fresh clone needs to run: the native addon (when the crates
 // are here and it is stale) and the TypeScript in dist/. Runs on
-// `npm install` (postinstall) and before the test suite.
+// `npm install` (the prepare script) and before the test suite.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';

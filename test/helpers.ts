@@ -95,12 +95,21 @@ export interface ChildServer {
 }
 
 /** Spawns `braid serve` (or another subcommand) as a child process on an ephemeral port. */
-export async function spawnServer(args: string[], env: Record<string, string> = {}): Promise<ChildServer> {
-  const child = spawn(process.execPath, [CLI, ...args], {
-    cwd: ROOT,
-    env: { ...process.env, BRAID_LOG_LEVEL: 'error', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+export function spawnServer(args: string[], env: Record<string, string> = {}): Promise<ChildServer> {
+  return spawnListening(process.execPath, [CLI, ...args], { cwd: ROOT, env: { ...process.env, BRAID_LOG_LEVEL: 'error', ...env } });
+}
+
+/**
+ * Spawns a command that prints `listening on <url>` (a server or gateway) and
+ * resolves once it listens. `detached` gives it its own process group, so
+ * `process.kill(-child.pid)` also reaches what a wrapper like npx started.
+ */
+export async function spawnListening(
+  command: string,
+  args: string[],
+  options: { cwd: string; env: NodeJS.ProcessEnv; detached?: boolean },
+): Promise<ChildServer> {
+  const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
