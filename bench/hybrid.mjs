@@ -279,7 +279,7 @@ const generated = [
   ratioTable('braid-embedded'),
   '',
   ...(results['braid-embedded']?.ok ? ['Where Braid (embedded) spends the time (`explain.phase_timings` and `access_path_timings`, mean over the first 50 queries of each kind):', '', braidBreakdown('braid-embedded'), ''] : []),
-  ...(overhead() ? ['What the engine spends against what the caller sees, on the same 50 queries per kind (the difference is the JSON response, which carries every field of each hit including its 384-d vector, through the addon; over HTTP also QL parsing, fastify and the socket):', '', overhead(), ''] : []),
+  ...(overhead() ? ['What the engine spends against what the caller sees, on the same 50 queries per kind (the difference is building and parsing the JSON response of ids and scores (`return_fields: []`) through the addon; over HTTP also QL parsing of the 384-number vector, fastify and the socket):', '', overhead(), ''] : []),
   ...(findings().length ? ['Measured in this run:', '', ...findings(), ''] : []),
   'Settings and notes per system:',
   '',

@@ -82,6 +82,8 @@ export interface HybridQuery {
   fusion_weights?: { lexical?: number; vector?: number; relational?: number };
   candidate_budget?: number;
   graph_depth?: number;
+  /** The fields each result carries (default every field; `[]` none). */
+  return_fields?: string[];
 }
 
 export interface ScoreComponents {

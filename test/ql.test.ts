@@ -176,6 +176,15 @@ describe('native QL: clauses', () => {
     });
   });
 
+  it('RETURN sets return_fields; RETURN NONE is none; a quoted "none" is a column', () => {
+    expect(q('RETURN title, "my field"')).toMatchObject({ return_fields: ['title', 'my field'] });
+    expect(q('return none')).toMatchObject({ return_fields: [] });
+    expect(q('RETURN "none", x')).toMatchObject({ return_fields: ['none', 'x'] });
+    expect(() => q('RETURN')).toThrow(QlSyntaxError);
+    expect(() => q('RETURN a,')).toThrow(QlSyntaxError);
+    expect(() => q('RETURN NONE, a')).toThrow(QlSyntaxError);
+  });
+
   it('passes out-of-range integers through for the engine to judge', () => {
     expect(q('LIMIT 0 AS OF -1 BUDGET 9007199254740991')).toMatchObject({ top_k: 0, temporal_as_of: -1, candidate_budget: 9007199254740991 });
   });
@@ -311,7 +320,7 @@ describe('native QL: diagnostics', () => {
   it('trailing garbage', () => {
     const d = diag(`${BASE} LIMIT 5 garbage`);
     expect(d.found).toBe("'garbage'");
-    expect(d.expected).toEqual(["'MATCH'", "'NEAR'", "'WHERE'", "'GRAPH'", "'AS OF'", "'FRESHNESS'", "'FUSE'", "'BUDGET'", "'CURSOR'", "';'", 'end of input']);
+    expect(d.expected).toEqual(["'MATCH'", "'NEAR'", "'WHERE'", "'GRAPH'", "'AS OF'", "'FRESHNESS'", "'FUSE'", "'BUDGET'", "'CURSOR'", "'RETURN'", "';'", 'end of input']);
     expect(diag(`${BASE};;`)).toMatchObject({ column: BASE.length + 2, expected: ['end of input'], found: "';'" });
     expect(diag(`${BASE}; LIMIT 5`)).toMatchObject({ expected: ['end of input'], found: "'LIMIT'" });
     expect(diag(`${BASE} 'extra'`).found).toBe("string 'extra'");
@@ -484,6 +493,7 @@ describe('native QL: docs/ql.md', () => {
     const all: Array<keyof HybridQuery> = [
       'table', 'tenant_id', 'text', 'text_field', 'vector', 'vector_field', 'scalar_eq', 'graph_seed', 'temporal_as_of',
       'freshness', 'top_k', 'cursor', 'explain', 'fusion', 'fusion_weights', 'candidate_budget', 'graph_depth',
+      'return_fields',
     ];
     expect([...fields].sort()).toEqual([...all].sort());
   });
@@ -585,7 +595,7 @@ describe('native QL: properties', () => {
     const pieces = [
       'SEARCH', 'search', 'EXPLAIN', 'docs', 'TENANT', "'acme'", 'MATCH', 'NEAR', 'WHERE', 'AND', 'OR', 'GRAPH', 'FROM',
       'DEPTH', 'AS', 'OF', 'FRESHNESS', 'FUSE', 'WEIGHTS', 'lexical', 'vector', 'relational', 'BUDGET', 'LIMIT', 'CURSOR',
-      'IN', 'true', 'false', '=', '>', '<=', '!=', ',', '[', ']', '(', ')', ';', '1', '-2', '0.5', '1e3', '01', '1e999',
+      'RETURN', 'IN', 'true', 'false', '=', '>', '<=', '!=', ',', '[', ']', '(', ')', ';', '1', '-2', '0.5', '1e3', '01', '1e999',
       '.5', "'", '"', '""', "''", '"x"', '--', '\n', '\r\n', '\t', ' ', '  ', '__proto__', '-', '@', '\u0000', '\ud800', '🦀',
     ];
     const head = "SEARCH docs TENANT 'acme' ";

@@ -122,6 +122,40 @@ describe('native query language (route 2)', () => {
     expect(page2.body.results.map((x: { record_id: string }) => x.record_id)).not.toContain('d1');
   });
 
+  it('RETURN projects the fields of each result without changing the ranking', async () => {
+    const q = "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] LIMIT 2";
+    const full = await s.post('/v1/nativeql', { query: q });
+    const some = await s.post('/v1/nativeql', { query: `${q} RETURN title, year` });
+    expect(some.status).toBe(200);
+    const ids = (r: typeof full) => r.body.results.map((x: { record_id: string }) => x.record_id);
+    expect(ids(some)).toEqual(ids(full));
+    expect(some.body.results.map((x: { score: unknown }) => x.score)).toEqual(full.body.results.map((x: { score: unknown }) => x.score));
+    for (const row of some.body.results) expect(Object.keys(row.fields).sort()).toEqual(['title', 'year']);
+    expect(some.body.results[0].fields.title).toBe(full.body.results[0].fields.title);
+    // the next page of the same cursor may ask for other fields
+    const page2 = await s.post('/v1/nativeql', { query: `${q} RETURN topic CURSOR '${some.body.next_cursor}'` });
+    expect(page2.status).toBe(200);
+    expect(page2.body.results.length).toBeGreaterThan(0);
+    for (const row of page2.body.results) expect(Object.keys(row.fields)).toEqual(['topic']);
+    expect(ids(page2)).not.toContain(ids(some)[0]);
+    // JSON `[]` (GraphQL here) returns no fields at all
+    const none = await s.post('/v1/graphql', {
+      query: '{ search(table: "articles", tenant_id: "acme", text: "solar", top_k: 2, return_fields: []) { results { record_id fields } } }',
+    });
+    expect(none.status).toBe(200);
+    expect(none.body.data.search.results.map((x: { fields: unknown }) => x.fields)).toEqual([{}, {}]);
+  });
+
+  it('RETURN of a column the table lacks is unknown_column, and writes nothing', async () => {
+    const r = await s.post('/v1/nativeql', { query: "SEARCH articles TENANT 'acme' MATCH 'solar' RETURN title, nope" });
+    expect(r.status).toBe(400);
+    expect(r.body.code).toBe('unknown_column');
+    expect(r.body.error).toContain('nope');
+    const empty = await s.post('/v1/nativeql', { query: "SEARCH articles TENANT 'acme' RETURN" });
+    expect(empty.status).toBe(400);
+    expect(empty.body.code).toBe('ql_syntax_error');
+  });
+
   it('tenants never see each other', async () => {
     const r = await s.post('/v1/nativeql', { query: "SEARCH articles TENANT 'other' MATCH 'solar'" });
     expect(r.body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['x1']);

@@ -40,7 +40,8 @@ function record(corpus, i) {
 }
 
 function hybridQuery(kind, q, setting) {
-  const query = { table: TABLE, tenant_id: q.tenant, top_k: TOP_K };
+  // ids and scores only, as every peer is asked for
+  const query = { table: TABLE, tenant_id: q.tenant, top_k: TOP_K, return_fields: [] };
   if (kind === 'text' || kind === 'hybrid_filter') Object.assign(query, { text: q.text, text_field: 'text' });
   // hybrid: at least HYBRID_DEPTH vector candidates into RRF, as the peers get
   const budget = kind === 'hybrid_filter' ? Math.max(setting.candidate_budget, HYBRID_DEPTH) : setting.candidate_budget;
@@ -57,10 +58,11 @@ function nativeQl(query) {
   if (query.scalar_eq) ql += ` WHERE ${Object.entries(query.scalar_eq).map(([k, v]) => `${k} = ${s(v)}`).join(' AND ')}`;
   if (query.candidate_budget) ql += ` BUDGET ${query.candidate_budget}`;
   ql += ` LIMIT ${query.top_k}`;
+  if (query.return_fields?.length === 0) ql += ' RETURN NONE';
   return ql;
 }
 
-// candidate_budget is the HNSW k; ef = max(budget, 128)
+// candidate_budget is the HNSW k; ef = max(budget, 256)
 const ladder = [10, 20, 40, 80, 160, 320, 640, 1280].map((candidate_budget) => ({ candidate_budget }));
 
 /**

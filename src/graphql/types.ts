@@ -98,6 +98,10 @@ export function searchArgs(options: { withTable: boolean; scalarEq?: GraphQLInpu
     fusion_weights: { type: FusionWeightsInput },
     candidate_budget: { type: GraphQLInt, description: 'vector candidates, 1..10000' },
     graph_depth: { type: GraphQLInt, description: 'graph hops, 1..8, default 2' },
+    return_fields: {
+      type: new GraphQLList(new GraphQLNonNull(GraphQLString)),
+      description: 'the fields each result carries (default every field; [] none)',
+    },
   });
   return args;
 }

@@ -14,7 +14,7 @@ import { tokenize, type PunctuationValue, type Token } from './lexer.js';
 
 type Weights = NonNullable<HybridQuery['fusion_weights']>;
 type WeightName = keyof Weights;
-type ClauseLead = 'MATCH' | 'NEAR' | 'WHERE' | 'GRAPH' | 'AS' | 'FRESHNESS' | 'FUSE' | 'BUDGET' | 'LIMIT' | 'CURSOR';
+type ClauseLead = 'MATCH' | 'NEAR' | 'WHERE' | 'GRAPH' | 'AS' | 'FRESHNESS' | 'FUSE' | 'BUDGET' | 'LIMIT' | 'CURSOR' | 'RETURN';
 
 interface ClauseSpec {
   /** The first keyword, which identifies the clause. */
@@ -40,6 +40,7 @@ const CLAUSES: readonly ClauseSpec[] = [
   { lead: 'BUDGET', label: "'BUDGET'", parse: (p) => p.budgetClause() },
   { lead: 'LIMIT', label: "'LIMIT'", parse: (p) => p.limitClause() },
   { lead: 'CURSOR', label: "'CURSOR'", parse: (p) => p.cursorClause() },
+  { lead: 'RETURN', label: "'RETURN'", parse: (p) => p.returnClause() },
 ];
 
 export function parse(source: string): HybridQuery {
@@ -185,6 +186,18 @@ class Parser {
   cursorClause(): Partial<HybridQuery> {
     this.advance();
     return { cursor: this.string() };
+  }
+
+  /**
+   * `RETURN a, b`: the fields each result carries (`return_fields`);
+   * `RETURN NONE` none (a column named none is written `"none"`).
+   */
+  returnClause(): Partial<HybridQuery> {
+    this.advance();
+    if (this.acceptKeyword('NONE')) return { return_fields: [] };
+    const fields = [this.identifier()];
+    while (this.acceptPunct(',')) fields.push(this.identifier());
+    return { return_fields: fields };
   }
 
   // ---- clause parts ---------------------------------------------------------

@@ -31,6 +31,12 @@ export const HybridQuery = Type.Object(
     ),
     candidate_budget: Type.Optional(Type.Integer({ description: 'extension: vector candidates, 1..10000' })),
     graph_depth: Type.Optional(Type.Integer({ description: 'extension: graph hops, 1..8, default 2' })),
+    return_fields: Type.Optional(
+      Type.Array(Type.String({ minLength: 1 }), {
+        maxItems: 1000,
+        description: 'extension: the fields each result carries (default every field; [] none)',
+      }),
+    ),
   },
   { additionalProperties: false },
 );

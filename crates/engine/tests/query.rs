@@ -581,3 +581,40 @@ fn vector_graphs_are_persisted_and_reloaded_not_rebuilt() {
     let ids: HashSet<String> = ids(&engine.query(None, None, &hq).unwrap()).into_iter().collect();
     assert_eq!(ids, HashSet::from(["7".to_string(), "new".to_string()]));
 }
+
+#[test]
+fn return_fields_projects_results_without_changing_the_ranking() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let records = (0..5)
+        .map(|i| {
+            rec(
+                "docs",
+                "t",
+                &format!("d{i}"),
+                json!({ "title": format!("solar {i}"), "year": 2000 + i, "emb": [1.0, i, 0.0] }),
+            )
+        })
+        .collect();
+    engine.put(None, None, records, None).unwrap();
+    let query = |fields: Option<Vec<&str>>, cursor: Option<String>| {
+        let mut hq = q("docs", "t");
+        hq.text = Some("solar".into());
+        hq.top_k = Some(2);
+        hq.cursor = cursor;
+        hq.return_fields = fields.map(|f| f.into_iter().map(String::from).collect());
+        engine.query(None, None, &hq)
+    };
+    let full = query(None, None).unwrap();
+    let some = query(Some(vec!["year"]), None).unwrap();
+    assert_eq!(ids(&some), ids(&full));
+    for row in &some.results {
+        assert_eq!(row.fields.keys().collect::<Vec<_>>(), vec!["year"]);
+    }
+    // the projection is not part of the cursor: the next page may ask for every field
+    let page2 = query(None, some.next_cursor.clone()).unwrap();
+    assert_eq!(page2.results.len(), 2);
+    assert!(page2.results.iter().all(|r| r.fields.contains_key("title") && !ids(&some).contains(&r.record_id)));
+    assert!(query(Some(vec![]), None).unwrap().results.iter().all(|r| r.fields.is_empty()));
+    assert_eq!(query(Some(vec!["title", "nope"]), None).unwrap_err().code, Code::UnknownColumn);
+}

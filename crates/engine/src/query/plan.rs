@@ -55,6 +55,8 @@ pub fn prefer_exact(eligible: u64, graph: u64, ef: usize) -> bool {
         || eligible.saturating_mul(eligible) < HNSW_EXACT_RATIO.saturating_mul(ef as u64).saturating_mul(graph)
 }
 pub const CURSOR_TTL_MS: u64 = 60 * 60 * 1000;
+/// Most names `return_fields` may list.
+pub const MAX_RETURN_FIELDS: usize = 1000;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,14 +99,20 @@ pub struct HybridQuery {
     /// Extension: hops of the graph neighbourhood (default 2, 1..=8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph_depth: Option<i64>,
+    /// Extension: which fields each result carries (default every field;
+    /// `[]` none). Does not change the ranking, so not part of a cursor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_fields: Option<Vec<String>>,
 }
 
 impl HybridQuery {
-    /// Identifies the query for its cursors: everything but cursor and explain.
+    /// Identifies the query for its cursors: everything but cursor, explain
+    /// and the projection (pages of one cursor may ask for other fields).
     pub fn fingerprint(&self) -> String {
         let mut q = self.clone();
         q.cursor = None;
         q.explain = None;
+        q.return_fields = None;
         let digest = Sha256::digest(serde_json::to_vec(&q).expect("query serialises"));
         digest[..12].iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -157,6 +165,8 @@ struct Plan {
     freshness: Freshness,
     fusion: FusionMethod,
     weights: Weights,
+    /// Fields each result carries; `None` is every field.
+    return_fields: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -319,6 +329,14 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
             Some((seed.clone(), depth as u32, edges))
         }
     };
+    if let Some(fields) = &q.return_fields {
+        if fields.len() > MAX_RETURN_FIELDS {
+            bail!(InvalidQuery, "return_fields lists {} fields, at most {MAX_RETURN_FIELDS}", fields.len());
+        }
+        if let Some(col) = fields.iter().find(|f| !schema.columns.contains_key(*f)) {
+            bail!(UnknownColumn, "table {table:?} has no column {col:?} (in return_fields)");
+        }
+    }
     Ok(Plan {
         table,
         tenant,
@@ -332,6 +350,7 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
         freshness,
         fusion,
         weights,
+        return_fields: q.return_fields.clone(),
     })
 }
 
@@ -433,8 +452,12 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
                 removed += 1;
                 continue;
             }
+            let fields = match &plan.return_fields {
+                None => (*row.fields).clone(),
+                Some(names) => names.iter().filter_map(|n| Some((n.clone(), row.fields.get(n)?.clone()))).collect(),
+            };
             results.push(HybridRow {
-                fields: (*row.fields).clone(),
+                fields,
                 record_id: r.record_id.to_string(),
                 score: components(r),
                 tenant_id: plan.tenant.clone(),
