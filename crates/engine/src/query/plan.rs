@@ -646,7 +646,7 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
             let scan: Box<dyn Iterator<Item = u32>> =
                 if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(vec_wm..)) };
             for row_id in scan {
-                if let Some(v) = vc.data.get(&row_id) {
+                if let Some(v) = vc.data.get(row_id) {
                     hits.push((row_id, vector::similarity(*metric, query, v)));
                     if row_id >= vec_wm {
                         *overlay_rows.entry(row_id).or_default() += 1;

@@ -684,12 +684,12 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         if row_id >= from_vec {
             if let Some(table) = state.tables.get(&*key.table) {
                 for vc in table.vectors.values().filter(|vc| row_id >= vc.index.watermark()) {
-                    if let Some(v) = vc.data.get(&row_id) {
+                    if let Some(v) = vc.data.get(row_id) {
                         by_index
                             .entry(Arc::as_ptr(&vc.index))
                             .or_insert_with(|| (vc.index.clone(), Vec::new()))
                             .1
-                            .push((row_id, v.clone()));
+                            .push((row_id, Arc::from(v)));
                     }
                 }
             }

@@ -71,10 +71,66 @@ impl ScalarKey {
 
 pub struct VectorColumn {
     pub index: Arc<VectorIndex>,
-    /// Prepared vectors of every version that has one, by row id.
-    pub data: HashMap<u32, Arc<[f32]>>,
+    /// Prepared vectors of every version that has one.
+    pub data: VectorStore,
     /// Rows that have a vector in this column.
     pub rows: RoaringBitmap,
+}
+
+/// The prepared vectors of one column, stored back to back in the order
+/// their rows were written. Rows only grow, so an exact scan over eligible
+/// rows in row order reads this memory front to back (a separate allocation
+/// per vector cost about three times as much per row at 100,000 rows).
+pub struct VectorStore {
+    dim: usize,
+    /// Row id -> slot + 1; 0 means the row has no vector here.
+    slot_of: Vec<u32>,
+    values: Vec<f32>,
+}
+
+impl VectorStore {
+    pub fn new(dim: u32) -> VectorStore {
+        VectorStore { dim: dim as usize, slot_of: Vec::new(), values: Vec::new() }
+    }
+
+    /// Stores `row`'s vector; false (and nothing stored) when its length is
+    /// not the column's dimension.
+    pub fn insert(&mut self, row: u32, v: &[f32]) -> bool {
+        if v.len() != self.dim || self.dim == 0 {
+            return false;
+        }
+        let at = row as usize;
+        if self.slot_of.len() <= at {
+            self.slot_of.resize(at + 1, 0);
+        }
+        match self.slot_of[at] {
+            0 => {
+                self.values.extend_from_slice(v);
+                self.slot_of[at] = (self.values.len() / self.dim) as u32;
+            }
+            // a row is written once; a replay of the same row overwrites in place
+            slot => {
+                let start = (slot as usize - 1) * self.dim;
+                self.values[start..start + self.dim].copy_from_slice(v);
+            }
+        }
+        true
+    }
+
+    pub fn get(&self, row: u32) -> Option<&[f32]> {
+        let slot = *self.slot_of.get(row as usize)?;
+        let start = (slot as usize).checked_sub(1)? * self.dim;
+        self.values.get(start..start + self.dim)
+    }
+
+    /// Vectors stored.
+    pub fn len(&self) -> usize {
+        self.values.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[derive(Default)]
@@ -171,7 +227,7 @@ impl State {
                 for (col, dim, metric) in schema.vector_columns() {
                     table.vectors.entry(col.to_string()).or_insert_with(|| VectorColumn {
                         index: Arc::new(VectorIndex::new(metric, dim, 1024)),
-                        data: HashMap::new(),
+                        data: VectorStore::new(dim),
                         rows: RoaringBitmap::new(),
                     });
                 }
@@ -238,8 +294,9 @@ impl State {
             }
             if let ColumnType::Vector { metric, .. } = column.ty {
                 if let (Some(v), Some(vc)) = (crate::schema::vector_of(value), table.vectors.get_mut(name)) {
-                    vc.data.insert(row_id, Arc::from(vector::prepare(metric, v)));
-                    vc.rows.insert(row_id);
+                    if vc.data.insert(row_id, &vector::prepare(metric, v)) {
+                        vc.rows.insert(row_id);
+                    }
                 }
             }
             if column.text {
@@ -275,5 +332,28 @@ impl State {
     /// Number of live records in all tables.
     pub fn live_records(&self) -> u64 {
         self.tables.values().map(|t| t.live.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VectorStore;
+
+    #[test]
+    fn vector_store_keeps_rows_apart_and_refuses_wrong_lengths() {
+        let mut store = VectorStore::new(3);
+        assert!(store.is_empty());
+        assert!(store.insert(7, &[1.0, 2.0, 3.0]));
+        assert!(store.insert(2, &[4.0, 5.0, 6.0]));
+        assert!(!store.insert(9, &[1.0, 2.0]), "a vector of another dimension is refused");
+        assert_eq!(store.get(7), Some(&[1.0, 2.0, 3.0][..]));
+        assert_eq!(store.get(2), Some(&[4.0, 5.0, 6.0][..]));
+        assert_eq!(store.get(9), None);
+        assert_eq!(store.get(3), None, "rows between stored ones have no vector");
+        assert_eq!(store.get(1_000_000), None);
+        // writing a row again replaces it in place
+        assert!(store.insert(7, &[0.0, 0.0, 1.0]));
+        assert_eq!(store.get(7), Some(&[0.0, 0.0, 1.0][..]));
+        assert_eq!(store.len(), 2);
     }
 }
