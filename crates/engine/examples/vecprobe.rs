@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use braid_engine::index::vector::{self, VectorIndex};
 use braid_engine::schema::Metric;
+use braid_engine::storage::state::VectorStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use roaring::RoaringBitmap;
@@ -28,6 +29,11 @@ fn main() {
             (i as u32, Arc::from(vector::prepare(Metric::Cosine, v)))
         })
         .collect();
+    // the exact scan reads the same store the engine keeps (vectors back to back in row order)
+    let mut store = VectorStore::new(dim as u32);
+    for (row, v) in &data {
+        store.insert(*row, v);
+    }
     let index = VectorIndex::new(Metric::Cosine, dim as u32, rows);
     let t = Instant::now();
     for chunk in data.chunks(1000) {
@@ -39,7 +45,7 @@ fn main() {
         let eligible: RoaringBitmap = (0..rows as u32).filter(|r| r % every == 0).collect();
         let exact_top = |q: &[f32]| {
             let mut all: Vec<(u32, f32)> =
-                eligible.iter().map(|r| (r, vector::similarity(Metric::Cosine, q, &data[r as usize].1))).collect();
+                eligible.iter().map(|r| (r, vector::similarity(Metric::Cosine, q, store.get(r).expect("stored")))).collect();
             // what the planner does: keep the best `ef` in linear time, then sort those
             if all.len() > ef {
                 all.select_nth_unstable_by(ef, |a, b| b.1.total_cmp(&a.1));

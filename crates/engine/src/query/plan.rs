@@ -38,12 +38,14 @@ pub const MAX_TOP_K: i64 = 1000;
 pub const MAX_BUDGET: i64 = 10_000;
 /// Eligible sets up to this size are always scored exactly instead of through HNSW.
 pub const EXACT_THRESHOLD: u64 = 2048;
-/// An exact scan costs about 0.25 to 0.45 µs per eligible row (384-d; it
-/// is memory-bound), a filtered HNSW search about 1.6 ms at `ef` 320 over
-/// 30,000 vectors, growing with `ef`, slowly with the graph, and inversely
+/// An exact scan costs about 0.13 to 0.5 µs per eligible row (384-d; it is
+/// memory-bound), a filtered HNSW search about 3.5 ms at `ef` 320 over
+/// 100,000 vectors, growing with `ef`, slowly with the graph, and inversely
 /// with the share of the graph the filter accepts (it walks past rejected
-/// rows). The two cross where `eligible² ≈ 12 × ef × graph size`, measured
-/// by `cargo run --release --example vecprobe -p braid-engine`.
+/// rows). The two cross near `eligible² ≈ 12 × ef × graph size`: 7 on the
+/// clustered vectors of `cargo run --release --example vecprobe -p
+/// braid-engine`, above 24 on bench/hybrid.mjs's text-derived vectors, whose
+/// graph walks are longer.
 pub const HNSW_EXACT_RATIO: u64 = 12;
 /// The smallest `ef` a vector search uses.
 pub const MIN_EF: usize = 256;
