@@ -44,8 +44,10 @@ fn main() {
     for every in [1u32, 2, 4, 16, 64, 400] {
         let eligible: RoaringBitmap = (0..rows as u32).filter(|r| r % every == 0).collect();
         let exact_top = |q: &[f32]| {
-            let mut all: Vec<(u32, f32)> =
-                eligible.iter().map(|r| (r, vector::similarity(Metric::Cosine, q, store.get(r).expect("stored")))).collect();
+            let mut all: Vec<(u32, f32)> = eligible
+                .iter()
+                .map(|r| (r, vector::similarity(Metric::Cosine, q, store.get(r).expect("stored"))))
+                .collect();
             // what the planner does: keep the best `ef` in linear time, then sort those
             if all.len() > ef {
                 all.select_nth_unstable_by(ef, |a, b| b.1.total_cmp(&a.1));
