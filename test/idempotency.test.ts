@@ -75,6 +75,46 @@ describe('Idempotency-Key', () => {
     expect(await epochNow()).toBe(before + 1);
   });
 
+  it('concurrent requests with one key leave no request waiting when receipt lookups are slow', async () => {
+    // Looking a receipt up yields to other requests. The plugin used to claim the key after that await
+    // without checking again, so a second request could overwrite a running claim, and a request
+    // waiting on the overwritten claim was never released (seen as a hang through the gateway under
+    // load). The schedule below made that happen every time: A looks up slowly, B claims first and
+    // writes slowly, C waits on B's claim, A overwrites it and finishes first.
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const { receipt, put } = { receipt: s.engine.receipt.bind(s.engine), put: s.engine.put.bind(s.engine) };
+    let lookups = 0;
+    let puts = 0;
+    s.engine.receipt = async (key, branch) => {
+      lookups += 1;
+      await sleep(lookups === 1 ? 60 : 1);
+      return receipt(key, branch);
+    };
+    s.engine.put = async (record, options) => {
+      puts += 1;
+      if (puts === 1) await sleep(150);
+      return put(record, options);
+    };
+    try {
+      const before = await epochNow();
+      const body = JSON.stringify({ record: rec('slow-race', { n: 1 }) });
+      const send = () => s.post('/v1/records/put', body, { 'idempotency-key': 'slow-race-key' });
+      const a = send();
+      await sleep(10);
+      const b = send();
+      await sleep(20);
+      const c = send();
+      const results = await Promise.all([a, b, c]);
+      expect(results.map((r) => r.status)).toEqual([200, 200, 200]);
+      expect(new Set(results.map((r) => r.body.epoch)).size).toBe(1);
+      expect(results.filter((r) => r.headers.get('idempotent-replayed') === 'true')).toHaveLength(2);
+      expect(await epochNow()).toBe(before + 1);
+    } finally {
+      s.engine.receipt = receipt;
+      s.engine.put = put;
+    }
+  }, 20_000);
+
   it('keys longer than 255 characters are 400', async () => {
     const r = await s.post('/v1/records/put', rec('k5'), { 'idempotency-key': 'x'.repeat(256) });
     expect(r.status).toBe(400);

@@ -105,25 +105,33 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     const scopedKey = `${route}\n${key}`;
     const flightKey = `${branch.databaseId ?? 'default'}/${branch.branchId ?? 'main'}\n${scopedKey}`;
     const bodyHash = hashBody(request.rawBody);
-    // wait for a running request with the same key, then decide from its receipt
-    for (let running = inFlight.get(flightKey); running; running = inFlight.get(flightKey)) {
-      await running;
-    }
-    const receipt = await engine.receipt(scopedKey, branch);
-    if (receipt) {
-      if (receipt.body_hash !== bodyHash) {
-        throw new BraidError('idempotency_key_reused', 'Idempotency-Key was already used with a different request body');
+    // Wait for a running request with the same key, then decide from its
+    // receipt. Looking the receipt up yields, so another request may claim
+    // the key meanwhile: check again after every await, and claim only with
+    // no await between the last check and the claim.
+    for (;;) {
+      const running = inFlight.get(flightKey);
+      if (running) {
+        await running;
+        continue;
       }
-      return replay(reply, receipt.status, receipt.body);
+      const receipt = await engine.receipt(scopedKey, branch);
+      if (receipt) {
+        if (receipt.body_hash !== bodyHash) {
+          throw new BraidError('idempotency_key_reused', 'Idempotency-Key was already used with a different request body');
+        }
+        return replay(reply, receipt.status, receipt.body);
+      }
+      if (!inFlight.has(flightKey)) break;
     }
     let release!: () => void;
-    inFlight.set(flightKey, new Promise<void>((resolve) => (release = resolve)));
+    const mine = new Promise<void>((resolve) => (release = resolve));
+    inFlight.set(flightKey, mine);
     request.idempotency = { scopedKey, bodyHash, branch, committed: false };
+    // runs on 'finish' and again on 'close': only ever removes this request's own claim
     const done = () => {
-      if (inFlight.get(flightKey)) {
-        inFlight.delete(flightKey);
-        release();
-      }
+      if (inFlight.get(flightKey) === mine) inFlight.delete(flightKey);
+      release();
     };
     reply.raw.once('close', done);
     reply.raw.once('finish', done);
