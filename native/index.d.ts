@@ -26,3 +26,10 @@ export declare class NativeEngine {
   /** Finishes queued writes and stops the engine's threads. */
   close(): void
 }
+
+/**
+ * Inspects every log of a data directory (and with `salvage`, cuts corrupt
+ * ones at their first damaged frame); resolves with the JSON envelope of a
+ * `DoctorReport`.
+ */
+export declare function doctor(dataDir: string, salvage: boolean): string

@@ -17,6 +17,7 @@ import { idempotency } from './idempotency/index.js';
 import sjson from 'secure-json-parse';
 import { QlSyntaxError, formatQlError } from './ql/index.js';
 import swagger from '@fastify/swagger';
+import { TokenSet, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
 
 export interface AppOptions {
   engine: Braid;
@@ -37,6 +38,20 @@ declare module 'fastify' {
   interface FastifyInstance {
     braid: ServiceState;
   }
+  interface FastifyRequest {
+    /** The scope of the request's token; undefined when the engine requires none. */
+    scope?: Scope;
+    /** Who sent the request, for idempotency scoping: a digest of its token, or the gateway's x-braid-principal. */
+    principal?: string;
+  }
+}
+
+/** The client a request speaks for, before authentication: the gateway's header, or a digest of the bearer token. */
+function principalOf(request: FastifyRequest): string | undefined {
+  const named = request.headers['x-braid-principal'];
+  if (typeof named === 'string' && /^[0-9a-f]{1,64}$/.test(named)) return named;
+  const token = bearerToken(request.headers.authorization);
+  return token === undefined ? undefined : tokenId(token);
 }
 
 export type App = FastifyInstance & { withTypeProvider: () => FastifyInstance };
@@ -53,12 +68,29 @@ export function branchOf(request: FastifyRequest): BranchRef {
   return { databaseId: header(DATABASE_HEADER), branchId: header(BRANCH_HEADER) };
 }
 
+/**
+ * The branch of a put whose body names one (`branch_id` / `database_id`,
+ * which SDKs and the gateway inject). The headers and the body must agree:
+ * the gateway routes by its catalog and sets the headers, so a body that
+ * names another branch is refused (400 branch_mismatch) rather than allowed
+ * to reach a branch the catalog does not expose.
+ */
+export function putBranch(headers: BranchRef, body: { database_id?: string; branch_id?: string }): BranchRef {
+  const pick = (what: string, header: string | undefined, named: string | undefined): string | undefined => {
+    if (header !== undefined && named !== undefined && header !== named) {
+      throw new BraidError('branch_mismatch', `body ${what} "${named}" disagrees with the request's x-braid-${what === 'branch_id' ? 'branch' : 'database'} header "${header}"`);
+    }
+    return named ?? header;
+  };
+  return { databaseId: pick('database_id', headers.databaseId, body.database_id), branchId: pick('branch_id', headers.branchId, body.branch_id) };
+}
+
 /** The branch a keyed request's receipt lives in: the one its write goes to. */
 function receiptBranch(request: FastifyRequest): BranchRef {
   const headers = branchOf(request);
   const body = request.body as { record?: unknown; database_id?: string; branch_id?: string } | undefined;
   if (request.routeOptions.url === '/v1/records/put' && body && typeof body === 'object' && 'record' in body) {
-    return { databaseId: body.database_id ?? headers.databaseId, branchId: body.branch_id ?? headers.branchId };
+    return putBranch(headers, body);
   }
   return headers;
 }
@@ -89,7 +121,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: config.bodyLimitBytes,
-    return503OnClosing: true,
+    // fastify's own drain answer has no `code`; the onRequest hook below
+    // answers 503 shutting_down instead
+    return503OnClosing: false,
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');
@@ -109,15 +143,30 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
 
   const state: ServiceState = { engine: options.engine, config, requests: 0, closing: false };
+  // without tokens (development) the engine accepts any request, as the spec allows
+  const tokens = config.authTokens.length > 0 ? new TokenSet(config.authTokens) : undefined;
   app.decorate('braid', state);
 
-  app.addHook('onRequest', async (request) => {
+  app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
-    if (config.authTokens.length === 0) return;
-    const header = request.headers.authorization ?? '';
-    const match = /^Bearer\s+(.+)$/i.exec(header);
-    if (!match || !config.authTokens.includes(match[1]!.trim())) {
-      throw new BraidError('unauthorized', match ? 'bearer token is not valid' : 'missing Authorization: Bearer <token> header');
+    const encoding = request.headers['content-encoding'];
+    if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+      throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding} is not accepted: send the body uncompressed`);
+    }
+    if (state.closing && request.url.split('?')[0] !== '/v1/ready') {
+      reply.header('connection', 'close');
+      throw new BraidError('shutting_down', 'the engine is shutting down; retry against another engine or after the restart');
+    }
+    request.principal = principalOf(request);
+    if (!tokens) return;
+    const auth = tokens.check(request.headers.authorization);
+    request.scope = auth.scope;
+    // the gateway (an admin token) names the client it serves; others are who their token says
+    request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);
+    const pathname = request.url.split('?', 1)[0]!;
+    // a GraphQL document is checked by the route once it is parsed
+    if (!(request.method === 'POST' && pathname === '/v1/graphql')) {
+      requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
     }
   });
 
@@ -168,6 +217,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  if (config.testHooks) {
+    // test hook (BRAID_TEST_HOOKS=1): the process dies after a request's
+    // work and before its idempotency receipt is stored (the next onSend hook)
+    app.addHook('onSend', async (request, _reply, payload) => {
+      if (request.headers['x-braid-test-crash'] === 'before-receipt') process.kill(process.pid, 'SIGKILL');
+      return payload;
+    });
+  }
   await app.register(idempotency, { engine: options.engine, branchOf: receiptBranch });
   await app.register(recordRoutes);
   await app.register(opsRoutes);

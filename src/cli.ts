@@ -8,7 +8,7 @@ import cliProgress from 'cli-progress';
 import { DEFAULTS, fromEnv, type ServerConfig } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
 import { BraidClient, DEFAULT_URL, RemoteBraidError, type PutBatchResult, type RestoreResult, type SnapshotResult } from './client.js';
-import { Braid, type BranchRef, type BranchSummary, type QueryResponse, type RecordInput, type RecordKey } from './engine.js';
+import { Braid, doctor, type BranchRef, type DoctorReport, type BranchSummary, type QueryResponse, type RecordInput, type RecordKey } from './engine.js';
 import { BraidError } from './errors.js';
 import { QlSyntaxError } from './ql/index.js';
 
@@ -62,9 +62,9 @@ function embeddedBackend(dataDir: string, branch: BranchRef): Backend {
   try {
     engine = Braid.open({ dataDir });
   } catch (err) {
-    if (err instanceof BraidError && err.code === 'storage_failure') {
+    if (err instanceof BraidError && err.code === 'data_dir_locked') {
       throw new BraidError(
-        'storage_failure',
+        'data_dir_locked',
         `${err.message}\n(--data-dir opens the directory in this process: it fails while a server holds it; use --url to talk to that server)`,
       );
     }
@@ -83,7 +83,8 @@ function embeddedBackend(dataDir: string, branch: BranchRef): Backend {
     },
     restore: async (source, target, verify) => {
       const { restoreWithVerification } = await import('./routes/admin.js');
-      return restoreWithVerification(engine, { source, target, verify_record: verify });
+      const { replayed: _replayed, ...result } = await restoreWithVerification(engine, { source, target, verify_record: verify });
+      return result;
     },
     branches: () => engine.branches(),
     close: () => engine.close(),
@@ -339,6 +340,25 @@ function printImportSummary(summary: ImportSummary): void {
   console.log(`failures: ${summary.failures}${first ? ` (first bad record: line ${first.line}: ${first.reason})` : ''}`);
 }
 
+function printDoctorReport(report: DoctorReport): void {
+  console.log(`data directory: ${report.data_dir}`);
+  for (const log of report.logs) {
+    const { end } = log;
+    let state: string;
+    if (end.kind === 'clean') state = 'clean';
+    else if (end.kind === 'torn_tail') state = `torn tail of ${end.bytes} bytes at offset ${end.offset} (cut at the next start; nothing acknowledged is lost)`;
+    else state = `CORRUPT: frame ${end.seq} at offset ${end.offset} is damaged; ${end.frames_after} valid frame(s) follow from offset ${end.resumes_at}`;
+    console.log(`${log.owner}: ${log.frames} frames, ${log.bytes} bytes, format ${log.format_version}: ${state}`);
+    if (log.action === 'salvaged') {
+      console.log(`  salvaged: cut at offset ${end.kind === 'corrupt' ? end.offset : log.good_end}; the original is kept at ${log.backup}`);
+    }
+  }
+  if (report.logs.some((l) => l.end.kind === 'corrupt' && l.action !== 'salvaged')) {
+    console.log('corrupt logs refuse to open. `braid doctor --salvage` keeps the frames before the damage and drops the rest (a copy of each file is kept).');
+  }
+  console.log(report.healthy ? 'healthy' : 'not healthy');
+}
+
 function addClientCommands(program: Command): void {
   const snapshot = program
     .command('snapshot')
@@ -481,10 +501,10 @@ export function buildCli(): Command {
     .addOption(new Option('--host <host>', 'address to listen on').env('BRAID_HOST'))
     .addOption(new Option('--port <port>', 'port to listen on (0 picks a free one)').argParser(parseIntOption).env('BRAID_PORT'))
     .addOption(new Option('--data-dir <dir>', 'data directory').env('BRAID_DATA_DIR'))
-    .addOption(new Option('--auth-token <token...>', 'require one of these bearer tokens (default: accept any)'))
+    .addOption(new Option('--auth-token <token...>', 'require one of these bearer tokens, each `secret` (admin) or `secret:read|write|admin` (default: accept any)'))
     .addOption(new Option('--history-epochs <n>', 'epochs of history kept readable (default: all)').argParser(parseIntOption))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
-    .action(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; logLevel?: string }) => {
+    .action(run(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; logLevel?: string }) => {
       const env = fromEnv(process.env, DEFAULTS);
       const config: ServerConfig = {
         ...env,
@@ -495,12 +515,14 @@ export function buildCli(): Command {
         historyEpochs: opts.historyEpochs ?? env.historyEpochs,
         logLevel: opts.logLevel ?? env.logLevel,
       };
+      // files the index libraries create (tantivy, hnsw_rs) are owner-only too
+      process.umask(0o077);
       // the server and gateway load lazily, so the client commands start fast
       const { exitOnSignals, startServer } = await import('./server.js');
       const server = await startServer(config);
       exitOnSignals(server);
       console.log(`braid listening on ${server.url} (data: ${path.resolve(config.dataDir)})`);
-    });
+    }));
 
   program
     .command('gateway')
@@ -509,9 +531,10 @@ export function buildCli(): Command {
     .addOption(new Option('--port <port>', 'port to listen on (default 8081; 0 picks a free one)').argParser(parseIntOption).env('BRAID_GATEWAY_PORT'))
     .addOption(new Option('--config <file>', 'JSON config file: tokens, rate_limit, databases catalog').env('BRAID_GATEWAY_CONFIG'))
     .addOption(new Option('--engine <url>', 'engine URL: the single-engine catalog default/main (default http://127.0.0.1:8080)').env('BRAID_ENGINE_URL'))
-    .addOption(new Option('--token <token...>', 'accepted bearer tokens, added to BRAID_GATEWAY_TOKENS (comma-separated) and the config file\'s'))
+    .addOption(new Option('--token <token...>', 'accepted bearer tokens, `secret` (admin) or `secret:read|write|admin`, added to BRAID_GATEWAY_TOKENS (comma-separated) and the config file\'s'))
     .addOption(new Option('--rate-limit <n>', 'requests per token per window; 0 turns the limiter off (default 100)').argParser(parseIntOption).env('BRAID_RATE_LIMIT'))
     .addOption(new Option('--rate-window <ms>', 'rate-limit window in milliseconds (default 1000)').argParser(parseIntOption).env('BRAID_RATE_WINDOW_MS'))
+    .addOption(new Option('--auth-failure-limit <n>', 'failed authentications per address per minute before it is locked out with 429; 0 turns this off (default 20)').argParser(parseIntOption).env('BRAID_AUTH_FAILURE_LIMIT'))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
     .action(async (opts: GatewayFlags) => {
       const { resolveGatewayConfig } = await import('./gateway/config.js');
@@ -524,6 +547,19 @@ export function buildCli(): Command {
     });
 
   addClientCommands(program);
+
+  program
+    .command('doctor')
+    .description('check the write-ahead logs of a data directory; --salvage cuts corrupt ones (server stopped)')
+    .addOption(new Option('--data-dir <dir>', 'data directory').env('BRAID_DATA_DIR').default('./data'))
+    .option('--salvage', 'cut each corrupt log at its first damaged frame, keeping a copy of the original')
+    .option('--json', 'print the report as JSON')
+    .action(run(async (opts: { dataDir: string; salvage?: boolean; json?: boolean }) => {
+      const report = doctor(path.resolve(opts.dataDir), { salvage: opts.salvage ?? false });
+      if (opts.json) console.log(JSON.stringify(report, null, 2));
+      else printDoctorReport(report);
+      if (!report.healthy) process.exitCode = 1;
+    }));
 
   program
     .command('version')

@@ -133,6 +133,26 @@ export interface SnapshotInfo {
   created_ms: number;
 }
 
+/**
+ * The idempotency key (scoped by the service) and body hash of a keyed
+ * snapshot or restore; the engine writes it with what the request creates.
+ */
+export interface RequestKey {
+  key: string;
+  body_hash: string;
+}
+
+export interface RestoreOutcome {
+  restored: boolean;
+  source: string;
+  target: string;
+  epoch: number;
+  /** With `verify`: the record as the restored branch holds it, or null. */
+  verified?: RecordOutput | null;
+  /** True when the same keyed request had already run (its first result). */
+  replayed: boolean;
+}
+
 export interface BranchSummary {
   branch_id: string;
   database_id: string;
@@ -155,6 +175,43 @@ export interface EngineMetrics {
   branch_count: number;
   recovery_state: string;
   recovered_truncated_bytes: number;
+  /** `running`, `failing` (recent index rounds kept failing) or `stopped`. */
+  indexer_state: 'running' | 'failing' | 'stopped';
+  /** Features (row x indexed column) an index could not take. */
+  failed_feature_count: number;
+  /** Idempotency receipts held in memory (expired ones are dropped). */
+  receipt_count: number;
+}
+
+/** What `braid doctor` found in one write-ahead log (docs/operations.md). */
+export interface LogReport {
+  owner: string;
+  path: string;
+  format_version: number;
+  bytes: number;
+  frames: number;
+  good_end: number;
+  end:
+    | { kind: 'clean' }
+    | { kind: 'torn_tail'; offset: number; bytes: number }
+    | { kind: 'corrupt'; offset: number; seq: number; resumes_at: number; frames_after: number };
+  action: 'none' | 'salvaged';
+  backup: string | null;
+}
+
+export interface DoctorReport {
+  data_dir: string;
+  healthy: boolean;
+  logs: LogReport[];
+}
+
+/**
+ * Inspects every write-ahead log of a data directory. With `salvage`, cuts
+ * each corrupt log at its first damaged frame after copying it aside; salvage
+ * needs the directory unlocked (no server running on it).
+ */
+export function doctor(dataDir: string, options: { salvage?: boolean } = {}): DoctorReport {
+  return unwrap<DoctorReport>(loadNative().doctor(dataDir, options.salvage ?? false));
 }
 
 export interface OpenOptions {
@@ -174,7 +231,7 @@ function route(ref: BranchRef | undefined): { database_id?: string; branch_id?: 
   return { database_id: ref?.databaseId, branch_id: ref?.branchId };
 }
 
-function unwrap<T>(raw: string): T {
+export function unwrap<T>(raw: string): T {
   const envelope = JSON.parse(raw) as Envelope<T>;
   if ('ok' in envelope) return envelope.ok;
   const { code, message, index } = envelope.err;
@@ -267,17 +324,26 @@ export class Braid {
   }
 
   /** Takes snapshot `target` of a branch at its latest epoch. */
-  snapshot(target: string, options?: BranchRef): Promise<SnapshotInfo> {
-    return this.call('snapshot', { ...route(options), target });
+  /**
+   * Takes snapshot `target` of a branch at its latest epoch. With a request
+   * key, the key is written with the snapshot and the same request again
+   * answers that snapshot (`replayed: true`).
+   */
+  snapshot(target: string, options?: BranchRef & { requestKey?: RequestKey }): Promise<SnapshotInfo & { replayed: boolean }> {
+    return this.call('snapshot', { ...route(options), target, request_key: options?.requestKey });
   }
 
   async snapshots(): Promise<SnapshotInfo[]> {
     return (await this.call<{ snapshots: SnapshotInfo[] }>('snapshots', {})).snapshots;
   }
 
-  /** Restores snapshot `source` into a new branch `target`. */
-  restore(source: string, target: string): Promise<{ restored: boolean; source: string; target: string; epoch: number }> {
-    return this.call('restore', { source, target });
+  /**
+   * Restores snapshot `source` into a new branch `target`; with `verify`,
+   * reads that record back from the new branch. Names are checked before
+   * anything is created. With a request key, as for `snapshot`.
+   */
+  restore(source: string, target: string, options?: { verify?: RecordKey; requestKey?: RequestKey }): Promise<RestoreOutcome> {
+    return this.call('restore', { source, target, verify: options?.verify, request_key: options?.requestKey });
   }
 
   async branches(endpoint = 'embedded'): Promise<BranchSummary[]> {
@@ -306,6 +372,14 @@ export class Braid {
   /** Waits until the text and vector indexes cover every committed write. */
   async waitIndexed(timeoutMs = 30_000): Promise<boolean> {
     return (await this.call<{ indexed: boolean }>('wait_indexed', { timeout_ms: timeoutMs })).indexed;
+  }
+
+  /**
+   * Test hook: configures a storage fail point (crates/engine/src/storage/faults.rs),
+   * e.g. `faultForTest('wal::sync', 'return(eio)')`; `'off'` turns it off.
+   */
+  async faultForTest(point: string, actions: string): Promise<void> {
+    await this.call('fault', { point, actions });
   }
 
   /** Test hook: makes the engine panic inside a call. */

@@ -10,6 +10,8 @@ export const ERROR_STATUS = {
   unknown_field: 400,
   body_too_large: 400,
   unsupported_media_type: 400,
+  unsupported_content_encoding: 415,
+  branch_mismatch: 400,
   // engine validation
   invalid_name: 400,
   invalid_record: 400,
@@ -17,6 +19,8 @@ export const ERROR_STATUS = {
   schema_type_mismatch: 400,
   vector_dimension_mismatch: 400,
   vector_dimension_too_large: 400,
+  vector_not_finite: 400,
+  too_many_terms: 400,
   batch_too_large: 400,
   batch_empty: 400,
   unknown_table: 400,
@@ -36,11 +40,13 @@ export const ERROR_STATUS = {
   idempotency_key_invalid: 400,
   // auth and routing
   unauthorized: 401,
+  forbidden: 403,
   route_not_found: 404,
   branch_not_found: 404,
   snapshot_not_found: 404,
   // conflicts
   idempotency_key_reused: 409,
+  idempotency_response_too_large: 409,
   snapshot_exists: 409,
   branch_exists: 409,
   branch_archived: 409,
@@ -49,11 +55,14 @@ export const ERROR_STATUS = {
   // failures
   internal_error: 500,
   internal_panic: 500,
-  storage_failure: 500,
   upstream_unreachable: 502,
   upstream_error: 502,
   not_ready: 503,
   shutting_down: 503,
+  storage_failure: 503,
+  indexer_failed: 503,
+  wal_corrupt: 503,
+  data_dir_locked: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -58,7 +58,7 @@ afterAll(async () => {
 
 describe('help and version', () => {
   it('every command has --help', async () => {
-    const commands = ['snapshot', 'restore', 'branches', 'query', 'import', 'serve', 'gateway', 'version'];
+    const commands = ['snapshot', 'restore', 'branches', 'query', 'import', 'serve', 'gateway', 'doctor', 'version'];
     const results = await Promise.all(commands.map((c) => braid([c, '--help'])));
     for (const [i, r] of results.entries()) {
       expect(r.code, commands[i]).toBe(0);
@@ -241,7 +241,7 @@ describe('against a running server (--url)', () => {
   it('--data-dir on a directory a server holds fails, pointing at --url', async () => {
     const r = await braid(['branches', '--data-dir', s.dataDir]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^braid: storage_failure: /);
+    expect(r.stderr).toMatch(/^braid: data_dir_locked: /);
     expect(r.stderr).toContain('use --url');
   });
 

@@ -129,7 +129,7 @@ describe('embedded API errors carry stable codes', () => {
     expect((await db.get({ table: 'notes', tenant_id: 't', id: 'n1' }, { branchId: 'b1' }))?.fields.title).toBe('hello world');
   });
 
-  it('storage_failure when the data directory is already held', () => {
+  it('data_dir_locked when the data directory is already held', () => {
     let err: unknown;
     try {
       open({ dataDir: dir }).close();
@@ -137,7 +137,7 @@ describe('embedded API errors carry stable codes', () => {
       err = e;
     }
     expect(err).toBeInstanceOf(BraidError);
-    expect((err as BraidError).code).toBe('storage_failure');
+    expect((err as BraidError).code).toBe('data_dir_locked');
   });
 
   it('shutting_down after close, for query and nativeQuery alike', async () => {

@@ -61,7 +61,8 @@ describe('gateway configuration (pure)', () => {
     const file = path.join(dir, 'gateway.json');
     writeFileSync(file, JSON.stringify({ tokens: ['from-file'], rate_limit: { max: 7, window_ms: 250 }, engine_url: 'http://127.0.0.1:9/' }));
     const config = resolveGatewayConfig({ config: file, token: ['from-flag'] }, { BRAID_GATEWAY_TOKENS: 'env-a, env-b' });
-    expect(config.tokens.sort()).toEqual(['env-a', 'env-b', 'from-file', 'from-flag']);
+    expect(config.tokens.map((t) => t.token).sort()).toEqual(['env-a', 'env-b', 'from-file', 'from-flag']);
+    expect(config.tokens.every((t) => t.scope === 'admin')).toBe(true);
     expect(config.rateLimitMax).toBe(7);
     expect(config.rateWindowMs).toBe(250);
     expect(config.engineUrl).toBe('http://127.0.0.1:9');
@@ -109,8 +110,11 @@ describe('gateway configuration (pure)', () => {
     expect(parsePutBody(Buffer.from('{"id":'))).toBeUndefined();
     expect(parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), database_id: 5 })))).toBeUndefined();
 
-    const tokens = new TokenSet(['good']);
-    expect(tokens.check('Bearer good')).toBe('good');
+    const tokens = new TokenSet(['good', 'reader:read', 'writer:write']);
+    expect(tokens.check('Bearer good')).toEqual({ token: 'good', scope: 'admin' });
+    expect(tokens.check('Bearer reader')).toEqual({ token: 'reader', scope: 'read' });
+    expect(tokens.check('bearer   writer')).toEqual({ token: 'writer', scope: 'write' });
+    expect(() => tokens.check('Bearer reader:read')).toThrow(expect.objectContaining({ code: 'unauthorized' }));
     expect(() => tokens.check('Bearer bad')).toThrow(expect.objectContaining({ code: 'unauthorized' }));
     expect(() => tokens.check(undefined)).toThrow(expect.objectContaining({ code: 'unauthorized' }));
   });
@@ -136,7 +140,7 @@ describe('gateway in front of a real engine', () => {
     engine = await spawn(['serve', '--port', '0', '--data-dir', dataDir]);
     engineUrl = engine.url;
     enginePort = new URL(engineUrl).port;
-    gateway = await spawn(['gateway', '--port', '0', '--engine', engineUrl, '--token', 'good', 'other', '--rate-limit', '20', '--rate-window', '1000']);
+    gateway = await spawn(['gateway', '--port', '0', '--engine', engineUrl, '--token', 'good', 'other', '--rate-limit', '20', '--rate-window', '1000', '--auth-failure-limit', '0']);
 
     const configFile = path.join(dataDir, '..', `${path.basename(dataDir)}-gateway.json`);
     dirs.push(configFile);
@@ -199,6 +203,32 @@ describe('gateway in front of a real engine', () => {
     const unknown = await get(gateway.url, '/v1/nope', GOOD);
     expect(unknown.status).toBe(404);
     expect(unknown.body.code).toBe('route_not_found');
+  });
+
+  it('cannot be bypassed: compressed bodies are 415, a body naming another branch than the headers is 400 (issue 16 item 5)', async () => {
+    // the old bypass: any Content-Encoding skipped the rewrite and the engine took the body's branch
+    const before = (await post(engineUrl, '/v1/records/get', key('sneaky'), { 'x-braid-branch': 'dev' })).body.record;
+    expect(before).toBeNull();
+    const sneaky = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'dev' }, { ...GOOD, 'content-encoding': 'gzip' });
+    expect(sneaky.status).toBe(415);
+    expect(sneaky.body.code).toBe('unsupported_content_encoding');
+    // the gateway's catalog has only default/main: dev is not reachable at all
+    const named = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'dev' }, GOOD);
+    expect(named.status).toBe(404);
+    const mismatch = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'main' }, { ...GOOD, 'x-braid-branch': 'other' });
+    expect(mismatch.status).toBe(400);
+    expect(mismatch.body.code).toBe('branch_mismatch');
+    expect((await post(engineUrl, '/v1/records/get', key('sneaky'), { 'x-braid-branch': 'dev' })).body.record).toBeNull();
+    // the engine itself refuses a body that disagrees with the headers, and compressed bodies
+    const direct = await post(engineUrl, '/v1/records/put', { record: record('sneaky'), branch_id: 'dev' }, { 'x-braid-branch': 'main' });
+    expect(direct.status).toBe(400);
+    expect(direct.body.code).toBe('branch_mismatch');
+    const gz = await post(engineUrl, '/v1/records/put', { record: record('sneaky') }, { 'content-encoding': 'deflate' });
+    expect(gz.status).toBe(415);
+    expect((await post(engineUrl, '/v1/records/get', key('sneaky'), { 'x-braid-branch': 'dev' })).body.record).toBeNull();
+    // agreeing body and headers are fine
+    const agree = await post(engineUrl, '/v1/records/put', { record: record('fine'), branch_id: 'dev' }, { 'x-braid-branch': 'dev' });
+    expect(agree.status).toBe(200);
   });
 
   it('forwards Idempotency-Key: a retry replays the first answer with its replay header', async () => {
@@ -351,9 +381,13 @@ describe('gateway in front of a real engine', () => {
 
     // receipts survive the engine restart: the earlier keyed put replays through the gateway
     const OTHER = { authorization: 'Bearer other' };
-    const replayed = await post(gateway.url, '/v1/records/put', record('idem'), { ...OTHER, 'idempotency-key': 'gw-key-1' });
+    const replayed = await post(gateway.url, '/v1/records/put', record('idem'), { ...GOOD, 'idempotency-key': 'gw-key-1' });
     expect(replayed.status).toBe(200);
     expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+    // keys are scoped by token: another client's same key is its own request
+    const otherClient = await post(gateway.url, '/v1/records/put', record('idem'), { ...OTHER, 'idempotency-key': 'gw-key-1' });
+    expect(otherClient.status).toBe(200);
+    expect(otherClient.headers.get('idempotent-replayed')).toBeNull();
     // concurrent requests with one key through the gateway execute once: one epoch
     const before = (await get(gateway.url, '/v1/metrics/public-safe', OTHER)).body.latest_epoch;
     const burst = await Promise.all(
@@ -386,6 +420,11 @@ describe('gateway against a scripted engine', () => {
           return;
         }
         seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+        if (req.url === '/hop') {
+          res.writeHead(200, { 'content-type': 'application/json', connection: 'x-upstream-hop', 'x-upstream-hop': 'secret', 'x-kept': 'yes' });
+          res.end('{}');
+          return;
+        }
         if (req.url === '/big') {
           res.writeHead(200, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ big: 'y'.repeat(200_000) }));
@@ -450,6 +489,32 @@ describe('gateway against a scripted engine', () => {
     expect(seen[0]!.headers['x-braid-branch']).toBe('main');
   });
 
+  it('strips hop-by-hop headers, including those a Connection header names, both ways (issue 16 item 5)', async () => {
+    seen.length = 0;
+    const { connect } = await import('node:net');
+    const url = new URL(gateway.url);
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(url.port), url.hostname, () => {
+        socket.write(
+          'GET /hop HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close, x-client-hop\r\n' +
+            'X-Client-Hop: private\r\nKeep-Alive: timeout=5\r\nX-Forwarded-Host: kept\r\n\r\n',
+        );
+      });
+      let data = '';
+      socket.on('data', (d) => (data += d));
+      socket.on('end', () => resolve(data));
+      socket.on('error', reject);
+    });
+    const sent = seen.find((s) => s.url === '/hop')!;
+    expect(sent.headers['x-client-hop']).toBeUndefined();
+    expect(sent.headers['keep-alive']).toBeUndefined();
+    expect(sent.headers['x-forwarded-host']).toBe('kept');
+    const head = raw.split('\r\n\r\n')[0]!.toLowerCase();
+    expect(head).toMatch(/^http\/1\.1 200/);
+    expect(head).not.toContain('x-upstream-hop');
+    expect(head).toContain('x-kept: yes');
+  });
+
   it('streams large bodies both ways, with or without a content-length', async () => {
     seen.length = 0;
     const large = JSON.stringify({ query: 'x'.repeat(150_000) });
@@ -495,5 +560,64 @@ describe('gateway against a scripted engine', () => {
     const metrics = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
     // the scripted engine's answer is not a metrics body: relayed as is
     expect(metrics.status).toBe(201);
+  });
+});
+
+describe('gateway token scopes and failed authentications (issue 16 item 6)', () => {
+  let dataDir: string;
+  let engine: ChildServer;
+  let gateway: ChildServer;
+
+  beforeAll(async () => {
+    dataDir = tempDir('braid-gw-scopes-');
+    dirs.push(dataDir);
+    engine = await spawn(['serve', '--port', '0', '--data-dir', dataDir]);
+    const configFile = path.join(dataDir, '..', `${path.basename(dataDir)}-scopes.json`);
+    dirs.push(configFile);
+    writeFileSync(configFile, JSON.stringify({
+      tokens: ['boss', { token: 'writer', scope: 'write' }, 'reader:read'],
+      rate_limit: { max: 1000, window_ms: 1000 },
+      auth_failures: { max: 3, window_ms: 60_000 },
+    }));
+    gateway = await spawn(['gateway', '--port', '0', '--config', configFile, '--engine', engine.url]);
+  });
+
+  afterAll(async () => {
+    await stopChild(gateway);
+    await stopChild(engine);
+  });
+
+  const as = (token: string) => ({ authorization: `Bearer ${token}` });
+
+  it('reads need read, writes need write, admin routes and admin mutations need admin', async () => {
+    const put = (token: string, id: string) => post(gateway.url, '/v1/records/put', record(id), as(token));
+    expect((await put('reader', 'r1')).status).toBe(403);
+    expect((await put('reader', 'r1')).body.code).toBe('forbidden');
+    expect((await put('writer', 'w1')).status).toBe(200);
+    expect((await put('boss', 'b1')).status).toBe(200);
+    expect((await post(gateway.url, '/v1/records/get', key('w1'), as('reader'))).body.record.id).toBe('w1');
+    for (const token of ['reader', 'writer']) {
+      const snap = await post(gateway.url, '/v1/admin/snapshot', { target: `s_${token}` }, as(token));
+      expect(snap.status).toBe(403);
+      const archive = await post(gateway.url, '/v1/admin/branch-state', { branch_id: 'main', state: 'archived' }, as(token));
+      expect(archive.status).toBe(403);
+    }
+    expect((await post(gateway.url, '/v1/admin/snapshot', { target: 's_boss' }, as('boss'))).status).toBe(200);
+    // GraphQL: scoped by what the document runs
+    const gqlPut = { query: 'mutation { put(record: {table: "docs", tenant_id: "t", id: "g1", fields: {title: "x"}}) { epoch } }' };
+    expect((await post(gateway.url, '/v1/graphql', gqlPut, as('reader'))).status).toBe(403);
+    expect((await post(gateway.url, '/v1/graphql', gqlPut, as('writer'))).body.data.put.epoch).toBeGreaterThan(0);
+    const gqlDeclare = { query: 'mutation { declare_table(table: "t2", columns: {a: {type: "string"}}) { epoch } }' };
+    expect((await post(gateway.url, '/v1/graphql', gqlDeclare, as('writer'))).status).toBe(403);
+    expect((await post(gateway.url, '/v1/graphql', { query: '{ tables { name } }' }, as('reader'))).status).toBe(200);
+    expect((await get(gateway.url, '/v1/ready', as('reader'))).status).toBe(200);
+  });
+
+  it('rate-limits failed authentications per address', async () => {
+    for (let i = 0; i < 3; i++) expect((await get(gateway.url, '/v1/branches', as(`guess-${i}`))).status).toBe(401);
+    const blocked = await get(gateway.url, '/v1/branches', as('guess-3'));
+    expect(blocked.status).toBe(429);
+    expect(blocked.body.code).toBe('rate_limited');
+    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 });

@@ -348,16 +348,18 @@ describe('POST /v1/graphql: errors', () => {
     expect(wrongVar.body.errors[0].extensions.code).toBe('graphql_validation_failed');
   });
 
-  it('a body that is not a GraphQL request, or a document that does not parse, is 400 graphql_bad_request', async () => {
+  it('a body that is not a GraphQL request is 400 graphql_bad_request; a document that does not parse is a GraphQL error', async () => {
     for (const body of [{}, { query: 5 }, { query: '{ tables { name } }', extra: 1 }, [{ query: '{ tables { name } }' }]]) {
       const res = await server.post('/v1/graphql', body);
       expect(res.status).toBe(400);
       expect(res.body.code).toBe('graphql_bad_request');
     }
+    // a document that does not parse is a GraphQL error in the 200 body (spec 4.3.3) ...
     const parse = await server.post('/v1/graphql', { query: '{ tables { name }' });
-    expect(parse.status).toBe(400);
-    expect(parse.body).toMatchObject({ code: 'graphql_bad_request' });
-    expect(parse.body.error).toMatch(/Syntax Error.*line 1, column 18/);
+    expect(parse.status).toBe(200);
+    expect(parse.body.errors[0]).toMatchObject({ extensions: { code: 'graphql_bad_request' } });
+    expect(parse.body.errors[0].message).toMatch(/Syntax Error.*line 1, column 18/);
+    // ... and a 400 for a client that accepts application/graphql-response+json (GraphQL over HTTP)
     await expectGraphQLHttpError(client.request('query {'), 400, 'graphql_bad_request');
   });
 
@@ -383,12 +385,12 @@ describe('POST /v1/graphql: limits', () => {
     let ofType = 'name';
     for (let i = 0; i < 20; i++) ofType = `ofType { ${ofType} }`;
     const deep = await server.post('/v1/graphql', { query: `{ __type(name: "Query") { ${ofType} } }` });
-    expect(deep.status).toBe(400);
-    expect(deep.body.code).toBe('graphql_too_deep');
-    expect(deep.body.error).toMatch(/introspection depth exceeds the limit of 20/);
+    expect(deep.status).toBe(200);
+    expect(deep.body.errors[0].extensions.code).toBe('graphql_too_deep');
+    expect(deep.body.errors[0].message).toMatch(/introspection depth exceeds the limit of 20/);
     const fanout = await server.post('/v1/graphql', { query: '{ __schema { types { fields { type { fields { type { fields { name } } } } } } } }' });
-    expect(fanout.status).toBe(400);
-    expect(fanout.body.code).toBe('graphql_too_costly');
+    expect(fanout.status).toBe(200);
+    expect(fanout.body.errors[0].extensions.code).toBe('graphql_too_costly');
   });
 
   it('rejects a query costing more than 5000 with graphql_too_costly', async () => {
@@ -407,15 +409,16 @@ describe('POST /v1/graphql: limits', () => {
       query: 'query($k: Int) { search(table: "docs", tenant_id: "t1", top_k: $k) { results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } } } }',
       variables: { k: 1000 },
     });
-    expect(viaVar.status).toBe(400);
-    expect(viaVar.body.code).toBe('graphql_too_costly');
+    expect(viaVar.status).toBe(200);
+    expect(viaVar.body.errors[0].extensions.code).toBe('graphql_too_costly');
   });
 
   it('counts fragments and aliases', async () => {
     const fields = Array.from({ length: 60 }, (_, i) => `t${i}: tables { name columns { name type } }`).join(' ');
     const res = await server.post('/v1/graphql', { query: `query { ...F } fragment F on Query { ${fields} }` });
-    expect(res.status).toBe(400);
-    expect(res.body.code).toBe('graphql_too_costly');
+    expect(res.status).toBe(200);
+    expect(res.body.errors[0].extensions.code).toBe('graphql_too_costly');
+    expect(res.body.data).toBeUndefined();
   });
 });
 
@@ -530,5 +533,58 @@ describe('GET /v1/graphql/schema', () => {
     const missing = await server.get('/v1/graphql/schema', { 'x-braid-branch': 'no_such_branch' });
     expect(missing.status).toBe(404);
     expect(missing.body.code).toBe('branch_not_found');
+  });
+});
+
+describe('fragment explosion (issue 16 item 1)', () => {
+  // 41 fragments, each spreading the previous one twice: 2^40 expansions
+  // from a few hundred tokens, which used to stop the event loop
+  function explosive(root: string, leaf: string): string {
+    const defs = [`fragment F0 on ${root} { ${leaf} }`];
+    for (let i = 1; i <= 40; i++) defs.push(`fragment F${i} on ${root} { ...F${i - 1} ...F${i - 1} }`);
+    return `query { ...F40 } ${defs.join(' ')}`;
+  }
+
+  it('route 7 rejects it by cost without expanding it, while /v1/ready keeps answering', async () => {
+    const doc = explosive('Query', 'tables { name }');
+    const [res, ready] = await Promise.all([
+      server.post('/v1/graphql', { query: doc }),
+      server.get('/v1/ready'),
+    ]);
+    expect(ready.status).toBe(200);
+    expect(res.status).toBe(200);
+    expect(res.body.errors[0].extensions.code).toBe('graphql_too_costly');
+    await expectGraphQLHttpError(client.request(doc), 400, 'graphql_too_costly');
+  });
+
+  it('unknown and cyclic fragments are rejected before the limits walk', async () => {
+    const unknown = await server.post('/v1/graphql', { query: 'query { ...Nope }' });
+    expect(unknown.body.errors[0]).toMatchObject({ extensions: { code: 'graphql_validation_failed' } });
+    expect(unknown.body.errors[0].message).toMatch(/Unknown fragment "Nope"/);
+    const cycle = await server.post('/v1/graphql', { query: 'query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }' });
+    expect(cycle.body.errors[0].message).toMatch(/Cannot spread fragment "A" within itself/);
+    // the exploit: a cycle costs nothing in the limits walk, so 2^40 spreads of
+    // it used to run on the event loop; now the cycle is refused first
+    const [exploit, ready] = await Promise.all([
+      server.post('/v1/graphql', { query: explosive('Query', '...F40') }),
+      server.get('/v1/ready'),
+    ]);
+    expect(ready.status).toBe(200);
+    expect(exploit.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+    const bounded = await server.post('/v1/graphql/bounded', { query: explosive('Query', '...F40') });
+    expect(bounded.status).toBe(400);
+  });
+
+  it('the bounded route rejects it with a 400 at once', async () => {
+    const res = await server.post('/v1/graphql/bounded', { query: explosive('Query', 'search(table: "docs", tenant_id: "t1") { next_cursor }') });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('graphql_not_allowed');
+    // fragments on a nested type add no top-level field: the cost limit stops them
+    const nested = ['fragment R0 on SearchResult { next_cursor }'];
+    for (let i = 1; i <= 40; i++) nested.push(`fragment R${i} on SearchResult { ...R${i - 1} ...R${i - 1} }`);
+    const deep = await server.post('/v1/graphql/bounded', { query: `query { search(table: "docs", tenant_id: "t1") { ...R40 } } ${nested.join(' ')}` });
+    expect(deep.status, JSON.stringify(deep.body)).toBe(400);
+    expect(deep.body.code).toBe('graphql_too_costly');
+    expect((await server.get('/v1/ready')).status).toBe(200);
   });
 });

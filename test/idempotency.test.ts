@@ -135,6 +135,28 @@ describe('Idempotency-Key', () => {
     expect(snapAgain.body).toEqual(snap.body);
   });
 
+  it('a keyed read over 1 MiB stores a digest: a retry replays the same answer, and a changed one is 409', async () => {
+    const text = (i: number) => `record ${i} `.padEnd(40_000, 'abcdefghij ');
+    const records = Array.from({ length: 40 }, (_, i) => ({ table: 'big', tenant_id: 't1', id: `big-${i}`, fields: { body: text(i) } }));
+    expect((await s.post('/v1/records/put-batch', { records })).status).toBe(200);
+    const q = { query: "SEARCH big TENANT 't1' LIMIT 40 RETURN body" };
+    const first = await s.post('/v1/nativeql', q, { 'idempotency-key': 'big-read' });
+    expect(first.status).toBe(200);
+    expect(JSON.stringify(first.body).length).toBeGreaterThan(1 << 20);
+    const again = await s.post('/v1/nativeql', q, { 'idempotency-key': 'big-read' });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body.results).toEqual(first.body.results);
+    await s.post('/v1/records/put', { record: { ...records[0], fields: { body: 'changed' } } });
+    const changed = await s.post('/v1/nativeql', q, { 'idempotency-key': 'big-read' });
+    expect(changed.status).toBe(409);
+    expect(changed.body.code).toBe('idempotency_response_too_large');
+    expect(changed.body.error).toMatch(/new key/);
+    // a different body with the key is still the ordinary 409
+    const other = await s.post('/v1/nativeql', { query: "SEARCH big TENANT 't1' LIMIT 1" }, { 'idempotency-key': 'big-read' });
+    expect(other.body.code).toBe('idempotency_key_reused');
+  });
+
   it('receipts survive a restart', async () => {
     const body = JSON.stringify({ record: rec('persist', { n: 1 }) });
     const first = await s.post('/v1/records/put', body, { 'idempotency-key': 'persist-key' });

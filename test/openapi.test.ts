@@ -231,7 +231,11 @@ describe('real responses validate against the document', () => {
     const errors = await post('/v1/graphql', { query: '{ nope }' }, 200);
     expect(errors.body.errors[0].extensions.code).toEqual(expect.any(String));
     await post('/v1/graphql', { query: 42 }, 400);
-    await post('/v1/graphql', { query: '{ search(' }, 400);
+    // a document that does not parse is reported inside a 200 `errors` list (spec 4.3 rule 3) ...
+    const unparsed = await post('/v1/graphql', { query: '{ search(' }, 200);
+    expect(unparsed.body.errors[0].extensions.code).toBe('graphql_bad_request');
+    // ... and as a 400 to a client that asks for the GraphQL-over-HTTP media type
+    await post('/v1/graphql', { query: '{ search(' }, 400, { accept: 'application/graphql-response+json' });
   });
 
   it('admin: snapshot (10), restore (3), branches (8), branch-state', async () => {

@@ -10,7 +10,10 @@ import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { BraidError, isErrorCode } from '../errors.js';
 import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
-import { TokenSet } from './auth.js';
+import { TokenSet, tokenId } from './auth.js';
+import { graphqlScope, requireScope, routeScope, type Scope } from '../auth.js';
+import { parse as parseGraphQL } from 'graphql';
+import { MAX_TOKENS } from '../graphql/bounds.js';
 import type { GatewayConfig } from './config.js';
 import { BRANCH_HEADER, DATABASE_HEADER, Router, headerValue, parsePutBody, type Route } from './routing.js';
 import { Upstream, upstreamFailure } from './upstream.js';
@@ -48,7 +51,16 @@ const HOP_BY_HOP = new Set([
 /** Response headers the gateway's own server sets. */
 const RESPONSE_SKIP = new Set([...HOP_BY_HOP, 'date']);
 
+/** Header names a `Connection` header lists: hop-by-hop for this message too (RFC 9110 7.6.1). */
+function connectionTokens(value: string | string[] | undefined): Set<string> {
+  const joined = Array.isArray(value) ? value.join(',') : value ?? '';
+  return new Set(joined.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean));
+}
+
 const PUT_PATH = '/v1/records/put';
+const GRAPHQL_PATH = '/v1/graphql';
+/** Set toward engines: a digest of the client's token (see src/idempotency). */
+export const PRINCIPAL_HEADER = 'x-braid-principal';
 /** Engine answers up to this size are buffered and sent in one write instead of streamed. */
 const SMALL_BODY_BYTES = 64 * 1024;
 
@@ -93,6 +105,26 @@ function hasBody(headers: IncomingHttpHeaders): boolean {
   return length !== undefined && length !== '0';
 }
 
+/**
+ * The scope a GraphQL request body needs; a body or document that does not
+ * parse needs only `read` (the engine rejects it without running anything).
+ */
+function graphqlDocumentScope(bytes: Buffer): Scope {
+  let body: unknown;
+  try {
+    body = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return 'read';
+  }
+  if (!isObject(body) || typeof body.query !== 'string') return 'read';
+  try {
+    const operationName = typeof body.operationName === 'string' ? body.operationName : undefined;
+    return graphqlScope(parseGraphQL(body.query, { maxTokens: MAX_TOKENS }), operationName);
+  } catch {
+    return 'read';
+  }
+}
+
 const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -116,7 +148,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       connections: config.connectionsPerEngine,
       readyIntervalMs: config.readyIntervalMs,
       // without an engine token, clients' headers are forwarded; checks use the first client token
-      probeAuthorization: engineAuthorization ?? `Bearer ${config.tokens[0]}`,
+      probeAuthorization: engineAuthorization ?? `Bearer ${config.tokens[0]!.token}`,
     }));
   }
   const state: GatewayState = { config, router, upstreams, requests: 0, metered: 0 };
@@ -148,15 +180,38 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   });
 
   // Authentication runs first, as an application-level hook: the limiter's
-  // route-level hooks run after it, so unknown tokens are 401, never 429.
-  const tokenOf = new WeakMap<FastifyRequest, string>();
+  // route-level hooks run after it, so unknown tokens are 401, never 429 --
+  // unless one address keeps failing: past `authFailureMax` failures in a
+  // window it gets 429 before its tokens are even checked (guessing tokens).
+  const tokenOf = new WeakMap<FastifyRequest, { token: string; scope: Scope }>();
+  const failures = new Map<string, { count: number; until: number }>();
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
+    const now = Date.now();
+    const failed = failures.get(request.ip);
+    if (failed && failed.until <= now) failures.delete(request.ip);
+    else if (failed && config.authFailureMax > 0 && failed.count >= config.authFailureMax) {
+      const retry = Math.ceil((failed.until - now) / 1000);
+      reply.header('retry-after', String(retry));
+      throw new BraidError('rate_limited', `too many failed authentications from this address; retry in ${retry} s`);
+    }
+    let auth: { token: string; scope: Scope };
     try {
-      tokenOf.set(request, tokens.check(request.headers.authorization));
+      auth = tokens.check(request.headers.authorization);
     } catch (err) {
+      const entry = failures.get(request.ip) ?? { count: 0, until: now + config.authFailureWindowMs };
+      entry.count += 1;
+      failures.set(request.ip, entry);
+      // bounded: forget the oldest address when many fail at once
+      if (failures.size > 100_000) failures.delete(failures.keys().next().value as string);
       reply.header('www-authenticate', 'Bearer realm="braid"');
       throw err;
+    }
+    tokenOf.set(request, auth);
+    // GraphQL documents are scoped by what they run, once the body is read (proxy)
+    const pathname = request.url.split('?', 1)[0]!;
+    if (!(request.method === 'POST' && pathname === GRAPHQL_PATH)) {
+      requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
     }
     state.metered += 1;
   });
@@ -168,7 +223,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       hook: 'onRequest',
       max: config.rateLimitMax,
       timeWindow: config.rateWindowMs,
-      keyGenerator: (request) => tokenOf.get(request) ?? '',
+      keyGenerator: (request) => tokenOf.get(request)?.token ?? '',
       errorResponseBuilder: (_request, context) =>
         new BraidError('rate_limited', `rate limit of ${context.max} requests per ${config.rateWindowMs} ms exceeded for this token; retry in ${context.after}`),
     });
@@ -189,12 +244,18 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   /** Request headers toward the engine: client headers minus hop-by-hop ones, with the route injected. */
   const upstreamHeaders = (request: FastifyRequest, route: Route): Record<string, string | string[]> => {
     const out: Record<string, string | string[]> = {};
+    const named = connectionTokens(request.headers.connection);
     for (const [name, value] of Object.entries(request.headers)) {
-      if (value === undefined || HOP_BY_HOP.has(name)) continue;
+      if (value === undefined || HOP_BY_HOP.has(name) || named.has(name)) continue;
       out[name] = value;
     }
     out[DATABASE_HEADER] = route.upstreamDatabaseId;
     out[BRANCH_HEADER] = route.upstreamBranchId;
+    // who the client is, for the engine's idempotency scoping when every
+    // client reaches it with the one engine token (never the token itself)
+    const auth = tokenOf.get(request);
+    if (auth) out[PRINCIPAL_HEADER] = tokenId(auth.token);
+    else delete out[PRINCIPAL_HEADER];
     if (engineAuthorization) out.authorization = engineAuthorization;
     const forwarded = headerValue(request.headers['x-forwarded-for']);
     out['x-forwarded-for'] = forwarded ? `${forwarded}, ${request.ip}` : request.ip;
@@ -299,14 +360,33 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
     const raw = request.raw;
     const pathname = request.url.split('?', 1)[0];
+    // the gateway routes a put by its body: a body it cannot read would pass
+    // unrouted, so compressed bodies are refused on every route
+    const encoding = request.headers['content-encoding'];
+    if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+      throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding} is not accepted: send the body uncompressed`);
+    }
     let route: Route;
     let body: Buffer | IncomingMessage | undefined;
     const buffered = Buffer.isBuffer(request.body) ? request.body : undefined;
-    if (request.method === 'POST' && pathname === PUT_PATH && !request.headers['content-encoding']) {
+    if (request.method === 'POST' && pathname === PUT_PATH) {
       const bytes = buffered ?? await readBody(raw, config.bodyLimitBytes);
       const parsed = parsePutBody(bytes);
+      // the body may name the branch (SDKs inject it); it must agree with the headers
+      for (const [named, header, what] of [[parsed?.databaseId, DATABASE_HEADER, 'database_id'], [parsed?.branchId, BRANCH_HEADER, 'branch_id']] as const) {
+        const sent = headerValue(request.headers[header]);
+        if (named !== undefined && sent !== undefined && named !== sent) {
+          throw new BraidError('branch_mismatch', `body ${what} "${named}" disagrees with the request's ${header} header "${sent}"`);
+        }
+      }
       route = routeOf(request, parsed?.databaseId, parsed?.branchId);
       body = parsed ? parsed.rewrite(route) : bytes;
+    } else if (request.method === 'POST' && pathname === GRAPHQL_PATH) {
+      // a GraphQL document needs the scope of what it runs
+      const bytes = buffered ?? await readBody(raw, config.bodyLimitBytes);
+      requireScope(tokenOf.get(request)!.scope, graphqlDocumentScope(bytes), 'this GraphQL operation');
+      route = routeOf(request);
+      body = bytes;
     } else {
       route = routeOf(request);
       body = buffered ?? (hasBody(request.headers) ? raw : undefined);
@@ -339,8 +419,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       }
     }
     reply.status(res.statusCode);
+    const named = connectionTokens(res.headers.connection);
     for (const [name, value] of Object.entries(res.headers)) {
-      if (value !== undefined && !RESPONSE_SKIP.has(name)) reply.header(name, value);
+      if (value !== undefined && !RESPONSE_SKIP.has(name) && !named.has(name)) reply.header(name, value);
     }
     // Every Braid body is JSON: label an unlabelled one so, rather than fastify's octet-stream default.
     if (res.headers['content-type'] === undefined && Buffer.isBuffer(payload) && payload.length > 0) {

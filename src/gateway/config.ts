@@ -4,6 +4,7 @@
  * Tokens are the union of all three sources. Documented in docs/gateway.md.
  */
 import { readFileSync } from 'node:fs';
+import { allows, parseTokenSpec, type TokenSpec } from '../auth.js';
 
 /** One routable branch of the catalog. */
 export interface CatalogBranch {
@@ -30,8 +31,11 @@ export interface Catalog {
 export interface GatewayConfig {
   host: string;
   port: number;
-  /** Bearer tokens accepted from clients. Never empty once resolved. */
-  tokens: string[];
+  /** Bearer tokens accepted from clients, with their scopes. Never empty once resolved. */
+  tokens: TokenSpec[];
+  /** Failed authentications allowed per client address per window before 429 (0: no limit). */
+  authFailureMax: number;
+  authFailureWindowMs: number;
   /** Requests per token per window; 0 turns the limiter off. */
   rateLimitMax: number;
   rateWindowMs: number;
@@ -60,6 +64,8 @@ export const GATEWAY_DEFAULTS: Omit<GatewayConfig, 'catalog' | 'tokens'> = {
   port: 8081,
   rateLimitMax: 100,
   rateWindowMs: 1000,
+  authFailureMax: 20,
+  authFailureWindowMs: 60_000,
   engineUrl: 'http://127.0.0.1:8080',
   engineToken: undefined,
   defaultDatabase: 'default',
@@ -83,6 +89,7 @@ export interface GatewayFlags {
   token?: string[];
   rateLimit?: number;
   rateWindow?: number;
+  authFailureLimit?: number;
   logLevel?: string;
 }
 
@@ -110,14 +117,31 @@ function str(value: unknown, name: string): string | undefined {
   return value;
 }
 
-function tokenList(value: unknown, name: string): string[] {
+/** Tokens as `secret`, `secret:scope` or (in the config file) `{token, scope}`. */
+function tokenList(value: unknown, name: string): TokenSpec[] {
   if (value === undefined || value === null) return [];
   const raw = typeof value === 'string' ? value.split(',') : value;
-  if (!Array.isArray(raw)) fail(`${name} must be a list of strings`);
-  return raw.map((t, i) => {
-    if (typeof t !== 'string') fail(`${name}[${i}] must be a string`);
-    return t.trim();
-  }).filter(Boolean);
+  if (!Array.isArray(raw)) fail(`${name} must be a list of tokens`);
+  const out: TokenSpec[] = [];
+  raw.forEach((t, i) => {
+    if (typeof t === 'string' && t.trim() === '') return;
+    try {
+      out.push(parseTokenSpec(typeof t === 'string' ? t.trim() : (t as { token?: unknown; scope?: unknown }), `${name}[${i}]`));
+    } catch (err) {
+      fail((err as Error).message);
+    }
+  });
+  return out;
+}
+
+/** One entry per token; a token listed twice keeps its widest scope. */
+function uniqueTokens(specs: TokenSpec[]): TokenSpec[] {
+  const byToken = new Map<string, TokenSpec>();
+  for (const spec of specs) {
+    const seen = byToken.get(spec.token);
+    if (!seen || allows(spec.scope, seen.scope)) byToken.set(spec.token, spec);
+  }
+  return [...byToken.values()];
 }
 
 /** Normalises an engine URL: http(s) only, no trailing slash, no query. */
@@ -199,7 +223,7 @@ export function readConfigFile(file: string): Record<string, unknown> {
 }
 
 const FILE_KEYS = new Set([
-  'host', 'port', 'tokens', 'rate_limit', 'engine_url', 'engine_token', 'default_database', 'databases', 'catalog',
+  'host', 'port', 'tokens', 'rate_limit', 'auth_failures', 'engine_url', 'engine_token', 'default_database', 'databases', 'catalog',
   'ready_interval_ms', 'connect_timeout_ms', 'upstream_timeout_ms', 'body_limit_bytes', 'connections_per_engine', 'log_level',
 ]);
 
@@ -216,6 +240,9 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
   const rl = file.rate_limit;
   if (rl !== undefined && (typeof rl !== 'object' || rl === null)) fail('rate_limit must be an object {max, window_ms}');
   const rateFile = (rl ?? {}) as Record<string, unknown>;
+  const af = file.auth_failures;
+  if (af !== undefined && (typeof af !== 'object' || af === null)) fail('auth_failures must be an object {max, window_ms}');
+  const authFile = (af ?? {}) as Record<string, unknown>;
   const d = GATEWAY_DEFAULTS;
 
   const engineUrl = normalizeEndpoint(
@@ -225,11 +252,11 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
   const catalogSource = file.catalog ?? (file.databases !== undefined ? { databases: file.databases } : undefined);
   const catalog = catalogSource === undefined ? singleEngineCatalog(engineUrl) : parseCatalog(catalogSource, engineUrl);
 
-  const tokens = [...new Set([
+  const tokens = uniqueTokens([
     ...tokenList(file.tokens, 'tokens'),
     ...tokenList(env.BRAID_GATEWAY_TOKENS, 'BRAID_GATEWAY_TOKENS'),
     ...tokenList(flags.token, '--token'),
-  ])];
+  ]);
   if (tokens.length === 0) {
     fail('the gateway needs at least one bearer token: --token, BRAID_GATEWAY_TOKENS or "tokens" in the config file');
   }
@@ -250,6 +277,8 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
     host: flags.host ?? (env.BRAID_GATEWAY_HOST || undefined) ?? str(file.host, 'host') ?? d.host,
     port: pick(flags.port, 'BRAID_GATEWAY_PORT', file.port, 'port', d.port),
     tokens,
+    authFailureMax: pick(flags.authFailureLimit, 'BRAID_AUTH_FAILURE_LIMIT', authFile.max, 'auth_failures.max', d.authFailureMax),
+    authFailureWindowMs: int(authFile.window_ms, 'auth_failures.window_ms') || d.authFailureWindowMs,
     rateLimitMax: pick(flags.rateLimit, 'BRAID_RATE_LIMIT', rateFile.max, 'rate_limit.max', d.rateLimitMax),
     rateWindowMs,
     engineUrl,
@@ -266,13 +295,14 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
 }
 
 /** Fills a partial configuration (programmatic use) with defaults and a single-engine catalog. */
-export function gatewayConfig(partial: Partial<GatewayConfig> & { tokens: string[] }): GatewayConfig {
+export function gatewayConfig(partial: Omit<Partial<GatewayConfig>, 'tokens'> & { tokens: Array<string | TokenSpec> }): GatewayConfig {
   const engineUrl = normalizeEndpoint(partial.engineUrl ?? GATEWAY_DEFAULTS.engineUrl, 'engine URL');
   const catalog = partial.catalog ? parseCatalog(partial.catalog, engineUrl) : singleEngineCatalog(engineUrl);
   if (partial.tokens.length === 0) fail('the gateway needs at least one bearer token');
   return {
     ...GATEWAY_DEFAULTS,
     ...partial,
+    tokens: uniqueTokens(partial.tokens.map((t) => (typeof t === 'string' ? parseTokenSpec(t) : t))),
     engineUrl,
     catalog,
     defaultDatabase: partial.defaultDatabase ?? (catalog.databases.some((db) => db.database_id === DEFAULT_DATABASE) ? DEFAULT_DATABASE : catalog.databases[0]!.database_id),

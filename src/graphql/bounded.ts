@@ -58,6 +58,7 @@ function checkSelection(
   fragments: Map<string, FragmentDefinitionNode>,
   visiting: Set<string>,
   fieldsSeen: { count: number },
+  checked: Map<string, number> = new Map(),
 ): void {
   const allowed = ALLOWED[typeName] ?? [];
   for (const sel of set.selections) {
@@ -69,12 +70,13 @@ function checkSelection(
         throw notAllowed(`field "${name}" is not allowed on ${typeName}; allowed: ${allowed.join(', ')}`);
       }
       if (typeName === 'Query') fieldsSeen.count += 1;
+      if (fieldsSeen.count > 1) throw notAllowed(`exactly one top-level field, search, is allowed`);
       if (sel.arguments?.length && typeName !== 'Query') {
         throw notAllowed(`arguments are only allowed on search, not on "${name}"`);
       }
       if (sel.selectionSet) {
         const fieldType = nextType(typeName, name);
-        if (fieldType) checkSelection(sel.selectionSet, fieldType, fragments, visiting, { count: 0 });
+        if (fieldType) checkSelection(sel.selectionSet, fieldType, fragments, visiting, { count: 0 }, checked);
       }
       continue;
     }
@@ -82,15 +84,27 @@ function checkSelection(
     if (sel.kind === Kind.FRAGMENT_SPREAD && condition === undefined) throw notAllowed(`unknown fragment "${sel.name.value}"`);
     if (condition !== undefined && condition !== typeName) throw notAllowed(`fragments on type ${condition} are not allowed here (only on ${typeName})`);
     if (sel.kind === Kind.INLINE_FRAGMENT) {
-      checkSelection(sel.selectionSet, typeName, fragments, visiting, fieldsSeen);
+      checkSelection(sel.selectionSet, typeName, fragments, visiting, fieldsSeen, checked);
     } else {
       const name = sel.name.value;
       if (visiting.has(name)) throw notAllowed(`fragment "${name}" spreads itself`);
+      // each fragment is checked once; a later spread adds the top-level
+      // fields it was found to hold (so 2^n spreads cost n checks)
+      const known = checked.get(name);
+      if (known !== undefined) {
+        fieldsSeen.count += known;
+        if (fieldsSeen.count > 1) throw notAllowed(`exactly one top-level field, search, is allowed`);
+        continue;
+      }
       const frag = fragments.get(name)!;
       directiveCheck(frag);
       visiting.add(name);
-      checkSelection(frag.selectionSet, typeName, fragments, visiting, fieldsSeen);
+      const own = { count: 0 };
+      checkSelection(frag.selectionSet, typeName, fragments, visiting, own, checked);
       visiting.delete(name);
+      checked.set(name, own.count);
+      fieldsSeen.count += own.count;
+      if (fieldsSeen.count > 1) throw notAllowed(`exactly one top-level field, search, is allowed`);
     }
   }
 }

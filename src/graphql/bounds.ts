@@ -12,8 +12,12 @@
  *   field costs 1, depth up to `introspectionMaxDepth`, and at most
  *   `introspectionMaxLists` nested lists of objects (types > fields > args).
  *
- * The walk stops at the first limit it crosses, so a document whose
- * fragments expand exponentially costs at most maxCost steps to reject.
+ * Each fragment is walked once per context (its depth, the list size it
+ * inherits, the introspection state) and its cost memoised: a spread costs
+ * its fragment's cost times the multiplier at the spread, without walking
+ * it again. A document of fragments that each spread the previous one twice
+ * (2^40 expansions from 400 tokens) is costed in time linear in its size,
+ * and rejected by the cost limit, before validation ever sees it.
  */
 import {
   Kind,
@@ -79,6 +83,8 @@ interface Walk {
   defaults: Map<string, number>;
   cost: number;
   depth: number;
+  /** Fragment cost (at multiplier 1) and deepest depth, per fragment and context. */
+  memo: Map<string, { cost: number; depth: number }>;
 }
 
 function fieldDef(parent: GraphQLNamedType | undefined, name: string, isRoot: boolean): GraphQLField<unknown, unknown> | undefined {
@@ -108,6 +114,14 @@ function tooDeep(field: FieldNode, depth: number, limit: number, introspection: 
   );
 }
 
+function tooCostly(w: Walk): BraidError {
+  return new BraidError(
+    'graphql_too_costly',
+    `query cost exceeds the limit of ${w.limits.maxCost}: every selected field costs the product of the list sizes above it ` +
+      `(results: top_k, default ${DEFAULT_TOP_K}; other lists: ${w.limits.listSize}); select fewer fields or lower top_k`,
+  );
+}
+
 function walk(
   w: Walk,
   set: SelectionSetNode,
@@ -127,10 +141,21 @@ function walk(
     if (sel.kind === Kind.FRAGMENT_SPREAD) {
       const name = sel.name.value;
       const frag = w.fragments.get(name);
-      if (!frag || visiting.has(name)) continue; // unknown or cyclic: validation reports it
-      visiting.add(name);
-      walk(w, frag.selectionSet, w.schema.getType(frag.typeCondition.name.value) ?? undefined, depth, multiplier, rows, intro, visiting);
-      visiting.delete(name);
+      if (!frag || visiting.has(name)) continue; // unknown or cyclic: rejected before the walk
+      const key = `${name}|${depth}|${rows}|${intro ? intro.lists : '-'}`;
+      let summary = w.memo.get(key);
+      if (!summary) {
+        // walk the fragment once on its own, at multiplier 1
+        const inner: Walk = { ...w, cost: 0, depth: 0 };
+        visiting.add(name);
+        walk(inner, frag.selectionSet, w.schema.getType(frag.typeCondition.name.value) ?? undefined, depth, 1, rows, intro, visiting);
+        visiting.delete(name);
+        summary = { cost: inner.cost, depth: inner.depth };
+        w.memo.set(key, summary);
+      }
+      w.depth = Math.max(w.depth, summary.depth);
+      w.cost += summary.cost * multiplier;
+      if (w.cost > w.limits.maxCost) throw tooCostly(w);
       continue;
     }
     const name = sel.name.value;
@@ -145,13 +170,7 @@ function walk(
       w.depth = Math.max(w.depth, d);
       w.cost += multiplier;
     }
-    if (w.cost > w.limits.maxCost) {
-      throw new BraidError(
-        'graphql_too_costly',
-        `query cost exceeds the limit of ${w.limits.maxCost}: every selected field costs the product of the list sizes above it ` +
-          `(results: top_k, default ${DEFAULT_TOP_K}; other lists: ${w.limits.listSize}); select fewer fields or lower top_k`,
-      );
-    }
+    if (w.cost > w.limits.maxCost) throw tooCostly(w);
     if (!sel.selectionSet) continue;
     const type = def?.type;
     const named = type ? getNamedType(type) : undefined;
@@ -194,7 +213,7 @@ export function checkLimits(
     if (v.defaultValue?.kind === Kind.INT) defaults.set(v.variable.name.value, Number(v.defaultValue.value));
   }
   const root = operation.operation === 'mutation' ? schema.getMutationType() : operation.operation === 'subscription' ? schema.getSubscriptionType() : schema.getQueryType();
-  const w: Walk = { schema, limits, fragments, variables, defaults, cost: 0, depth: 0 };
+  const w: Walk = { schema, limits, fragments, variables, defaults, cost: 0, depth: 0, memo: new Map() };
   walk(w, operation.selectionSet, root ?? undefined, 0, 1, DEFAULT_TOP_K, null, new Set());
   return { depth: w.depth, cost: w.cost };
 }

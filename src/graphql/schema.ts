@@ -21,8 +21,9 @@ import {
   type GraphQLInputFieldConfigMap,
   type GraphQLOutputType,
   type GraphQLInputType,
+  type GraphQLResolveInfo,
 } from 'graphql';
-import type { Braid, BranchRef, ColumnDeclaration, Committed, RecordKey, TableSchema, WriteResult } from '../engine.js';
+import type { Braid, BranchRef, ColumnDeclaration, Committed, ReceiptDraft, RecordKey, RequestKey, TableSchema, WriteResult } from '../engine.js';
 import { BraidError } from '../errors.js';
 import { GraphQLJSON } from './scalars.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery, type GraphQLContext } from './types.js';
@@ -159,6 +160,21 @@ function committed(result: WriteResult): { epoch: number; record_count: number; 
   }
   const body = result.replayed.body as { epoch?: number; record_count?: number };
   return { epoch: body.epoch ?? 0, record_count: body.record_count ?? 0, changed: false };
+}
+
+/**
+ * The request key of one mutation field of a keyed request: the request's
+ * key plus the field's response name (unique among the top-level fields).
+ */
+function fieldKey(ctx: GraphQLContext, info: GraphQLResolveInfo): RequestKey | undefined {
+  if (!ctx.requestKey) return undefined;
+  return { key: `${ctx.requestKey.key}\n#${info.path.key}`, body_hash: ctx.requestKey.body_hash };
+}
+
+/** The receipt a keyed mutation's write commits with it; the engine fills in the placeholders. */
+function fieldReceipt(ctx: GraphQLContext, info: GraphQLResolveInfo): ReceiptDraft | undefined {
+  const key = fieldKey(ctx, info);
+  return key && { ...key, status: 200, body: { epoch: 0, record_count: 0, changed: true } };
 }
 
 function tableOut(t: TableSchema) {
@@ -323,50 +339,47 @@ const mutationFields: Record<string, Field> = {
     type: WriteResultType,
     description: 'Full replacement write of one record; resolves once it is durable.',
     args: { record: { type: nn(RecordInputType) } },
-    resolve: async (_src, args: Args, ctx) => committed(await ctx.engine.put(recordInput(args.record as Args, 'record'), ctx.branch)),
+    resolve: async (_src, args: Args, ctx, info) =>
+      committed(await ctx.engine.put(recordInput(args.record as Args, 'record'), { ...ctx.branch, receipt: fieldReceipt(ctx, info) })),
   },
   put_batch: {
     type: WriteResultType,
     description: 'Atomic write of many records at one epoch.',
     args: { records: { type: nn(list(RecordInputType)) } },
-    resolve: async (_src, args: Args, ctx) => {
+    resolve: async (_src, args: Args, ctx, info) => {
       const records = (args.records as Args[]).map((r, i) => recordInput(r, `records[${i}]`));
-      return committed(await ctx.engine.putBatch(records, ctx.branch));
+      return committed(await ctx.engine.putBatch(records, { ...ctx.branch, receipt: fieldReceipt(ctx, info) }));
     },
   },
   delete: {
     type: WriteResultType,
     description: 'Writes a tombstone: later gets and searches no longer see the record; temporal reads before it still do.',
     args: { table: { type: nn(GraphQLString) }, tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) } },
-    resolve: async (_src, args: Args, ctx) => committed(await ctx.engine.delete(args as unknown as RecordKey, ctx.branch)),
+    resolve: async (_src, args: Args, ctx, info) =>
+      committed(await ctx.engine.delete(args as unknown as RecordKey, { ...ctx.branch, receipt: fieldReceipt(ctx, info) })),
   },
   snapshot: {
     type: SnapshotResultType,
     description: 'Admin: takes snapshot `target` of the branch at its latest epoch.',
     args: { target: { type: nn(GraphQLString) } },
-    resolve: async (_src, args: Args, ctx) => {
-      const info = await ctx.engine.snapshot(args.target as string, ctx.branch);
-      return { snapshot: true, target: info.name, database_id: info.database_id, branch_id: info.branch_id, epoch: info.epoch };
+    resolve: async (_src, args: Args, ctx, info) => {
+      const snap = await ctx.engine.snapshot(args.target as string, { ...ctx.branch, requestKey: fieldKey(ctx, info) });
+      return { snapshot: true, target: snap.name, database_id: snap.database_id, branch_id: snap.branch_id, epoch: snap.epoch };
     },
   },
   restore: {
     type: RestoreResultType,
     description: 'Admin: restores snapshot `source` into a new branch `target`, then optionally checks that verify_record is visible there.',
     args: { source: { type: nn(GraphQLString) }, target: { type: nn(GraphQLString) }, verify_record: { type: RecordKeyInput } },
-    resolve: async (_src, args: Args, ctx) => {
-      const source = args.source as string;
-      const out = await ctx.engine.restore(source, args.target as string);
+    resolve: async (_src, args: Args, ctx, info) => {
       const key = args.verify_record as RecordKey | null | undefined;
+      const request = key ? { table: key.table, tenant_id: key.tenant_id, id: key.id } : undefined;
+      // names are checked before the branch is created, as on route 3
+      const out = await ctx.engine.restore(args.source as string, args.target as string, { verify: request, requestKey: fieldKey(ctx, info) });
       let verification = null;
-      if (key) {
-        const request = { table: key.table, tenant_id: key.tenant_id, id: key.id };
-        const snap = (await ctx.engine.snapshots()).find((s) => s.name === source);
-        try {
-          const record = await ctx.engine.get(request, { databaseId: snap?.database_id ?? ctx.branch.databaseId, branchId: out.target });
-          verification = { status: record ? 'passed' : 'failed', record, record_visible: record !== null, request };
-        } catch (err) {
-          verification = { status: 'failed', record: null, record_visible: false, request, error: (err as Error).message };
-        }
+      if (request) {
+        const record = out.verified ?? null;
+        verification = { status: record ? 'passed' : 'failed', record, record_visible: record !== null, request };
       }
       return { restored: out.restored, source: out.source, target: out.target, epoch: out.epoch, verification };
     },

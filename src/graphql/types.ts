@@ -15,7 +15,7 @@ import {
   type GraphQLFieldConfigArgumentMap,
   type GraphQLInputType,
 } from 'graphql';
-import type { Braid, BranchRef, HybridQuery } from '../engine.js';
+import type { Braid, BranchRef, HybridQuery, RequestKey } from '../engine.js';
 import { GraphQLJSON } from './scalars.js';
 
 /** What every resolver receives: the engine and the branch the request addresses. */
@@ -24,6 +24,13 @@ export interface GraphQLContext {
   branch: BranchRef;
   /** The endpoint reported by `branches` (same as GET /v1/branches). */
   endpoint: () => string;
+  /**
+   * The Idempotency-Key (scoped) and body hash of a keyed request: each
+   * mutation field commits its own receipt with its write, so a retry after
+   * a crash before the response's receipt replays the writes instead of
+   * running them again.
+   */
+  requestKey?: RequestKey;
 }
 
 export const ScoreComponents = new GraphQLObjectType({

@@ -2,8 +2,9 @@
  * Idempotency-Key for the routes marked (idem) in the spec: 2, 3, 5, 7, 9,
  * 10 and 11.
  *
- * - The key is scoped by method and path (and stored in the branch the
- *   request addresses); the receipt holds a SHA-256 of the raw body.
+ * - The key is scoped by method and path, by the client's token (a digest
+ *   of it, never the token) and by the branch the request addresses (where
+ *   the receipt is stored); the receipt holds a SHA-256 of the raw body.
  * - Same key and same raw body: the first successful response is replayed
  *   (same status and body) with `Idempotent-Replayed: true`, without running
  *   the request again. A different body: 409 `idempotency_key_reused`.
@@ -16,6 +17,13 @@
  *   its commit, so even a race between two processes cannot double-write.
  * - Failed requests (any non-2xx) store nothing and may be retried.
  * - Keys are 1-255 printable ASCII characters; others are 400.
+ * - A keyed read's response is stored whole up to 1 MiB
+ *   ({@link MAX_STORED_RESPONSE_BYTES}). Past that only its SHA-256 is
+ *   stored: a retry runs the read again and answers it (replayed) when it
+ *   hashes the same, else 409 `idempotency_response_too_large` (the data
+ *   changed since; send a new key). The digest leaves out `explain` and
+ *   `next_cursor` members, which describe a run (measured timings, a fresh
+ *   cursor), not its answer.
  */
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -26,6 +34,28 @@ import type { BranchRef, Braid, ReceiptDraft } from '../engine.js';
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAY_HEADER = 'idempotent-replayed';
 export const MAX_KEY_LENGTH = 255;
+/** The largest response a keyed read stores whole; larger ones are stored as a digest. */
+export const MAX_STORED_RESPONSE_BYTES = 1 << 20;
+/** Marks a receipt body that holds the digest of a response too large to store. */
+const DIGEST_MARK = '$braid_response_digest';
+
+interface StoredDigest {
+  [DIGEST_MARK]: true;
+  sha256: string;
+  bytes: number;
+}
+
+/** SHA-256 of a response's answer: its JSON without the members that describe the run. */
+function answerDigest(text: string): string {
+  const answer = JSON.stringify(JSON.parse(text), (key, value: unknown) => (key === 'explain' || key === 'next_cursor' ? undefined : value));
+  return hashBody(answer);
+}
+
+function storedDigest(body: unknown): StoredDigest | undefined {
+  return body !== null && typeof body === 'object' && (body as Record<string, unknown>)[DIGEST_MARK] === true
+    ? (body as StoredDigest)
+    : undefined;
+}
 
 /** The routes that accept Idempotency-Key (method + path). */
 export const IDEMPOTENT_ROUTES = new Set([
@@ -47,6 +77,8 @@ export interface IdempotencyContext {
   branch: BranchRef;
   /** Set once the receipt has been committed with the write. */
   committed: boolean;
+  /** A retry of a read whose response was too large to store: the digest it must match. */
+  expect?: StoredDigest;
 }
 
 declare module 'fastify' {
@@ -102,7 +134,9 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
       throw new BraidError('idempotency_key_invalid', `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} printable ASCII characters`);
     }
     const branch = options.branchOf(request);
-    const scopedKey = `${route}\n${key}`;
+    // scoped by route, by who sent it (a digest of the token; see
+    // src/app.ts principalOf) and, through where it is stored, by branch
+    const scopedKey = request.principal ? `${route}\n${request.principal}\n${key}` : `${route}\n${key}`;
     const flightKey = `${branch.databaseId ?? 'default'}/${branch.branchId ?? 'main'}\n${scopedKey}`;
     const bodyHash = hashBody(request.rawBody);
     // Wait for a running request with the same key, then decide from its
@@ -120,7 +154,11 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
         if (receipt.body_hash !== bodyHash) {
           throw new BraidError('idempotency_key_reused', 'Idempotency-Key was already used with a different request body');
         }
-        return replay(reply, receipt.status, receipt.body);
+        const digest = storedDigest(receipt.body);
+        if (!digest) return replay(reply, receipt.status, receipt.body);
+        // run the read again; onSend compares what it answers with the digest
+        request.idempotency = { scopedKey, bodyHash, branch, committed: true, expect: digest };
+        return;
       }
       if (!inFlight.has(flightKey)) break;
     }
@@ -140,12 +178,36 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
   // Routes that write no rows store their receipt once they have succeeded.
   app.addHook('onSend', async (request, reply, payload) => {
     const ctx = request.idempotency;
-    if (!ctx || ctx.committed || reply.statusCode < 200 || reply.statusCode >= 300) return payload;
+    if (!ctx || reply.statusCode < 200 || reply.statusCode >= 300) return payload;
+    const text = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : JSON.stringify(payload);
+    if (ctx.expect) {
+      if (answerDigest(text) !== ctx.expect.sha256) {
+        reply.status(409).header('content-type', 'application/json; charset=utf-8');
+        const err = new BraidError(
+          'idempotency_response_too_large',
+          `the first response to this Idempotency-Key (${ctx.expect.bytes} bytes) was too large to store ` +
+            `(over ${MAX_STORED_RESPONSE_BYTES} bytes) and the read now answers differently; send a new key`,
+        );
+        return JSON.stringify({ code: err.code, error: err.message });
+      }
+      reply.header(REPLAY_HEADER, 'true');
+      return payload;
+    }
+    if (ctx.committed) return payload;
     const route = `${request.method} ${request.routeOptions.url}`;
     if (WRITE_ROUTES.has(route)) return payload;
     ctx.committed = true;
-    const body = typeof payload === 'string' ? JSON.parse(payload) : payload;
-    await engine.recordReceipt({ key: ctx.scopedKey, body_hash: ctx.bodyHash, status: reply.statusCode, body }, ctx.branch);
+    const bytes = Buffer.byteLength(text);
+    const body: unknown = bytes > MAX_STORED_RESPONSE_BYTES
+      ? ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes } satisfies StoredDigest)
+      : JSON.parse(text);
+    try {
+      await engine.recordReceipt({ key: ctx.scopedKey, body_hash: ctx.bodyHash, status: reply.statusCode, body }, ctx.branch);
+    } catch (err) {
+      // a keyed read of an archived (read-only) branch answers its result;
+      // nothing changes there, so a retry reads the same and needs no receipt
+      if (!(err instanceof BraidError && err.code === 'branch_archived')) throw err;
+    }
     return payload;
   });
 }

@@ -19,6 +19,8 @@ export interface NativeEngineHandle {
 
 interface NativeModule {
   NativeEngine: { open(config: string): NativeEngineHandle };
+  /** JSON envelope of a DoctorReport (see src/engine.ts `doctor`). */
+  doctor(dataDir: string, salvage: boolean): string;
 }
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -1,18 +1,22 @@
 /** Admin routes: snapshot (10), restore (3), and branch state (extension). */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { branchOf } from '../app.js';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { BranchStateRequest, RestoreRequest, RestoreResponse, SnapshotRequest, SnapshotResponse } from '../schemas/admin.js';
-import type { Braid } from '../engine.js';
+import type { Braid, RequestKey } from '../engine.js';
+import { REPLAY_HEADER } from '../idempotency/index.js';
 
-/** Restores and, when asked, reads `verify_record` back from the new branch. */
-export async function restoreWithVerification(engine: Braid, body: RestoreRequest) {
-  const outcome = await engine.restore(body.source, body.target);
+/**
+ * Restores and, when asked, reads `verify_record` back from the new branch,
+ * in one engine call that checks every name before creating anything. A
+ * keyed request passes its key, which the engine writes with the branch.
+ */
+export async function restoreWithVerification(engine: Braid, body: RestoreRequest, requestKey?: RequestKey) {
+  const outcome = await engine.restore(body.source, body.target, { verify: body.verify_record, requestKey });
   let verification = null;
   if (body.verify_record) {
-    const snapshot = (await engine.snapshots()).find((s) => s.name === body.source);
-    const record = await engine.get(body.verify_record, { databaseId: snapshot?.database_id, branchId: body.target });
+    const record = outcome.verified ?? null;
     verification = {
       record,
       record_visible: record !== null,
@@ -20,7 +24,13 @@ export async function restoreWithVerification(engine: Braid, body: RestoreReques
       status: record !== null ? ('passed' as const) : ('failed' as const),
     };
   }
-  return { restored: outcome.restored, source: outcome.source, target: outcome.target, verification, epoch: outcome.epoch };
+  return { restored: outcome.restored, source: outcome.source, target: outcome.target, verification, epoch: outcome.epoch, replayed: outcome.replayed };
+}
+
+/** The key a keyed admin request hands the engine (see src/idempotency). */
+function requestKeyOf(request: FastifyRequest): RequestKey | undefined {
+  const ctx = request.idempotency;
+  return ctx ? { key: ctx.scopedKey, body_hash: ctx.bodyHash } : undefined;
 }
 
 export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
@@ -33,8 +43,9 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       body: SnapshotRequest,
       response: { 200: SnapshotResponse, ...idemErrorResponses },
     },
-  }, async (request) => {
-    const info = await engine.snapshot(request.body.target, branchOf(request));
+  }, async (request, reply) => {
+    const info = await engine.snapshot(request.body.target, { ...branchOf(request), requestKey: requestKeyOf(request) });
+    if (info.replayed) reply.header(REPLAY_HEADER, 'true');
     return { snapshot: true, target: info.name, database_id: info.database_id, branch_id: info.branch_id, epoch: info.epoch };
   });
 
@@ -44,7 +55,11 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       body: RestoreRequest,
       response: { 200: RestoreResponse, ...idemErrorResponses },
     },
-  }, async (request) => restoreWithVerification(engine, request.body));
+  }, async (request, reply) => {
+    const { replayed, ...result } = await restoreWithVerification(engine, request.body, requestKeyOf(request));
+    if (replayed) reply.header(REPLAY_HEADER, 'true');
+    return result;
+  });
 
   app.post('/v1/admin/branch-state', {
     schema: {

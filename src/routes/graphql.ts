@@ -4,8 +4,20 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { GraphQLError, execute, parse, printSchema, validate, version, type DocumentNode } from 'graphql';
+import {
+  GraphQLError,
+  KnownFragmentNamesRule,
+  NoFragmentCyclesRule,
+  execute,
+  parse,
+  printSchema,
+  validate,
+  version,
+  type DocumentNode,
+  type GraphQLSchema,
+} from 'graphql';
 import { branchOf } from '../app.js';
+import { graphqlScope, requireScope } from '../auth.js';
 import { BraidError } from '../errors.js';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { QueryResponse } from '../schemas/query.js';
@@ -33,6 +45,19 @@ function requestValidator() {
     fn(data)
       ? { value: data }
       : { error: new BraidError('graphql_bad_request', `not a GraphQL request: ${validationError(fn.errors).message}`) };
+}
+
+/**
+ * Fragment names that are unknown or spread in a cycle, checked before the
+ * limits walk: both rules are linear in the document.
+ */
+function fragmentErrors(schema: GraphQLSchema, document: DocumentNode): readonly GraphQLError[] {
+  return validate(schema, document, [KnownFragmentNamesRule, NoFragmentCyclesRule]);
+}
+
+/** A request-level failure of route 7 in its 200 body (spec 4.3.3). */
+function graphqlFailure(err: BraidError): { errors: GraphQlErrorBody[] } {
+  return { errors: [{ message: err.message, extensions: { code: err.code } }] };
 }
 
 function parseDocument(query: string): DocumentNode {
@@ -83,7 +108,10 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     validatorCompiler: requestValidator,
   }, async (request) => {
     const { query, variables, operationName } = request.body;
-    const hybrid = boundedQuery(parseDocument(query), variables, operationName, boundedLimits);
+    const document = parseDocument(query);
+    const fragments = fragmentErrors(boundedSchema, document);
+    if (fragments.length) throw new BraidError('graphql_validation_failed', fragments.map((e) => e.message).join('; '));
+    const hybrid = boundedQuery(document, variables, operationName, boundedLimits);
     return engine.query(hybrid, branchOf(request));
   });
 
@@ -96,15 +124,32 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     validatorCompiler: requestValidator,
   }, async (request) => {
     const { query, variables, operationName } = request.body;
-    const document = parseDocument(query);
     const branch = branchOf(request);
     const schema = await cache.get(branch);
-    const operation = selectOperation(document, operationName);
-    // no operation to pick: execution reports it as a GraphQL error below
-    if (operation) checkLimits(schema, document, operation, variables ?? {}, limits);
+    // parse, fragment and limit failures are GraphQL errors in the 200 body
+    // on this route (spec 4.3.3); the bounded route answers them with a 400
+    let document: DocumentNode;
+    try {
+      document = parseDocument(query);
+      const fragments = fragmentErrors(schema, document);
+      if (fragments.length) return { errors: fragments.map(formatGraphQLError) };
+      const operation = selectOperation(document, operationName);
+      // no operation to pick: execution reports it as a GraphQL error below
+      if (operation) checkLimits(schema, document, operation, variables ?? {}, limits);
+    } catch (err) {
+      // GraphQL over HTTP: a client that accepts application/graphql-response+json
+      // gets a 4xx status for a request that never executed
+      const accept = request.headers.accept ?? '';
+      if (err instanceof BraidError && !accept.includes('application/graphql-response+json')) return graphqlFailure(err);
+      throw err;
+    }
+    // a token needs the scope of what the document runs (src/auth.ts)
+    if (request.scope) requireScope(request.scope, graphqlScope(document, operationName), 'this GraphQL operation');
     const invalid = validate(schema, document);
     if (invalid.length) return { errors: invalid.map(formatGraphQLError) };
-    const contextValue: GraphQLContext = { engine, branch, endpoint };
+    const keyed = request.idempotency;
+    const requestKey = keyed ? { key: keyed.scopedKey, body_hash: keyed.bodyHash } : undefined;
+    const contextValue: GraphQLContext = { engine, branch, endpoint, requestKey };
     const result = await execute({
       schema,
       document,

@@ -43,6 +43,9 @@ export async function opsRoutes(fastify: FastifyInstance): Promise<void> {
       record_count: m.record_count,
       version_count: m.version_count,
       branch_count: m.branch_count,
+      indexer_state: m.indexer_state,
+      failed_feature_count: m.failed_feature_count,
+      receipt_count: m.receipt_count,
     };
   });
 
@@ -57,8 +60,15 @@ export async function opsRoutes(fastify: FastifyInstance): Promise<void> {
       if (metrics.recovery_state === 'failed') {
         error = 'storage failed; restart the engine to recover';
         code = 'storage_failure';
+      } else if (metrics.indexer_state !== 'running') {
+        error = metrics.indexer_state === 'stopped'
+          ? 'the indexer has stopped: new writes are not indexed (queries still see them through the hot overlay); restart the engine'
+          : `the indexer keeps failing (${metrics.failed_feature_count} features not indexed so far); see the engine log`;
+        code = 'indexer_failed';
       }
     } catch (err) {
+      // a malformed branch header is the client's error; a branch that does not (yet) exist is not ready
+      if (err instanceof BraidError && err.status === 400) throw err;
       error = (err as Error).message;
       code = err instanceof BraidError ? err.code : 'internal_error';
     }
@@ -83,6 +93,7 @@ export async function opsRoutes(fastify: FastifyInstance): Promise<void> {
       ready,
       recovery_state: metrics?.recovery_state ?? 'unknown',
       service: SERVICE_NAME,
+      indexer_state: metrics?.indexer_state ?? 'unknown',
       ...(code ? { code } : {}),
     };
   });
@@ -95,5 +106,10 @@ export async function opsRoutes(fastify: FastifyInstance): Promise<void> {
 
   if (state.config.testHooks) {
     app.post('/v1/_test/panic', async () => state.engine.panicForTest());
+    app.post('/v1/_test/fault', async (request) => {
+      const { point, actions } = request.body as { point: string; actions: string };
+      await state.engine.faultForTest(point, actions);
+      return {};
+    });
   }
 }

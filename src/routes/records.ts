@@ -1,7 +1,7 @@
 /** Record routes: put (11), insert (5, deprecated), put-batch (9), get (14). */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { branchOf } from '../app.js';
+import { branchOf, putBranch } from '../app.js';
 import { RecordInput, errorResponses, idemErrorResponses } from '../schemas/common.js';
 import {
   EpochResponse,
@@ -51,7 +51,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     const headers = branchOf(request);
     const receipt = receiptFor(request, { epoch: null });
     if ('record' in body) {
-      const branch = { databaseId: body.database_id ?? headers.databaseId, branchId: body.branch_id ?? headers.branchId };
+      const branch = putBranch(headers, body);
       return epochReply(reply, await engine.put(body.record, { ...branch, receipt }));
     }
     return epochReply(reply, await engine.put(body, { ...headers, receipt }));

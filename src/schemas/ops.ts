@@ -18,6 +18,9 @@ export const MetricsResponse = Type.Object({
   record_count: Type.Optional(Type.Integer()),
   version_count: Type.Optional(Type.Integer()),
   branch_count: Type.Optional(Type.Integer()),
+  indexer_state: Type.Optional(Type.String()),
+  failed_feature_count: Type.Optional(Type.Integer()),
+  receipt_count: Type.Optional(Type.Integer()),
 });
 
 export const ReadyResponse = Type.Object({
@@ -34,6 +37,7 @@ export const ReadyResponse = Type.Object({
   recovery_state: Type.String(),
   service: Type.String(),
   code: Type.Optional(Type.String()),
+  indexer_state: Type.Optional(Type.String()),
 });
 
 export const BranchSummary = Type.Object({

@@ -4,6 +4,7 @@
 //! Data directory layout (documented in docs/storage.md):
 //!
 //! ```text
+//! <data>/LOCK                          flock held by the one engine process using the directory
 //! <data>/catalog.json                  branches and snapshots (atomic rewrite)
 //! <data>/secret                        32 random bytes that sign cursors
 //! <data>/db/<database>/<branch>/wal.log
@@ -30,6 +31,7 @@ use crate::query::plan::{self, HybridQuery, QueryContext, QueryResponse, RankedC
 use crate::schema::{Column, ColumnDeclaration, TableSchema};
 use crate::storage::branch::WAL_FILE;
 use crate::storage::commit::now_ms;
+use crate::storage::lock::DirLock;
 use crate::storage::wal;
 use crate::storage::{Branch, BranchConfig, ReceiptDraft, WriteOp, WriteResult};
 
@@ -69,10 +71,64 @@ pub struct SnapshotMeta {
     pub created_ms: u64,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Catalog {
     branches: Vec<BranchMeta>,
     snapshots: Vec<SnapshotMeta>,
+    /// Idempotency keys of snapshot and restore requests, written in the same
+    /// catalog rewrite as the snapshot or branch they created, so a crash
+    /// between the work and the service's receipt cannot run them twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    requests: Vec<AdminRequest>,
+}
+
+/// The idempotency key (already scoped by the service) and body hash of a
+/// keyed admin request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestKey {
+    pub key: String,
+    pub body_hash: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AdminRequest {
+    #[serde(flatten)]
+    request: RequestKey,
+    created_ms: u64,
+    /// The snapshot or branch the request created.
+    created: String,
+}
+
+/// What a keyed admin request finds when its key was seen before.
+enum Seen {
+    New,
+    /// The same request already ran: what it created.
+    Done(String),
+}
+
+impl Catalog {
+    fn seen(&self, key: Option<&RequestKey>, retention_ms: u64) -> Result<Seen> {
+        let Some(key) = key else { return Ok(Seen::New) };
+        let cutoff = now_ms().saturating_sub(retention_ms);
+        match self.requests.iter().find(|r| r.request.key == key.key && r.created_ms >= cutoff) {
+            None => Ok(Seen::New),
+            Some(r) if r.request.body_hash == key.body_hash => Ok(Seen::Done(r.created.clone())),
+            Some(_) => bail!(IdempotencyKeyReused, "idempotency key was already used with a different request body"),
+        }
+    }
+
+    /// Records a keyed request with the work it did, dropping expired ones.
+    fn remember(&mut self, key: Option<&RequestKey>, created: &str, retention_ms: u64) {
+        let cutoff = now_ms().saturating_sub(retention_ms);
+        self.requests.retain(|r| r.created_ms >= cutoff);
+        if let Some(key) = key {
+            self.requests.push(AdminRequest {
+                request: key.clone(),
+                created_ms: now_ms(),
+                created: created.to_string(),
+            });
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -99,6 +155,11 @@ pub struct Metrics {
     pub branch_count: u64,
     pub recovery_state: String,
     pub recovered_truncated_bytes: u64,
+    /// `running`, `failing` (recent rounds kept failing) or `stopped`.
+    pub indexer_state: String,
+    pub failed_feature_count: u64,
+    /// Idempotency receipts held in memory.
+    pub receipt_count: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -107,6 +168,19 @@ pub struct RestoreOutcome {
     pub source: String,
     pub target: String,
     pub epoch: u64,
+    /// With a verify key: the record as the restored branch holds it (null
+    /// when absent). Absent without a verify key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified: Option<Option<RecordOutput>>,
+    /// True when a keyed request that already ran was answered again.
+    pub replayed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotOutcome {
+    #[serde(flatten)]
+    pub meta: SnapshotMeta,
+    pub replayed: bool,
 }
 
 pub struct Engine {
@@ -116,6 +190,8 @@ pub struct Engine {
     secret: Vec<u8>,
     cache: RankedCache,
     pub opened_at: Instant,
+    /// Held from before recovery until `close`.
+    lock: Mutex<Option<DirLock>>,
 }
 
 fn ident(kind: &str, s: &str) -> Result<()> {
@@ -125,8 +201,11 @@ fn ident(kind: &str, s: &str) -> Result<()> {
 impl Engine {
     pub fn open(config: EngineConfig) -> Result<Engine> {
         let data = &config.data_dir;
-        std::fs::create_dir_all(data.join("db"))?;
-        std::fs::create_dir_all(data.join("snapshots"))?;
+        wal::create_private_dir(data)?;
+        // before anything else is read: a second process must touch nothing
+        let lock = DirLock::acquire(data)?;
+        wal::create_private_dir(&data.join("db"))?;
+        wal::create_private_dir(&data.join("snapshots"))?;
         let secret = load_secret(&data.join("secret"))?;
         let catalog_path = data.join("catalog.json");
         let mut catalog: Catalog = match std::fs::read(&catalog_path) {
@@ -162,6 +241,7 @@ impl Engine {
             secret,
             cache: RankedCache::default(),
             opened_at: Instant::now(),
+            lock: Mutex::new(Some(lock)),
         })
     }
 
@@ -267,17 +347,7 @@ impl Engine {
         names::check_key("id", &key.id)?;
         let branch = self.branch(database, branch)?;
         let state = branch.state.read();
-        let epoch = epoch.unwrap_or(state.latest_epoch);
-        Ok(state.visible_version(&key.table, &key.tenant_id, &key.id, epoch).map(|row| {
-            let r = &state.rows[row as usize];
-            RecordOutput {
-                fields: (*r.fields).clone(),
-                id: key.id.clone(),
-                table: key.table.clone(),
-                tenant_id: key.tenant_id.clone(),
-                version_id: r.version_id,
-            }
-        }))
+        Ok(read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch)))
     }
 
     pub fn query(&self, database: Option<&str>, branch: Option<&str>, q: &HybridQuery) -> Result<QueryResponse> {
@@ -299,11 +369,29 @@ impl Engine {
     /// on: the log is append-only, so its first `wal_end` bytes are exactly the
     /// commits up to that epoch and never change.
     pub fn snapshot(&self, database: Option<&str>, branch: Option<&str>, target: &str) -> Result<SnapshotMeta> {
+        Ok(self.snapshot_keyed(database, branch, target, None)?.meta)
+    }
+
+    /// [`Engine::snapshot`] for a keyed request: the key is written with the
+    /// snapshot, and the same request again answers the snapshot it made.
+    pub fn snapshot_keyed(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        target: &str,
+        key: Option<&RequestKey>,
+    ) -> Result<SnapshotOutcome> {
         ident("snapshot name", target)?;
         let db = database.unwrap_or(DEFAULT_DATABASE).to_string();
         let br = branch.unwrap_or(DEFAULT_BRANCH).to_string();
         let handle = self.branch(Some(&db), Some(&br))?;
         let mut catalog = self.catalog.lock();
+        let retention = self.config.branch.receipt_retention_ms;
+        if let Seen::Done(name) = catalog.seen(key, retention)? {
+            if let Some(meta) = catalog.snapshots.iter().find(|s| s.name == name) {
+                return Ok(SnapshotOutcome { meta: meta.clone(), replayed: true });
+            }
+        }
         if catalog.snapshots.iter().any(|s| s.name == target) {
             bail!(SnapshotExists, "snapshot {target:?} already exists");
         }
@@ -315,7 +403,7 @@ impl Engine {
             // left by a crash after the copy but before the catalog update
             std::fs::remove_dir_all(&final_dir)?;
         }
-        std::fs::create_dir_all(&tmp_dir)?;
+        wal::create_private_dir(&tmp_dir)?;
         wal::copy_prefix(&handle.wal_path(), &tmp_dir.join(WAL_FILE), wal_bytes)?;
         let meta = SnapshotMeta {
             name: target.to_string(),
@@ -328,9 +416,11 @@ impl Engine {
         write_durable(&tmp_dir.join("snapshot.json"), &serde_json::to_vec_pretty(&meta).expect("meta serialises"))?;
         std::fs::rename(&tmp_dir, &final_dir)?;
         wal::sync_dir(&final_dir)?;
-        catalog.snapshots.push(meta.clone());
-        save_catalog(&self.config.data_dir.join("catalog.json"), &catalog)?;
-        Ok(meta)
+        let mut next = catalog.clone();
+        next.snapshots.push(meta.clone());
+        next.remember(key, target, retention);
+        self.commit_catalog(&mut catalog, next)?;
+        Ok(SnapshotOutcome { meta, replayed: false })
     }
 
     pub fn snapshots(&self) -> Vec<SnapshotMeta> {
@@ -340,13 +430,47 @@ impl Engine {
     /// Restores snapshot `source` into a new branch `target` of the snapshot's
     /// database; the new branch's parent is the branch the snapshot was taken from.
     pub fn restore(&self, source: &str, target: &str) -> Result<RestoreOutcome> {
+        self.restore_keyed(source, target, None, None)
+    }
+
+    /// [`Engine::restore`], reading `verify` back from the new branch, for a
+    /// possibly keyed request: the key is written with the branch, and the
+    /// same request again answers the branch it made. Everything is checked
+    /// before anything is created.
+    pub fn restore_keyed(
+        &self,
+        source: &str,
+        target: &str,
+        verify: Option<&RecordKey>,
+        key: Option<&RequestKey>,
+    ) -> Result<RestoreOutcome> {
         ident("snapshot name", source)?;
         ident("branch_id", target)?;
+        if let Some(v) = verify {
+            names::check_table(&v.table)?;
+            names::check_key("tenant_id", &v.tenant_id)?;
+            names::check_key("id", &v.id)?;
+        }
         let mut catalog = self.catalog.lock();
         let Some(snap) = catalog.snapshots.iter().find(|s| s.name == source).cloned() else {
             bail!(SnapshotNotFound, "snapshot {source:?} does not exist");
         };
         let db = snap.database_id.clone();
+        if let Seen::Done(name) = catalog.seen(key, self.config.branch.receipt_retention_ms)? {
+            if catalog.branches.iter().any(|b| b.database_id == db && b.branch_id == name) {
+                drop(catalog);
+                let epoch = self.branch(Some(&db), Some(&name))?.state.read().latest_epoch;
+                let verified = verify.map(|v| self.get(Some(&db), Some(&name), v, None)).transpose()?;
+                return Ok(RestoreOutcome {
+                    restored: true,
+                    source: source.to_string(),
+                    target: name,
+                    epoch,
+                    verified,
+                    replayed: true,
+                });
+            }
+        }
         if catalog.branches.iter().any(|b| b.database_id == db && b.branch_id == target) {
             bail!(BranchExists, "branch {db}/{target} already exists");
         }
@@ -354,13 +478,15 @@ impl Engine {
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
-        std::fs::create_dir_all(&dir)?;
+        wal::create_private_dir(&dir)?;
         let src = self.config.data_dir.join("snapshots").join(source).join(WAL_FILE);
         let len = std::fs::metadata(&src)?.len();
         wal::copy_prefix(&src, &dir.join(WAL_FILE), len)?;
         let branch = Branch::open(&dir, self.config.branch.clone())?;
         let epoch = branch.state.read().latest_epoch;
-        catalog.branches.push(BranchMeta {
+        let verified = verify.map(|v| read_record(&branch.state.read(), v));
+        let mut next = catalog.clone();
+        next.branches.push(BranchMeta {
             database_id: db.clone(),
             branch_id: target.to_string(),
             parent_branch_id: Some(snap.branch_id.clone()),
@@ -368,9 +494,17 @@ impl Engine {
             created_ms: now_ms(),
             source_snapshot: Some(source.to_string()),
         });
-        save_catalog(&self.config.data_dir.join("catalog.json"), &catalog)?;
+        next.remember(key, target, self.config.branch.receipt_retention_ms);
+        self.commit_catalog(&mut catalog, next)?;
         self.branches.write().insert((db, target.to_string()), Arc::new(branch));
-        Ok(RestoreOutcome { restored: true, source: source.to_string(), target: target.to_string(), epoch })
+        Ok(RestoreOutcome {
+            restored: true,
+            source: source.to_string(),
+            target: target.to_string(),
+            epoch,
+            verified,
+            replayed: false,
+        })
     }
 
     /// Archives (read-only) or reactivates a branch.
@@ -379,10 +513,11 @@ impl Engine {
         let br = branch.unwrap_or(DEFAULT_BRANCH);
         let handle = self.branch(Some(db), Some(br))?;
         let mut catalog = self.catalog.lock();
-        for meta in catalog.branches.iter_mut().filter(|m| m.database_id == db && m.branch_id == br) {
+        let mut next = catalog.clone();
+        for meta in next.branches.iter_mut().filter(|m| m.database_id == db && m.branch_id == br) {
             meta.state = if archived { "archived" } else { "active" }.into();
         }
-        save_catalog(&self.config.data_dir.join("catalog.json"), &catalog)?;
+        self.commit_catalog(&mut catalog, next)?;
         handle.set_archived(archived);
         Ok(())
     }
@@ -435,14 +570,28 @@ impl Engine {
             branch_count,
             recovery_state: recovery_state.to_string(),
             recovered_truncated_bytes: handle.recovered_truncated_bytes,
+            indexer_state: handle.indexer_health().as_str().to_string(),
+            failed_feature_count: handle.shared.failed_features.load(std::sync::atomic::Ordering::Relaxed)
+                + state.invalid_vectors,
+            receipt_count: state.receipts.len() as u64,
         })
     }
 
-    /// Finishes queued writes on every branch and stops their threads.
+    /// Makes `next` the catalog: on disk first, then in memory, so a failed
+    /// write leaves both as they were.
+    fn commit_catalog(&self, current: &mut Catalog, next: Catalog) -> Result<()> {
+        save_catalog(&self.config.data_dir.join("catalog.json"), &next)?;
+        *current = next;
+        Ok(())
+    }
+
+    /// Finishes queued writes on every branch, stops their threads and
+    /// releases the data directory.
     pub fn close(&self) {
         for branch in self.branches.read().values() {
             branch.close();
         }
+        self.lock.lock().take();
     }
 }
 
@@ -452,19 +601,37 @@ impl Drop for Engine {
     }
 }
 
+fn read_record(state: &crate::storage::State, key: &RecordKey) -> Option<RecordOutput> {
+    read_record_at(state, key, state.latest_epoch)
+}
+
+fn read_record_at(state: &crate::storage::State, key: &RecordKey, epoch: u64) -> Option<RecordOutput> {
+    state.visible_version(&key.table, &key.tenant_id, &key.id, epoch).map(|row| {
+        let r = &state.rows[row as usize];
+        RecordOutput {
+            fields: (*r.fields).clone(),
+            id: key.id.clone(),
+            table: key.table.clone(),
+            tenant_id: key.tenant_id.clone(),
+            version_id: r.version_id,
+        }
+    })
+}
+
 fn branch_dir(data: &Path, database: &str, branch: &str) -> PathBuf {
     data.join("db").join(database).join(branch)
 }
 
 fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let mut file = std::fs::File::create(path)?;
+    let mut file = wal::create_private(path, true)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     Ok(())
 }
 
 fn save_catalog(path: &Path, catalog: &Catalog) -> Result<()> {
+    crate::storage::faults::check("catalog::save")?;
     let tmp = path.with_extension("json.tmp");
     write_durable(&tmp, &serde_json::to_vec_pretty(catalog).expect("catalog serialises"))?;
     std::fs::rename(&tmp, path)?;
@@ -481,6 +648,7 @@ fn load_secret(path: &Path) -> Result<Vec<u8>> {
     let mut bytes = vec![0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     write_durable(path, &bytes)?;
+    wal::sync_dir(path)?;
     Ok(bytes)
 }
 

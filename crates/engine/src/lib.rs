@@ -5,6 +5,7 @@
 //! `index` (text, vector, graph), `query` (plan, fusion, explain, cursor),
 //! `engine` (catalog of databases, branches and snapshots).
 
+pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod index;
@@ -22,7 +23,7 @@ pub use model::{RecordInput, RecordKey, RecordOutput};
 pub fn module_versions() -> Vec<String> {
     vec![
         format!("braid-engine/{}", env!("CARGO_PKG_VERSION")),
-        "wal/1".to_string(),
+        format!("wal/{}", storage::wal::FORMAT_VERSION),
         "tantivy/0.27".to_string(),
         "hnsw_rs/0.3".to_string(),
         "fusion/rrf-60+relative_score".to_string(),

@@ -142,6 +142,7 @@ fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> 
                     items.len()
                 );
             }
+            check_finite(name, items)?;
             Some(ColumnType::Vector { dim: items.len() as u32, metric: Metric::Cosine })
         }
         Value::Array(items) if items.iter().all(Value::is_string) => Some(ColumnType::Edges),
@@ -158,7 +159,15 @@ fn mismatch(name: &str, ty: &ColumnType, value: &Value) -> Error {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     };
-    Error::new(Code::SchemaTypeMismatch, format!("column {name:?} is {} but the value is {got}", ty.name()))
+    // a table's columns are shared by all its tenants: say what the column
+    // is, never whose write fixed it or what other tenants stored
+    Error::new(
+        Code::SchemaTypeMismatch,
+        format!(
+            "column {name:?} is {} but the value is {got} (a table's column types are shared by all of its tenants)",
+            ty.name()
+        ),
+    )
 }
 
 fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
@@ -175,6 +184,7 @@ fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
             if items.len() != *dim as usize {
                 bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, got {}", items.len());
             }
+            check_finite(name, items)?;
             true
         }
         _ => false,
@@ -183,6 +193,19 @@ fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
         Ok(())
     } else {
         Err(mismatch(name, ty, value))
+    }
+}
+
+/// Rejects a vector with a value that is not a finite f32 (beyond f32's
+/// range a JSON number becomes infinite, and infinities make NaN distances).
+pub fn check_finite(name: &str, items: &[Value]) -> Result<()> {
+    match items.iter().position(|v| !v.as_f64().is_some_and(|x| (x as f32).is_finite())) {
+        None => Ok(()),
+        Some(i) => bail!(
+            VectorNotFinite,
+            "column {name:?}: vector value [{i}] = {} is not a finite 32-bit float (|x| must be below 3.4e38)",
+            items[i]
+        ),
     }
 }
 

@@ -12,6 +12,14 @@ use braid_engine::{Engine, EngineConfig};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+/// Inspects every log of a data directory (and with `salvage`, cuts corrupt
+/// ones at their first damaged frame); resolves with the JSON envelope of a
+/// `DoctorReport`.
+#[napi(catch_unwind)]
+pub fn doctor(data_dir: String, salvage: bool) -> String {
+    ops::doctor(&data_dir, salvage)
+}
+
 #[napi]
 pub struct NativeEngine {
     engine: Arc<Engine>,

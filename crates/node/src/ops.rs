@@ -4,6 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use braid_engine::engine::RequestKey;
 use braid_engine::query::HybridQuery;
 use braid_engine::storage::{ReceiptDraft, WriteResult};
 use braid_engine::{Code, Engine, EngineConfig, Error, RecordInput, RecordKey};
@@ -119,12 +120,18 @@ struct Snapshot {
     #[serde(flatten)]
     route: Route,
     target: String,
+    #[serde(default)]
+    request_key: Option<RequestKey>,
 }
 
 #[derive(Deserialize)]
 struct Restore {
     source: String,
     target: String,
+    #[serde(default)]
+    verify: Option<RecordKey>,
+    #[serde(default)]
+    request_key: Option<RequestKey>,
 }
 
 #[derive(Deserialize)]
@@ -137,6 +144,13 @@ struct BranchState {
 #[derive(Deserialize)]
 struct Branches {
     endpoint: String,
+}
+
+/// Test hook: configures a storage fail point (storage/faults.rs).
+#[derive(Deserialize)]
+struct Fault {
+    point: String,
+    actions: String,
 }
 
 #[derive(Deserialize)]
@@ -216,12 +230,17 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
         }
         "snapshot" => {
             let p: Snapshot = parse(payload)?;
-            json!(engine.snapshot(p.route.database_id.as_deref(), p.route.branch_id.as_deref(), &p.target)?)
+            json!(engine.snapshot_keyed(
+                p.route.database_id.as_deref(),
+                p.route.branch_id.as_deref(),
+                &p.target,
+                p.request_key.as_ref()
+            )?)
         }
         "snapshots" => json!({ "snapshots": engine.snapshots() }),
         "restore" => {
             let p: Restore = parse(payload)?;
-            json!(engine.restore(&p.source, &p.target)?)
+            json!(engine.restore_keyed(&p.source, &p.target, p.verify.as_ref(), p.request_key.as_ref())?)
         }
         "set_branch_state" => {
             let p: BranchState = parse(payload)?;
@@ -241,6 +260,12 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
             json!({ "indexed": engine.wait_indexed(Duration::from_millis(p.timeout_ms)) })
         }
         "panic" => panic!("deliberate panic requested through the test hook"),
+        "fault" => {
+            let p: Fault = parse(payload)?;
+            braid_engine::storage::faults::configure(&p.point, &p.actions)
+                .map_err(|e| Error::new(Code::InvalidRecord, e))?;
+            json!({})
+        }
         other => return Err(Error::new(Code::Internal, format!("unknown operation {other:?}"))),
     })
 }
@@ -249,6 +274,20 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
 pub fn dispatch(engine: &Engine, op: &str, payload: &str) -> String {
     let result = catch_unwind(AssertUnwindSafe(|| run(engine, op, payload)))
         .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, format!("the engine panicked while running {op}"))));
+    envelope(result)
+}
+
+/// `braid doctor` over a data directory that no engine here has open.
+pub fn doctor(data_dir: &str, salvage: bool) -> String {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        braid_engine::doctor::doctor(std::path::Path::new(data_dir), salvage)
+            .and_then(|report| serde_json::to_value(report).map_err(Error::internal))
+    }))
+    .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, "the engine panicked while running doctor")));
+    envelope(result)
+}
+
+fn envelope(result: Result<Value, Error>) -> String {
     match result {
         Ok(value) => json!({ "ok": value }).to_string(),
         Err(err) => {

@@ -265,6 +265,7 @@ impl TextIndex {
         {
             let mut writer = self.writer.lock();
             let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+            crate::storage::faults::check("text::commit")?;
             let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
             prepared.set_payload(&upto.to_string());
             prepared.commit().map_err(tantivy_err)?;
@@ -289,6 +290,13 @@ impl TextIndex {
 
     pub fn indexed_documents(&self) -> u64 {
         self.reader.searcher().num_docs()
+    }
+
+    /// Documents (row x text column, every version) of one table and tenant
+    /// in the committed index: the corpus a text query of that tenant reads.
+    pub fn scope_documents(&self, table: &str, tenant: &str) -> u64 {
+        let term = Term::from_field_text(self.fields.scope, &scope_key(table, tenant));
+        self.reader.searcher().doc_freq(&term).unwrap_or(0)
     }
 
     /// Searches one tenant scope; returns (row, summed score over columns) for

@@ -109,10 +109,17 @@ fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
 
 impl Distance<f32> for MetricDist {
     fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        match self.0 {
-            Metric::Cosine => (1.0 - dot(a, b)).max(0.0),
+        let d = match self.0 {
+            Metric::Cosine => 1.0 - dot(a, b),
             Metric::Dot => dot_distance(dot(a, b)),
             Metric::L2 => l2_squared(a, b).sqrt(),
+        };
+        // finite inputs can still overflow (1e30 * 1e30); hnsw_rs panics on
+        // NaN, so an undefined distance is the farthest one
+        if d.is_nan() {
+            f32::MAX
+        } else {
+            d.max(0.0)
         }
     }
 }
@@ -256,12 +263,14 @@ impl VectorIndex {
 
     /// Inserts a prepared vector under its row id.
     pub fn insert(&self, row: u32, v: &[f32]) {
+        fail::fail_point!("vector::insert");
         self.hnsw.insert_slice((v, row as usize));
         self.inserted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Inserts many prepared vectors using hnsw_rs's parallel insert.
     pub fn insert_many(&self, items: &[(u32, std::sync::Arc<[f32]>)]) {
+        fail::fail_point!("vector::insert");
         let data: Vec<(&[f32], usize)> = items.iter().map(|(r, v)| (&v[..], *r as usize)).collect();
         self.hnsw.parallel_insert_slice(&data);
         self.inserted.fetch_add(items.len(), Ordering::Relaxed);

@@ -92,6 +92,17 @@ impl Explain {
             .push(PhaseTiming { elapsed_ms: started.elapsed().as_secs_f64() * 1000.0, phase: phase.to_string() });
     }
 
+    /// Records an access path that was not opened (nothing of it ran).
+    pub fn skipped(&mut self, id: &str, reason: &str) {
+        self.access_paths.push(AccessPathExplain {
+            access_path_id: id.to_string(),
+            candidates: 0,
+            opened: false,
+            visibility_checked_before_open: true,
+        });
+        self.skipped_access_paths.push(format!("{id}: {reason}"));
+    }
+
     pub fn path(&mut self, id: &str, candidates: u64, opened: bool, build_ms: f64, open_ms: f64) {
         self.access_paths.push(AccessPathExplain {
             access_path_id: id.to_string(),

@@ -59,6 +59,9 @@ pub fn prefer_exact(eligible: u64, graph: u64, ef: usize) -> bool {
 pub const CURSOR_TTL_MS: u64 = 60 * 60 * 1000;
 /// Most names `return_fields` may list.
 pub const MAX_RETURN_FIELDS: usize = 1000;
+/// Distinct terms a text query may have (Elasticsearch's old
+/// `max_clause_count`); each term costs a posting-list walk.
+pub const MAX_QUERY_TERMS: usize = 1024;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,37 +195,80 @@ pub struct Ranked {
 /// did, so concurrent writes cannot duplicate or skip rows.
 #[derive(Default)]
 struct CacheInner {
-    map: HashMap<String, Arc<Ranked>>,
+    map: HashMap<String, (Arc<Ranked>, usize)>,
     order: VecDeque<String>,
+    bytes: usize,
 }
 
+/// The cache is bounded in bytes: a few huge ranked lists (filter-only
+/// queries return every match) must not hold memory that many small ones
+/// would share. A list larger than the whole budget is not cached; its pages
+/// are recomputed at the cursor's pinned epoch, which gives the same list.
 pub struct RankedCache {
     inner: Mutex<CacheInner>,
-    capacity: usize,
+    capacity_bytes: usize,
 }
+
+/// Default budget of the cursor cache.
+pub const RANKED_CACHE_BYTES: usize = 64 << 20;
 
 impl Default for RankedCache {
     fn default() -> Self {
-        RankedCache { inner: Mutex::new(CacheInner::default()), capacity: 256 }
+        RankedCache::with_capacity(RANKED_CACHE_BYTES)
+    }
+}
+
+impl Ranked {
+    /// Heap bytes this list holds, near enough to budget by.
+    fn approx_bytes(&self) -> usize {
+        let rows: usize =
+            self.rows.iter().map(|r| std::mem::size_of::<RankedRow>() + r.record_id.len() + r.source.capacity()).sum();
+        // the explain is a fixed set of small fields plus its access paths
+        rows + std::mem::size_of::<Ranked>() + 4096
     }
 }
 
 impl RankedCache {
+    pub fn with_capacity(capacity_bytes: usize) -> Self {
+        RankedCache { inner: Mutex::new(CacheInner::default()), capacity_bytes }
+    }
+
     fn get(&self, key: &str) -> Option<Arc<Ranked>> {
-        self.inner.lock().map.get(key).cloned()
+        self.inner.lock().map.get(key).map(|(r, _)| r.clone())
     }
 
     fn put(&self, key: String, ranked: Arc<Ranked>) {
+        let size = ranked.approx_bytes() + key.len();
+        if size > self.capacity_bytes {
+            return;
+        }
         let mut guard = self.inner.lock();
-        let CacheInner { map, order } = &mut *guard;
-        if map.insert(key.clone(), ranked).is_none() {
+        let CacheInner { map, order, bytes } = &mut *guard;
+        if let Some((_, old)) = map.insert(key.clone(), (ranked, size)) {
+            *bytes -= old;
+        } else {
             order.push_back(key);
         }
-        while order.len() > self.capacity {
-            if let Some(old) = order.pop_front() {
-                map.remove(&old);
+        *bytes += size;
+        while *bytes > self.capacity_bytes {
+            let Some(old) = order.pop_front() else { break };
+            if let Some((_, n)) = map.remove(&old) {
+                *bytes -= n;
             }
         }
+    }
+
+    /// Bytes the cached lists hold (by `approx_bytes`).
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -270,12 +316,18 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
             None => bail!(UnknownColumn, "table {table:?} has no column {field:?}"),
         }
     }
-    let terms = q.text.as_ref().map(|t| {
-        let mut toks = text::tokens(text_analyzer, t);
-        toks.sort();
-        toks.dedup();
-        toks
-    });
+    let terms = match q.text.as_ref() {
+        None => None,
+        Some(t) => {
+            let mut toks = text::tokens(text_analyzer, t);
+            toks.sort();
+            toks.dedup();
+            if toks.len() > MAX_QUERY_TERMS {
+                bail!(TooManyTerms, "text has {} distinct terms; at most {MAX_QUERY_TERMS} are allowed", toks.len());
+            }
+            Some(toks)
+        }
+    };
     let vector = match &q.vector {
         None => {
             if let Some(field) = &q.vector_field {
@@ -301,6 +353,13 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
                     VectorDimensionMismatch,
                     "column {name:?} holds {dim}-dimensional vectors, the query has {}",
                     v.len()
+                );
+            }
+            if let Some(i) = v.iter().position(|x| !(*x as f32).is_finite()) {
+                bail!(
+                    VectorNotFinite,
+                    "vector[{i}] = {} is not a finite 32-bit float (|x| must be below 3.4e38)",
+                    v[i]
                 );
             }
             let prepared = vector::prepare(metric, v.iter().map(|x| *x as f32).collect());
@@ -413,6 +472,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     };
     let validate_ms = ms(started);
     let cache_key = format!("{}|{}|{}", ctx.branch_key, fingerprint, epoch);
+    let lookup_started = Instant::now();
     let cached = pinned.as_ref().and_then(|_| ctx.cache.get(&cache_key));
     let cache_hit = cached.is_some();
     let ranked = match cached {
@@ -420,6 +480,17 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
         None => Arc::new(rank(ctx.branch, &plan, epoch)?),
     };
     let mut ex = ranked.explain.clone();
+    if cache_hit {
+        // a later page read the ranked list its first page computed: no access
+        // path ran for it, and its timings are its own
+        ex.phase_timings.clear();
+        ex.access_path_timings.clear();
+        ex.opened_candidate_streams.clear();
+        ex.access_paths.iter_mut().for_each(|p| p.opened = false);
+        ex.lexical_scored_documents = 0;
+        ex.segments_scanned = 0;
+        ex.phase("cursor_cache_lookup", lookup_started);
+    }
     ex.phase_timings.insert(0, explain::PhaseTiming { elapsed_ms: validate_ms, phase: "validate".into() });
     if plan.terms.is_some() {
         ex.lexical_cache_hits = cache_hit as u64;
@@ -553,17 +624,20 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
 
     let plan_started = Instant::now();
     let state = branch.state.read();
-    let total_rows = state.rows.len() as u32;
     let empty = crate::storage::TableData::default();
     let table = state.tables.get(&plan.table).unwrap_or(&empty);
     let no_rows = RoaringBitmap::new();
     let mask = table.tenants.get(plan.tenant.as_str()).unwrap_or(&no_rows);
+    let mask_ms = ms(plan_started);
+    let temporal_started = Instant::now();
     let base: RoaringBitmap = if epoch == state.latest_epoch {
         &table.live & mask
     } else {
         mask.iter().filter(|r| state.rows[*r as usize].visible_at(epoch)).collect()
     };
+    let temporal_ms = ms(temporal_started);
     ex.tenant_mask_visible_records = base.len();
+    let scalar_started = Instant::now();
     let mut eligible = base;
     for (col, key, text) in &plan.scalar {
         let bitmap = table.scalar.get(col).and_then(|m| m.get(key));
@@ -576,15 +650,18 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
     ex.scalar_filter_applied = !plan.scalar.is_empty();
     ex.scalar_filter_visible_records = eligible.len();
     ex.scalar_filter_removed_records = ex.tenant_mask_visible_records - eligible.len();
-    let build_ms = ms(plan_started);
-    ex.path("tenant_mask", ex.tenant_mask_visible_records, true, build_ms, 0.0);
+    let scalar_ms = ms(scalar_started);
+    // the mask is looked up (build) and intersected with the live set or
+    // filtered by epoch (open); at an older epoch the latter is the temporal path
+    let at_latest = epoch == state.latest_epoch;
+    ex.path("tenant_mask", ex.tenant_mask_visible_records, true, mask_ms, if at_latest { temporal_ms } else { 0.0 });
     if ex.scalar_filter_applied {
-        ex.path("scalar", eligible.len(), true, 0.0, 0.0);
+        ex.path("scalar", eligible.len(), true, 0.0, scalar_ms);
     } else {
-        ex.skipped_access_paths.push("scalar: no scalar_eq predicates".into());
+        ex.skipped("scalar", "no scalar_eq predicates");
     }
-    if epoch != state.latest_epoch {
-        ex.path("temporal", ex.tenant_mask_visible_records, true, build_ms, 0.0);
+    if !at_latest {
+        ex.path("temporal", ex.tenant_mask_visible_records, true, 0.0, temporal_ms);
     }
     let eligible = Arc::new(eligible);
     ex.phase("plan", plan_started);
@@ -598,7 +675,8 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
         let t = Instant::now();
         let stats = table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms);
         let mut hits = Vec::new();
-        pending += (total_rows.saturating_sub(text_wm)) as u64;
+        // this table and tenant's rows the text index has not committed yet
+        pending += mask.range(text_wm..).count() as u64;
         if overlay_on && !terms.is_empty() {
             let columns: Vec<String> = match &plan.text_field {
                 Some(f) => vec![f.clone()],
@@ -616,27 +694,29 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
                     }
                 }
                 ex.dirty_feature_count += 1;
+                ex.hot_overlay_searched = true;
                 if score > 0.0 {
                     hits.push((row_id, score));
                     *overlay_rows.entry(row_id).or_default() += 1;
                 }
             }
-            ex.hot_overlay_searched = true;
         }
         text_search = Some((stats, ms(t)));
         text_hits = Some(hits);
     } else {
-        ex.skipped_access_paths.push("text: no text in query".into());
+        ex.skipped("text", "no text in query");
     }
 
     // -- vector: exact parts under the lock, HNSW after it
     let mut vector_hits: Option<Vec<(u32, f32)>> = None;
     let mut hnsw = None;
+    let mut vector_prep_ms = 0.0;
     if let Some((col, metric, query)) = &plan.vector {
         let t = Instant::now();
         let mut hits = Vec::new();
-        pending += (total_rows.saturating_sub(vec_wm)) as u64;
         if let Some(vc) = table.vectors.get(col) {
+            // this tenant's vectors the graph has not taken yet
+            pending += (mask & &vc.rows).range(vec_wm..).count() as u64;
             let mut with_vec = &*eligible & &vc.rows;
             ex.missing_feature_count = eligible.len() - with_vec.len();
             if !overlay_on {
@@ -653,43 +733,48 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
                     if row_id >= vec_wm {
                         *overlay_rows.entry(row_id).or_default() += 1;
                         ex.dirty_feature_count += 1;
+                        ex.hot_overlay_searched = true;
                     }
                 }
             }
             if exact {
                 ex.exact_fallback_triggered = true;
             } else {
-                ex.hot_overlay_searched |= lagging > 0;
                 hnsw = Some((vc.index.clone(), Arc::new(with_vec)));
             }
+            vector_hits = Some(hits);
+            // exact scoring (or the overlay beside HNSW) under the lock
+            vector_prep_ms = ms(t);
+        } else {
+            ex.skipped("vector", "the column holds no vectors yet");
         }
-        vector_hits = Some(hits);
-        ex.access_path_timings.push(explain::AccessPathTiming {
-            access_path_id: "vector_exact".into(),
-            build_ms: 0.0,
-            open_ms: ms(t),
-        });
     } else {
-        ex.skipped_access_paths.push("vector: no vector in query".into());
+        ex.skipped("vector", "no vector in query");
     }
     ex.pending_feature_count = pending;
 
     // -- graph neighbourhood
     let mut graph_hits: Option<Vec<(u32, f32)>> = None;
     if let Some((seed, depth, edges)) = &plan.graph {
-        let t = Instant::now();
         if edges.is_empty() {
-            ex.skipped_access_paths.push("graph: table has no edge columns".into());
+            ex.skipped("graph", "table has no edge columns");
+            graph_hits = Some(Vec::new());
+        } else {
+            let t = Instant::now();
+            let reached = graph::neighbourhood(&state, &plan.table, &plan.tenant, seed, epoch, *depth, edges);
+            let walk_ms = ms(t);
+            let t = Instant::now();
+            let hits: Vec<(u32, f32)> = reached
+                .into_iter()
+                .filter(|(row, _)| eligible.contains(*row))
+                .map(|(row, hops)| (row, graph::relational_score(hops)))
+                .collect();
+            // build: filtering and scoring what the walk (open) reached
+            ex.path("graph", hits.len() as u64, true, ms(t), walk_ms);
+            graph_hits = Some(hits);
         }
-        let hits: Vec<(u32, f32)> = graph::neighbourhood(&state, &plan.table, &plan.tenant, seed, epoch, *depth, edges)
-            .into_iter()
-            .filter(|(row, _)| eligible.contains(*row))
-            .map(|(row, hops)| (row, graph::relational_score(hops)))
-            .collect();
-        ex.path("graph", hits.len() as u64, true, 0.0, ms(t));
-        graph_hits = Some(hits);
     } else {
-        ex.skipped_access_paths.push("graph: no graph_seed in query".into());
+        ex.skipped("graph", "no graph_seed in query");
     }
     let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
     let mut filter_rows: Vec<(u32, Arc<str>)> = Vec::new();
@@ -702,7 +787,8 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
     if let (Some(terms), Some((stats, build_ms))) = (&plan.terms, &text_search) {
         let t = Instant::now();
         let hits = text_hits.as_mut().expect("text hits exist with terms");
-        if !terms.is_empty() {
+        let opened = !terms.is_empty();
+        if opened {
             let found = branch.text.search(&TextSearch {
                 table: &plan.table,
                 tenant: &plan.tenant,
@@ -715,10 +801,14 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
             ex.segments_scanned = found.segments;
             hits.extend(found.rows);
         }
-        ex.lexical_indexed_documents = branch.text.indexed_documents();
+        ex.lexical_indexed_documents = branch.text.scope_documents(&plan.table, &plan.tenant);
         sort_hits(hits);
         ex.text_candidates = hits.len() as u64;
-        ex.path("text", hits.len() as u64, true, *build_ms, ms(t));
+        if opened {
+            ex.path("text", hits.len() as u64, true, *build_ms, ms(t));
+        } else {
+            ex.skipped("text", "the text has no searchable terms");
+        }
     }
     if let Some(hits) = vector_hits.as_mut() {
         let t = Instant::now();
@@ -741,7 +831,9 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
         }
         ex.vector_candidates = hits.len() as u64;
         let id = if hnsw.is_some() { "vector_hnsw" } else { "vector_exact" };
-        ex.path(id, hits.len() as u64, true, 0.0, ms(t));
+        // build: exact scoring under the lock; open: the graph walk, or the
+        // selection of the best exact hits
+        ex.path(id, hits.len() as u64, true, vector_prep_ms, ms(t));
     }
 
     // -- fusion
@@ -840,5 +932,41 @@ fn strategy(names: &[&str], plan: &Plan, ex: &Explain) -> String {
         parts[0].clone()
     } else {
         format!("hybrid({})+{}", parts.join("+"), plan.fusion.name())
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn ranked(rows: usize) -> Arc<Ranked> {
+        let row = RankedRow {
+            row: 0,
+            record_id: Arc::from("some-record-id"),
+            version_id: 1,
+            fused: fusion::Fused::default(),
+            penalty: None,
+            overlay: false,
+            source: "text".to_string(),
+        };
+        Arc::new(Ranked { rows: vec![row; rows], explain: Explain::default() })
+    }
+
+    /// Regression: the cache was bounded by entries, so 256 filter-only lists
+    /// of every match could hold gigabytes.
+    #[test]
+    fn the_cursor_cache_is_bounded_in_bytes() {
+        let cache = RankedCache::with_capacity(1 << 20);
+        for i in 0..200 {
+            cache.put(format!("k{i}"), ranked(1000));
+            assert!(cache.bytes() <= 1 << 20, "{} bytes after {i} puts", cache.bytes());
+        }
+        assert!(cache.len() > 1 && cache.len() < 200);
+        assert!(cache.get("k199").is_some(), "the newest list stays");
+        assert!(cache.get("k0").is_none(), "the oldest went first");
+        // a list larger than the whole budget is not cached at all
+        cache.put("huge".into(), ranked(100_000));
+        assert!(cache.get("huge").is_none());
+        assert!(cache.bytes() <= 1 << 20);
     }
 }

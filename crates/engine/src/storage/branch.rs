@@ -105,6 +105,34 @@ pub(crate) struct Shared {
     pub vector_watermark: AtomicU32,
     /// (row, column) features an index failed to take.
     pub failed_features: std::sync::atomic::AtomicU64,
+    /// False once the indexer thread has ended without being asked to.
+    pub indexer_alive: AtomicBool,
+    /// Indexer rounds in a row in which some feature failed.
+    pub failing_rounds: AtomicU32,
+}
+
+/// Rounds in a row with failures after which the indexer counts as failing.
+pub const INDEXER_FAILING_ROUNDS: u32 = 3;
+
+/// How the indexer of a branch is doing, for readiness and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexerHealth {
+    Running,
+    /// Every recent round failed to index some feature.
+    Failing,
+    /// The thread ended: nothing new gets indexed until a restart.
+    Stopped,
+}
+
+impl IndexerHealth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexerHealth::Running => "running",
+            IndexerHealth::Failing => "failing",
+            IndexerHealth::Stopped => "stopped",
+        }
+    }
 }
 
 pub struct Branch {
@@ -145,7 +173,7 @@ fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
 
 impl Branch {
     pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
-        std::fs::create_dir_all(dir)?;
+        wal::create_private_dir(dir)?;
         let (wal, replay) = Wal::open(&dir.join(WAL_FILE))?;
         let mut state = State::new();
         state.wal_end = wal.end();
@@ -175,6 +203,8 @@ impl Branch {
             wake_cv: Condvar::new(),
             vector_watermark: AtomicU32::new(vector_watermark),
             failed_features: Default::default(),
+            indexer_alive: AtomicBool::new(true),
+            failing_rounds: AtomicU32::new(0),
         });
         let state = Arc::new(RwLock::new(state));
         let text = Arc::new(text);
@@ -186,11 +216,10 @@ impl Branch {
                 .spawn(move || run_committer(wal, rx, state, shared, config))?
         };
         let indexer = {
-            let (state, shared, text, interval) =
-                (state.clone(), shared.clone(), text.clone(), config.text_commit_interval);
+            let (state, shared, text, config) = (state.clone(), shared.clone(), text.clone(), config.clone());
             std::thread::Builder::new()
                 .name("braid-index".into())
-                .spawn(move || run_indexer(state, shared, text, interval))?
+                .spawn(move || run_indexer(state, shared, text, &config))?
         };
         Ok(Branch {
             dir: dir.to_path_buf(),
@@ -210,6 +239,16 @@ impl Branch {
 
     pub fn is_failed(&self) -> bool {
         self.shared.failed.load(Ordering::Acquire)
+    }
+
+    pub fn indexer_health(&self) -> IndexerHealth {
+        if !self.shared.indexer_alive.load(Ordering::Acquire) && !self.shared.stop.load(Ordering::Acquire) {
+            IndexerHealth::Stopped
+        } else if self.shared.failing_rounds.load(Ordering::Relaxed) >= INDEXER_FAILING_ROUNDS {
+            IndexerHealth::Failing
+        } else {
+            IndexerHealth::Running
+        }
     }
 
     /// Submits a write and waits until it is durable (or rejected).
@@ -308,6 +347,14 @@ fn staged(commit: Commit, count: usize, receipt: Option<Receipt>) -> Staged {
     Staged::Commit(Box::new(commit), count, receipt)
 }
 
+/// What a staged write did, for its receipt.
+#[derive(Clone, Copy)]
+struct Outcome {
+    epoch: u64,
+    count: usize,
+    changed: bool,
+}
+
 /// Validation of a group of jobs against the state and what earlier jobs of
 /// the same group staged.
 struct Stage<'a> {
@@ -358,11 +405,21 @@ impl<'a> Stage<'a> {
         }
     }
 
-    fn receipt(&mut self, draft: Option<ReceiptDraft>, epoch: u64) -> Option<Receipt> {
+    /// The receipt a write stores. A write route's body has placeholders for
+    /// what only the commit knows: `epoch`, and for GraphQL mutations
+    /// `record_count` and `changed`; members the body has are filled in. A
+    /// receipt on its own (`outcome` None) stores the response as it is.
+    fn receipt(&mut self, draft: Option<ReceiptDraft>, outcome: Option<Outcome>) -> Option<Receipt> {
         let mut draft = draft?;
-        if let Some(obj) = draft.body.as_object_mut() {
-            if obj.contains_key("epoch") {
-                obj.insert("epoch".into(), Value::from(epoch));
+        if let (Some(obj), Some(o)) = (draft.body.as_object_mut(), outcome) {
+            for (name, value) in [
+                ("epoch", Value::from(o.epoch)),
+                ("record_count", Value::from(o.count)),
+                ("changed", Value::from(o.changed)),
+            ] {
+                if obj.contains_key(name) {
+                    obj.insert(name.into(), value);
+                }
             }
         }
         self.receipts.insert(draft.key.clone());
@@ -397,7 +454,7 @@ impl<'a> Stage<'a> {
                     if receipt.is_none() {
                         return Ok(Staged::Noop(self.epoch));
                     }
-                    let r = self.receipt(receipt, self.epoch);
+                    let r = self.receipt(receipt, Some(Outcome { epoch: self.epoch, count: 0, changed: false }));
                     let commit = Commit {
                         epoch: self.epoch,
                         at_ms: now_ms(),
@@ -410,7 +467,7 @@ impl<'a> Stage<'a> {
                 let version_id = self.next_version(&key);
                 self.epoch += 1;
                 let rows = vec![WalRow { table, tenant_id, id, version_id, deleted: true, fields: Default::default() }];
-                let r = self.receipt(receipt, self.epoch);
+                let r = self.receipt(receipt, Some(Outcome { epoch: self.epoch, count: 1, changed: true }));
                 Ok(staged(
                     Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows, receipt: r.clone() },
                     1,
@@ -454,7 +511,7 @@ impl<'a> Stage<'a> {
                 if let Some(s) = self.check_receipt(&Some(receipt.clone()))? {
                     return Ok(s);
                 }
-                let r = self.receipt(Some(receipt), self.epoch);
+                let r = self.receipt(Some(receipt), None);
                 Ok(staged(
                     Commit { epoch: self.epoch, at_ms: now_ms(), schemas: vec![], rows: vec![], receipt: r.clone() },
                     0,
@@ -515,7 +572,7 @@ impl<'a> Stage<'a> {
                 }
             })
             .collect();
-        let r = self.receipt(receipt, self.epoch);
+        let r = self.receipt(receipt, Some(Outcome { epoch: self.epoch, count, changed: true }));
         Ok(staged(Commit { epoch: self.epoch, at_ms: now_ms(), schemas: changed, rows, receipt: r.clone() }, count, r))
     }
 }
@@ -593,12 +650,13 @@ fn run_committer(
         }
         let mut frames = Vec::new();
         let mut ends = Vec::with_capacity(pending.len());
-        let mut base = wal.end();
+        let durable_end = wal.end();
+        let mut base = durable_end;
         for (_, commit, _, _, timing) in pending.iter_mut() {
             let started = Instant::now();
             let payload = serde_json::to_vec(commit).expect("commits serialise");
             let before = frames.len();
-            wal::encode_frame(&payload, &mut frames);
+            wal.encode(&payload, &mut frames);
             base += (frames.len() - before) as u64;
             ends.push(base);
             timing.encode_ms = ms(started.elapsed());
@@ -607,7 +665,23 @@ fn run_committer(
         let durable = wal.append(&frames).and_then(|_| wal.sync());
         let fsync_ms = ms(fsync_started.elapsed());
         if let Err(err) = durable {
+            // PostgreSQL's lesson: after a failed write or fsync nothing about
+            // the file's tail can be trusted. None of the group is
+            // acknowledged or applied; cut the tail so a restart cannot bring
+            // it back, and refuse writes until a restart re-reads the log.
             shared.failed.store(true, Ordering::Release);
+            let cut = match wal.rollback(durable_end) {
+                Ok(()) => "its frames were cut from the log".to_string(),
+                Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
+            };
+            let err = Error::new(
+                Code::StorageFailure,
+                format!(
+                    "the write-ahead log could not be made durable ({}); the write was not applied and {cut}; the \
+                     branch refuses writes until the engine restarts",
+                    err.message
+                ),
+            );
             for (job, ..) in pending {
                 let _ = job.reply.send(Err(err.clone()));
             }
@@ -698,28 +772,60 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
     IndexBatch { upto, text, vectors: by_index.into_values().collect() }
 }
 
-fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextIndex>, interval: Duration) {
+/// Inserts a batch into a graph; when the graph panics on the batch, inserts
+/// its rows one by one so only the rows it fails on are lost (and counted).
+fn insert_vectors(index: &VectorIndex, items: &[(u32, Arc<[f32]>)]) -> u64 {
+    let guarded = |f: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
+    if items.len() > 64 && guarded(&|| index.insert_many(items)) {
+        return 0;
+    }
+    items.iter().filter(|(row, v)| !guarded(&|| index.insert(*row, v))).count() as u64
+}
+
+/// Marks the indexer stopped when its thread ends, however it ends.
+struct AliveGuard(Arc<Shared>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.indexer_alive.store(false, Ordering::Release);
+    }
+}
+
+/// Drops receipts past their retention from memory (the log keeps them
+/// until retention removes versions; a restart skips expired ones).
+fn expire_receipts(state: &RwLock<State>, retention_ms: u64) {
+    let cutoff = now_ms().saturating_sub(retention_ms);
+    if state.read().receipts.values().any(|r| r.created_ms < cutoff) {
+        state.write().receipts.retain(|_, r| r.created_ms >= cutoff);
+    }
+}
+
+fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextIndex>, config: &BranchConfig) {
+    let _alive = AliveGuard(shared.clone());
+    let interval = config.text_commit_interval;
+    let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
+    let mut last_sweep = Instant::now();
     let mut last_commit = Instant::now();
     loop {
+        fail::fail_point!("indexer::round");
+        if last_sweep.elapsed() >= sweep_every {
+            expire_receipts(&state, config.receipt_retention_ms);
+            last_sweep = Instant::now();
+        }
         let stopping = shared.stop.load(Ordering::Acquire);
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);
         let total = state.read().rows.len() as u32;
+        // None: nothing was attempted this round; Some(true): something failed
+        let mut round_failed: Option<bool> = None;
         if from_text < total || from_vec < total {
             let batch = collect_batch(&state.read(), from_text, from_vec);
+            let mut failed = 0u64;
             for (index, items) in &batch.vectors {
-                // a panic inside the graph library must not kill the indexer;
+                // a panic inside the graph library must not kill the indexer
+                // nor drop other rows of the batch (other tenants' included);
                 // the rows it failed on are counted in failed_feature_count
-                let inserted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if items.len() > 64 {
-                        index.insert_many(items);
-                    } else {
-                        items.iter().for_each(|(row, v)| index.insert(*row, v));
-                    }
-                }));
-                if inserted.is_err() {
-                    shared.failed_features.fetch_add(items.len() as u64, Ordering::Relaxed);
-                }
+                failed += insert_vectors(index, items);
             }
             for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
                 vc.index.set_watermark(batch.upto);
@@ -728,15 +834,28 @@ fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextInd
             for f in &batch.text {
                 if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
                     // the row stays searchable through the hot overlay only
-                    shared.failed_features.fetch_add(1, Ordering::Relaxed);
+                    failed += 1;
                 }
             }
             text.mark_pending(batch.upto.max(from_text));
+            shared.failed_features.fetch_add(failed, Ordering::Relaxed);
+            round_failed = Some(failed > 0);
         }
         let lagging = text.pending_upto() > text.watermark();
         if lagging && (stopping || last_commit.elapsed() >= interval) {
-            let _ = text.commit();
+            // a failed commit keeps its documents in the writer for the next
+            // one; failing again and again shows in readiness
+            let committed = text.commit().is_ok();
+            round_failed = Some(round_failed.unwrap_or(false) || !committed);
             last_commit = Instant::now();
+            if stopping && !committed {
+                break;
+            }
+        }
+        match round_failed {
+            Some(true) => _ = shared.failing_rounds.fetch_add(1, Ordering::Relaxed),
+            Some(false) => shared.failing_rounds.store(0, Ordering::Relaxed),
+            None => {}
         }
         if stopping {
             let total = state.read().rows.len() as u32;

@@ -4,6 +4,8 @@
 
 pub mod branch;
 pub mod commit;
+pub mod faults;
+pub mod lock;
 pub mod state;
 pub mod wal;
 

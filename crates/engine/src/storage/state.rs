@@ -160,6 +160,9 @@ pub struct State {
     pub wal_end: u64,
     /// Epochs below this are no longer readable (retention).
     pub horizon: u64,
+    /// Vector values in the log that are not finite f32s (written before
+    /// writes checked it): those rows have no vector.
+    pub invalid_vectors: u64,
     analyzer: TextAnalyzer,
 }
 
@@ -187,6 +190,7 @@ impl State {
             durable_epoch: 0,
             wal_end: 0,
             horizon: 0,
+            invalid_vectors: 0,
             analyzer: text::analyzer(),
         }
     }
@@ -275,7 +279,7 @@ impl State {
 
     /// Indexes a new row in the structures kept inside the commit.
     fn admit_row(&mut self, row_id: u32) {
-        let State { rows, keys, schemas, tables, analyzer, .. } = self;
+        let State { rows, keys, schemas, tables, analyzer, invalid_vectors, .. } = self;
         let row = &rows[row_id as usize];
         let key = &keys[row.key as usize];
         let table = tables.entry(key.table.to_string()).or_default();
@@ -294,7 +298,10 @@ impl State {
             }
             if let ColumnType::Vector { metric, .. } = column.ty {
                 if let (Some(v), Some(vc)) = (crate::schema::vector_of(value), table.vectors.get_mut(name)) {
-                    if vc.data.insert(row_id, &vector::prepare(metric, v)) {
+                    if !v.iter().all(|x| x.is_finite()) {
+                        // written before writes checked finiteness: no vector for this row
+                        *invalid_vectors += 1;
+                    } else if vc.data.insert(row_id, &vector::prepare(metric, v)) {
                         vc.rows.insert(row_id);
                     }
                 }

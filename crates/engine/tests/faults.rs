@@ -1,0 +1,193 @@
+//! Disk faults injected under the WAL, the catalog and the indexes (fail
+//! points, storage/faults.rs). The rule, as in PostgreSQL after its fsync
+//! lessons: a write whose append or fsync failed is never acknowledged and
+//! never becomes visible; the branch then refuses writes until a restart, and
+//! the restart recovers exactly the acknowledged writes. Reads keep working.
+//!
+//! Fail points are process-wide, so every test holds a `FailScenario` (which
+//! serialises them) and this file is its own test binary.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use braid_engine::storage::faults;
+use braid_engine::{Code, Engine, EngineConfig, RecordInput, RecordKey};
+use fail::FailScenario;
+use serde_json::{json, Value};
+
+fn open(dir: &Path) -> Engine {
+    Engine::open(EngineConfig::new(dir)).unwrap()
+}
+
+fn rec(id: &str, fields: Value) -> RecordInput {
+    RecordInput {
+        table: "docs".into(),
+        tenant_id: "acme".into(),
+        id: id.into(),
+        fields: fields.as_object().unwrap().clone(),
+    }
+}
+
+fn key(id: &str) -> RecordKey {
+    RecordKey { table: "docs".into(), tenant_id: "acme".into(), id: id.into() }
+}
+
+fn exists(engine: &Engine, id: &str) -> bool {
+    engine.get(None, None, &key(id), None).unwrap().is_some()
+}
+
+/// A failed write, then: refused writes, working reads, a restart with
+/// exactly the acknowledged writes, and writes accepted again.
+fn check_write_fault(point: &str, actions: &str) {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        engine.put(None, None, vec![rec("before", json!({"title": "acknowledged"}))], None).unwrap();
+        let epoch = engine.metrics(None, None).unwrap().latest_epoch;
+        faults::configure(point, actions).unwrap();
+        let err =
+            engine.put(None, None, vec![rec("failed", json!({"title": "never acknowledged"}))], None).unwrap_err();
+        faults::clear();
+        assert_eq!(err.code, Code::StorageFailure, "{point}: {}", err.message);
+        assert!(err.message.contains("refuses writes until the engine restarts"), "{}", err.message);
+        // never visible, and the epoch did not move
+        assert!(!exists(&engine, "failed"), "{point}: an unacknowledged write became visible");
+        assert_eq!(engine.metrics(None, None).unwrap().latest_epoch, epoch);
+        // writes stay refused although the disk is fine again
+        let again = engine.put(None, None, vec![rec("later", json!({"title": "x"}))], None).unwrap_err();
+        assert_eq!(again.code, Code::StorageFailure);
+        assert_eq!(engine.metrics(None, None).unwrap().recovery_state, "failed");
+        // reads keep working
+        assert!(exists(&engine, "before"));
+    }
+    let engine = open(dir.path());
+    assert!(exists(&engine, "before"), "{point}: an acknowledged write was lost");
+    assert!(!exists(&engine, "failed"), "{point}: an unacknowledged write came back after the restart");
+    assert!(!exists(&engine, "later"));
+    engine.put(None, None, vec![rec("after", json!({"title": "fine"}))], None).unwrap();
+    drop(engine);
+    assert!(exists(&open(dir.path()), "after"));
+    scenario.teardown();
+}
+
+#[test]
+fn fsync_error() {
+    check_write_fault("wal::sync", "return(eio)");
+}
+
+#[test]
+fn enospc_on_append() {
+    check_write_fault("wal::append", "return(enospc)");
+}
+
+#[test]
+fn short_write() {
+    check_write_fault("wal::append", "return(short)");
+}
+
+#[test]
+fn a_read_only_data_directory_refuses_to_open_with_a_clear_error() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    open(dir.path()).put(None, None, vec![rec("a", json!({"n": 1}))], None).unwrap();
+    let before = std::fs::read(dir.path().join("db/default/main/wal.log")).unwrap();
+    faults::configure("wal::open", "return(erofs)").unwrap();
+    let err = Engine::open(EngineConfig::new(dir.path())).err().expect("open must fail");
+    faults::clear();
+    assert_eq!(err.code, Code::StorageFailure);
+    assert!(err.message.to_lowercase().contains("read-only"), "{}", err.message);
+    assert_eq!(std::fs::read(dir.path().join("db/default/main/wal.log")).unwrap(), before);
+    assert!(exists(&open(dir.path()), "a"));
+    scenario.teardown();
+}
+
+#[test]
+fn a_failed_snapshot_copy_or_catalog_write_leaves_no_snapshot() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, vec![rec("a", json!({"n": 1}))], None).unwrap();
+    for point in ["wal::copy", "catalog::save"] {
+        faults::configure(point, "return(enospc)").unwrap();
+        let err = engine.snapshot(None, None, "snap").unwrap_err();
+        faults::clear();
+        assert_eq!(err.code, Code::StorageFailure, "{point}");
+        assert!(engine.snapshots().is_empty(), "{point}");
+    }
+    engine.snapshot(None, None, "snap").unwrap();
+    // a failed restore creates no branch
+    faults::configure("catalog::save", "return(eio)").unwrap();
+    assert!(engine.restore("snap", "copy").is_err());
+    faults::clear();
+    assert!(engine.branches("x").iter().all(|b| b.branch_id != "copy"));
+    engine.restore("snap", "copy").unwrap();
+    drop(engine);
+    let engine = open(dir.path());
+    assert_eq!(engine.snapshots().len(), 1);
+    assert!(engine.branches("x").iter().any(|b| b.branch_id == "copy"));
+    scenario.teardown();
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Regression (issue 16 item 7): a panic inside the graph dropped the whole
+/// batch the indexer was inserting, other tenants' rows included.
+#[test]
+fn a_graph_panic_costs_one_row_not_the_batch() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let records: Vec<RecordInput> = (0..200)
+        .map(|i| {
+            let x = i as f64 / 200.0;
+            let mut r = rec(&format!("r{i}"), json!({"v": [x, 1.0 - x, 0.5]}));
+            r.tenant_id = format!("t{}", i % 4);
+            r
+        })
+        .collect();
+    // the batch insert panics once, then the first single insert of the retry
+    faults::configure("vector::insert", "2*panic->off").unwrap();
+    engine.put(None, None, records, None).unwrap();
+    assert!(engine.wait_indexed(Duration::from_secs(60)));
+    faults::clear();
+    let m = engine.metrics(None, None).unwrap();
+    assert_eq!(m.failed_feature_count, 1, "one row failed, the other 199 were inserted");
+    assert_eq!(m.indexer_state, "running");
+    scenario.teardown();
+}
+
+#[test]
+fn an_indexer_that_stops_or_keeps_failing_shows_in_its_state() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.branch.text_commit_interval = Duration::from_millis(10);
+    let engine = Engine::open(config).unwrap();
+    faults::configure("text::commit", "return(eio)").unwrap();
+    engine.put(None, None, vec![rec("a", json!({"title": "hello"}))], None).unwrap();
+    wait_for("a failing indexer", || engine.metrics(None, None).unwrap().indexer_state == "failing");
+    faults::clear();
+    wait_for("the indexer to recover", || engine.metrics(None, None).unwrap().indexer_state == "running");
+    assert!(engine.wait_indexed(Duration::from_secs(60)), "the documents of the failed commits were kept");
+
+    faults::configure("indexer::round", "panic").unwrap();
+    engine.put(None, None, vec![rec("b", json!({"title": "world"}))], None).unwrap();
+    wait_for("a stopped indexer", || engine.metrics(None, None).unwrap().indexer_state == "stopped");
+    faults::clear();
+    // queries still see the new row through the overlay
+    let q = braid_engine::query::HybridQuery {
+        table: Some("docs".into()),
+        tenant_id: Some("acme".into()),
+        text: Some("world".into()),
+        ..Default::default()
+    };
+    assert_eq!(engine.query(None, None, &q).unwrap().results.len(), 1);
+    scenario.teardown();
+}

@@ -1,0 +1,150 @@
+/**
+ * Bearer tokens with scopes, shared by the engine (`--auth-token`) and the
+ * gateway (`--token`, `tokens` in its config). docs/gateway.md, "Tokens".
+ *
+ * - A token is configured as `secret` or `secret:scope`, or in a config file
+ *   as `{token, scope}`. Scopes nest: `admin` > `write` > `read`.
+ * - A token without a scope has every scope (`admin`), as before scopes
+ *   existed and as Qdrant's main `api-key` does; give clients scoped tokens.
+ * - Reads (gets, queries, explain, metrics, branches, readiness, schema
+ *   exports, GraphQL queries) need `read`; record writes (put, put-batch,
+ *   insert, GraphQL put / put_batch / delete) need `write`; snapshots,
+ *   restores, branch state and GraphQL snapshot / restore / declare_table
+ *   need `admin`. A token without the scope gets 403 `forbidden`.
+ * - Tokens are compared in constant time (SHA-256 digests with
+ *   `timingSafeEqual`, against every configured token).
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { Kind, type DocumentNode, type OperationDefinitionNode } from 'graphql';
+import { BraidError } from './errors.js';
+
+export const SCOPES = ['read', 'write', 'admin'] as const;
+export type Scope = (typeof SCOPES)[number];
+
+const RANK: Record<Scope, number> = { read: 0, write: 1, admin: 2 };
+
+export interface TokenSpec {
+  token: string;
+  scope: Scope;
+}
+
+/** Parses `secret` or `secret:scope` (a suffix that is not a scope stays part of the token). */
+export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown }, where = 'token'): TokenSpec {
+  if (typeof spec === 'string') {
+    const at = spec.lastIndexOf(':');
+    const suffix = at > 0 ? spec.slice(at + 1) : '';
+    if ((SCOPES as readonly string[]).includes(suffix)) return { token: spec.slice(0, at), scope: suffix as Scope };
+    return { token: spec, scope: 'admin' };
+  }
+  if (typeof spec !== 'object' || spec === null || typeof spec.token !== 'string' || spec.token === '') {
+    throw new Error(`${where} must be a string or {token, scope}`);
+  }
+  const scope = spec.scope ?? 'admin';
+  if (typeof scope !== 'string' || !(SCOPES as readonly string[]).includes(scope)) {
+    throw new Error(`${where}.scope must be one of ${SCOPES.join(', ')}`);
+  }
+  return { token: spec.token, scope: scope as Scope };
+}
+
+export function allows(have: Scope, need: Scope): boolean {
+  return RANK[have] >= RANK[need];
+}
+
+export function requireScope(have: Scope, need: Scope, what: string): void {
+  if (!allows(have, need)) {
+    throw new BraidError('forbidden', `${what} needs a token with the ${need} scope; this token has ${have}`);
+  }
+}
+
+const digest = (token: string): Buffer => createHash('sha256').update(token, 'utf8').digest();
+
+/** A short, stable, non-reversible name of a token (idempotency scoping, logs). */
+export function tokenId(token: string): string {
+  return digest(token).subarray(0, 12).toString('hex');
+}
+
+/** The configured tokens; checks bearer headers in constant time. */
+export class TokenSet {
+  private readonly entries: { digest: Buffer; scope: Scope }[];
+
+  constructor(specs: Array<string | TokenSpec>) {
+    this.entries = specs.map((s) => {
+      const spec = typeof s === 'string' ? parseTokenSpec(s) : s;
+      return { digest: digest(spec.token), scope: spec.scope };
+    });
+  }
+
+  get size(): number {
+    return this.entries.length;
+  }
+
+  /** The scope of `token`, or undefined; compares against every token so the time taken does not say which matched. */
+  scopeOf(token: string): Scope | undefined {
+    const d = digest(token);
+    let found: Scope | undefined;
+    for (const e of this.entries) {
+      if (timingSafeEqual(e.digest, d) && (found === undefined || RANK[e.scope] > RANK[found])) found = e.scope;
+    }
+    return found;
+  }
+
+  has(token: string): boolean {
+    return this.scopeOf(token) !== undefined;
+  }
+
+  /**
+   * The token and scope of an `Authorization: Bearer <token>` header, or a
+   * 401 `unauthorized` error.
+   */
+  check(header: string | undefined): { token: string; scope: Scope } {
+    const token = bearerToken(header);
+    if (token === undefined) throw new BraidError('unauthorized', 'missing Authorization: Bearer <token> header');
+    const scope = this.scopeOf(token);
+    if (scope === undefined) throw new BraidError('unauthorized', 'bearer token is not valid');
+    return { token, scope };
+  }
+}
+
+/** The token of an `Authorization: Bearer <token>` header. */
+export function bearerToken(header: string | undefined): string | undefined {
+  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header ?? '');
+  return match?.[1];
+}
+
+const ADMIN_ROUTES = new Set(['/v1/admin/snapshot', '/v1/admin/restore', '/v1/admin/branch-state']);
+const WRITE_ROUTES = new Set(['/v1/records/put', '/v1/records/put-batch', '/v1/insert']);
+
+/**
+ * The scope a REST request needs. `POST /v1/graphql` needs what its
+ * document does ({@link graphqlScope}); here it needs `read` to get that far.
+ */
+export function routeScope(method: string, path: string): Scope {
+  if (method !== 'POST') return 'read';
+  if (ADMIN_ROUTES.has(path)) return 'admin';
+  if (WRITE_ROUTES.has(path)) return 'write';
+  return 'read';
+}
+
+const ADMIN_MUTATIONS = new Set(['snapshot', 'restore', 'declare_table']);
+
+/**
+ * The scope a GraphQL document needs: the operation it runs (by name, or
+ * every operation when the name does not pick one): `admin` for snapshot,
+ * restore or declare_table, `write` for any other mutation, else `read`.
+ */
+export function graphqlScope(document: DocumentNode, operationName?: string | null): Scope {
+  const ops = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === Kind.OPERATION_DEFINITION);
+  const picked = operationName ? ops.filter((o) => o.name?.value === operationName) : ops;
+  let need: Scope = 'read';
+  for (const op of picked.length ? picked : ops) {
+    if (op.operation !== 'mutation') continue;
+    for (const sel of op.selectionSet.selections) {
+      // a fragment spread at the root of a mutation may hold anything
+      const name = sel.kind === Kind.FIELD ? sel.name.value : undefined;
+      const fieldNeed: Scope = name === undefined || ADMIN_MUTATIONS.has(name) ? 'admin' : 'write';
+      if (RANK[fieldNeed] > RANK[need]) need = fieldNeed;
+    }
+    if (RANK['write'] > RANK[need]) need = 'write';
+  }
+  return need;
+}

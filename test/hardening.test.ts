@@ -1,0 +1,408 @@
+// Issue 16 (hardening), engine side, through real HTTP and real processes:
+// non-finite vectors, the term cap, the data directory lock between two
+// servers, a corrupt WAL refused at start and repaired by `braid doctor`,
+// readiness of the indexer, receipts leaving memory, and schema conflicts
+// between tenants.
+import { spawn } from 'node:child_process';
+import { readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, ROOT, request, spawnServer, startTestServer, tempDir, type ChildServer, type TestServer } from './helpers.js';
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function braid(args: string[]): Promise<Run> {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env: { ...process.env, BRAID_LOG_LEVEL: 'error' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const children: ChildServer[] = [];
+const dirs: string[] = [];
+
+afterAll(() => {
+  for (const c of children) c.child.kill('SIGKILL');
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe('hostile values', () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startTestServer({ engine: { receiptRetentionMs: 300 } });
+    const put = await s.post('/v1/records/put', { record: { table: 'docs', tenant_id: 'acme', id: 'a', fields: { title: 'hello world', v: [0.1, 0.2, 0.3] } } });
+    expect(put.status).toBe(200);
+  });
+  afterAll(async () => s.destroy());
+
+  it('a vector value beyond f32 range is 400 vector_not_finite and writes nothing', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    // 1e39 is a finite JSON number but infinite as f32; the raw body keeps it as written
+    const raw = '{"record":{"table":"docs","tenant_id":"acme","id":"bad","fields":{"v":[1e39,0,0]}}}';
+    const res = await s.post('/v1/records/put', raw);
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('vector_not_finite');
+    expect(res.body.error).toContain('"v"');
+    const batch = await s.post('/v1/records/put-batch', `{"records":[{"table":"docs","tenant_id":"acme","id":"ok","fields":{"v":[0,0,1]}},{"table":"docs","tenant_id":"acme","id":"bad2","fields":{"v":[0,-3.5e38,0]}}]}`);
+    expect(batch.status).toBe(400);
+    expect(batch.body).toMatchObject({ code: 'vector_not_finite', index: 1 });
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+    expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 'acme', id: 'ok' })).body.record).toBeNull();
+  });
+
+  it('a query vector beyond f32 range is 400 on every query route, and the server keeps answering', async () => {
+    const explain = await s.post('/v1/explain', '{"table":"docs","tenant_id":"acme","vector":[1e39,0,0]}');
+    expect(explain.status).toBe(400);
+    expect(explain.body.code).toBe('vector_not_finite');
+    const ql = await s.post('/v1/nativeql', { query: "SEARCH docs TENANT 'acme' NEAR [1e39, 0, 0]" });
+    expect(ql.status).toBe(400);
+    expect(ql.body.code).toBe('vector_not_finite');
+    expect((await s.get('/v1/ready')).status).toBe(200);
+  });
+
+  it('a text query with more than 1,024 distinct terms is 400 too_many_terms', async () => {
+    const text = Array.from({ length: 1500 }, (_, i) => `term${i}`).join(' ');
+    const res = await s.post('/v1/explain', { table: 'docs', tenant_id: 'acme', text });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('too_many_terms');
+    const fine = await s.post('/v1/explain', { table: 'docs', tenant_id: 'acme', text: 'hello '.repeat(3000) });
+    expect(fine.status).toBe(200);
+  });
+
+  it('a type conflict from another tenant names the column and its type, not the other tenant\'s data', async () => {
+    await s.post('/v1/records/put', { record: { table: 'prices', tenant_id: 'acme', id: 'p1', fields: { price: 12.5, memo: 'acme private memo' } } });
+    const res = await s.post('/v1/records/put', { record: { table: 'prices', tenant_id: 'globex', id: 'p1', fields: { price: 'twelve' } } });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('schema_type_mismatch');
+    expect(res.body.error).toContain('"price" is number');
+    expect(res.body.error).not.toMatch(/acme|12\.5|memo/);
+  });
+
+  it('readiness and metrics report the indexer; expired receipts leave memory', async () => {
+    const ready = await s.get('/v1/ready');
+    expect(ready.body).toMatchObject({ ready: true, indexer_state: 'running' });
+    const keyed = await s.post('/v1/records/put', { record: { table: 'docs', tenant_id: 'acme', id: 'k', fields: { title: 'keyed' } } }, { 'idempotency-key': 'expiring-key' });
+    expect(keyed.status).toBe(200);
+    const metrics = await s.get('/v1/metrics/public-safe');
+    expect(metrics.body).toMatchObject({ indexer_state: 'running', failed_feature_count: 0 });
+    // the receipt expires after 300 ms and is swept without a restart
+    let count = metrics.body.receipt_count as number;
+    expect(count).toBeGreaterThanOrEqual(1);
+    for (let i = 0; i < 300 && count > 0; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      count = (await s.get('/v1/metrics/public-safe')).body.receipt_count;
+    }
+    expect(count).toBe(0);
+  });
+});
+
+describe('one data directory, one process', () => {
+  it('a second server on a live data directory exits with data_dir_locked and the first keeps its data', async () => {
+    const dir = tempDir('braid-lock-');
+    dirs.push(dir);
+    const first = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
+    children.push(first);
+    const put = await request(`${first.url}/v1/records/put`, 'POST', { record: { table: 't', tenant_id: 'a', id: 'r1', fields: { n: 1 } } });
+    expect(put.status).toBe(200);
+    const wal = path.join(dir, 'db', 'default', 'main', 'wal.log');
+    const before = readFileSync(wal);
+    const second = await braid(['serve', '--port', '0', '--data-dir', dir]);
+    expect(second.code).not.toBe(0);
+    expect(second.stderr).toContain('data_dir_locked');
+    expect(second.stderr).toContain('in use by another braid process');
+    expect(readFileSync(wal).equals(before)).toBe(true);
+    // the first server still writes where it should
+    const put2 = await request(`${first.url}/v1/records/put`, 'POST', { record: { table: 't', tenant_id: 'a', id: 'r2', fields: { n: 2 } } });
+    expect(put2.status).toBe(200);
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const again = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
+    children.push(again);
+    for (const id of ['r1', 'r2']) {
+      const got = await request(`${again.url}/v1/records/get`, 'POST', { table: 't', tenant_id: 'a', id });
+      expect(got.body.record?.id).toBe(id);
+    }
+    again.child.kill('SIGTERM');
+    await again.exited;
+  });
+
+  it('data files are private (0600) and the data directory is 0700', async () => {
+    const parent = tempDir('braid-modes-');
+    dirs.push(parent);
+    const dir = path.join(parent, 'data');
+    const s = await startTestServer({ dataDir: dir });
+    await s.post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id: 'r1', fields: { n: 1 } } });
+    await s.stop();
+    const mode = (p: string) => statSync(path.join(dir, p)).mode & 0o777;
+    expect(mode('')).toBe(0o700);
+    for (const f of ['secret', 'catalog.json', 'db/default/main/wal.log']) expect(mode(f), f).toBe(0o600);
+  });
+});
+
+describe('a corrupt write-ahead log', () => {
+  it('is refused at start with its offset, and braid doctor reports and salvages it', async () => {
+    const dir = tempDir('braid-doctor-');
+    dirs.push(dir);
+    const s = await startTestServer({ dataDir: dir });
+    for (let i = 1; i <= 4; i++) {
+      const put = await s.post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id: `r${i}`, fields: { n: i } } });
+      expect(put.status).toBe(200);
+    }
+    await s.stop();
+    const wal = path.join(dir, 'db', 'default', 'main', 'wal.log');
+    const bytes = readFileSync(wal);
+    // damage the payload of the second frame: frames follow a 16-byte header
+    // and each has a 24-byte header before its payload
+    const firstLen = bytes.readUInt32LE(16);
+    const second = 16 + 24 + firstLen;
+    bytes.writeUInt8(bytes.readUInt8(second + 24 + 2) ^ 0x01, second + 24 + 2);
+    writeFileSync(wal, bytes);
+
+    const refused = await braid(['serve', '--port', '0', '--data-dir', dir]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain('wal_corrupt');
+    expect(refused.stderr).toContain(`offset ${second}`);
+    expect(readFileSync(wal).equals(bytes)).toBe(true);
+
+    const report = await braid(['doctor', '--data-dir', dir]);
+    expect(report.code).toBe(1);
+    expect(report.stdout).toContain('CORRUPT');
+    expect(report.stdout).toContain(`offset ${second}`);
+    const json = JSON.parse((await braid(['doctor', '--data-dir', dir, '--json'])).stdout);
+    expect(json.logs.find((l: { owner: string }) => l.owner === 'branch default/main').end).toMatchObject({ kind: 'corrupt', offset: second, seq: 2 });
+
+    const salvage = await braid(['doctor', '--data-dir', dir, '--salvage']);
+    expect(salvage.code).toBe(0);
+    expect(salvage.stdout).toContain('salvaged');
+    const back = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
+    children.push(back);
+    const r1 = await request(`${back.url}/v1/records/get`, 'POST', { table: 't', tenant_id: 'a', id: 'r1' });
+    expect(r1.body.record?.fields).toEqual({ n: 1 });
+    const r3 = await request(`${back.url}/v1/records/get`, 'POST', { table: 't', tenant_id: 'a', id: 'r3' });
+    expect(r3.body.record).toBeNull();
+    // while it runs, salvage refuses to touch the directory
+    const live = await braid(['doctor', '--data-dir', dir, '--salvage']);
+    expect(live.code).toBe(1);
+    expect(live.stderr).toContain('data_dir_locked');
+    back.child.kill('SIGTERM');
+    await back.exited;
+  });
+});
+
+describe('disk faults (fail points under the log)', () => {
+  for (const [point, actions] of [['wal::sync', 'return(eio)'], ['wal::append', 'return(enospc)'], ['wal::append', 'return(short)']] as const) {
+    it(`${point} ${actions}: 503 storage_failure, not ready, reads go on, a restart keeps exactly the acknowledged writes`, async () => {
+      const dir = tempDir('braid-faults-');
+      dirs.push(dir);
+      let s = await startTestServer({ dataDir: dir, config: { testHooks: true } });
+      const put = (id: string) => s.post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id, fields: { n: id } } });
+      const get = async (id: string) => (await s.post('/v1/records/get', { table: 't', tenant_id: 'a', id })).body.record;
+      expect((await put('acked')).status).toBe(200);
+      expect((await s.post('/v1/_test/fault', { point, actions })).status).toBe(200);
+      const failed = await put('unacked');
+      await s.post('/v1/_test/fault', { point, actions: 'off' });
+      expect(failed.status).toBe(503);
+      expect(failed.body.code).toBe('storage_failure');
+      expect(await get('unacked')).toBeNull();
+      const refused = await put('later');
+      expect(refused.status).toBe(503);
+      const ready = await s.get('/v1/ready');
+      expect(ready.status).toBe(503);
+      expect(ready.body).toMatchObject({ ready: false, code: 'storage_failure', recovery_state: 'failed' });
+      expect((await get('acked'))?.fields).toEqual({ n: 'acked' });
+      await s.stop();
+      s = await startTestServer({ dataDir: dir });
+      expect(await get('acked')).not.toBeNull();
+      expect(await get('unacked')).toBeNull();
+      expect(await get('later')).toBeNull();
+      expect((await put('after')).status).toBe(200);
+      expect((await s.get('/v1/ready')).status).toBe(200);
+      await s.stop();
+    });
+  }
+});
+
+describe('keyed requests and a crash between the work and the receipt', () => {
+  it('snapshot, restore and put answer their first result after a SIGKILL before the receipt', async () => {
+    const dir = tempDir('braid-receipt-crash-');
+    dirs.push(dir);
+    const start = async () => {
+      const s = await spawnServer(['serve', '--port', '0', '--data-dir', dir], { BRAID_TEST_HOOKS: '1' });
+      children.push(s);
+      return s;
+    };
+    let s = await start();
+    const post = (route: string, body: unknown, headers: Record<string, string>) => request(`${s.url}${route}`, 'POST', body, headers);
+    expect((await post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id: 'r1', fields: { n: 1 } } }, {})).status).toBe(200);
+
+    const steps: Array<[string, unknown, string]> = [
+      ['/v1/admin/snapshot', { target: 'snap1' }, 'snap-key'],
+      ['/v1/admin/restore', { source: 'snap1', target: 'copy1', verify_record: { table: 't', tenant_id: 'a', id: 'r1' } }, 'restore-key'],
+      ['/v1/records/put', { record: { table: 't', tenant_id: 'a', id: 'r2', fields: { n: 2 } } }, 'put-key'],
+      ['/v1/graphql', {
+        query: 'mutation { p: put(record: {table: "t", tenant_id: "a", id: "g1", fields: {n: 3}}) { epoch record_count changed } '
+          + 's: snapshot(target: "snap2") { target epoch } '
+          + 'r: restore(source: "snap2", target: "copy2") { restored target epoch } }',
+      }, 'gql-key'],
+    ];
+    for (const [route, body, key] of steps) {
+      // the work is done, then the process dies before the receipt
+      await expect(post(route, body, { 'idempotency-key': key, 'x-braid-test-crash': 'before-receipt' })).rejects.toThrow();
+      await s.exited;
+      s = await start();
+      const retry = await post(route, body, { 'idempotency-key': key });
+      expect(retry.status, `${route}: ${JSON.stringify(retry.body)}`).toBe(200);
+      expect(retry.body.errors, JSON.stringify(retry.body)).toBeUndefined();
+      // a second retry replays the stored receipt
+      const again = await post(route, body, { 'idempotency-key': key });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.body).toEqual(retry.body);
+    }
+    const branches = (await request(`${s.url}/v1/branches`, 'GET')).body.branches as Array<{ branch_id: string }>;
+    expect(branches.filter((b) => b.branch_id === 'copy1')).toHaveLength(1);
+    expect(branches.filter((b) => b.branch_id === 'copy2')).toHaveLength(1);
+    for (const id of ['r2', 'g1']) {
+      const got = await request(`${s.url}/v1/records/get`, 'POST', { table: 't', tenant_id: 'a', id });
+      expect(got.body.record.version_id, `${id} was written once`).toBe(1);
+    }
+    s.child.kill('SIGTERM');
+    await s.exited;
+  });
+});
+
+describe('error bodies always carry a code', () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startTestServer();
+  });
+  afterAll(async () => s.destroy());
+
+  it('a malformed branch header on /v1/ready is a 400 with a code; a missing branch is not ready (503)', async () => {
+    for (const value of ['', 'not a valid name!']) {
+      const res = await s.get('/v1/ready', { 'x-braid-database': value });
+      expect(res.status, JSON.stringify(res.body)).toBe(400);
+      expect(res.body.code).toBe('invalid_name');
+    }
+    const missing = await s.get('/v1/ready', { 'x-braid-branch': 'nope' });
+    expect(missing.status).toBe(503);
+    expect(missing.body).toMatchObject({ ready: false, code: 'branch_not_found' });
+  });
+
+  it('bodies the content-type parsers reject carry a code', async () => {
+    const cases: Array<[string, Record<string, string>]> = [
+      ['{"record": ', { 'content-type': 'application/json' }],
+      ['', { 'content-type': 'application/json' }],
+      ['hello', { 'content-type': 'text/plain' }],
+      ['a=b', { 'content-type': 'application/x-www-form-urlencoded' }],
+      ['{}', { 'content-type': 'application/json; charset=latin1' }],
+    ];
+    for (const [body, headers] of cases) {
+      const res = await request(`${s.url}/v1/records/put`, 'POST', body, headers);
+      expect(res.status, `${headers['content-type']}: ${JSON.stringify(res.body)}`).toBeGreaterThanOrEqual(400);
+      expect(res.status).toBeLessThan(500);
+      expect(typeof res.body.code, JSON.stringify(res.body)).toBe('string');
+    }
+  });
+
+  it('a request that arrives while the server drains gets 503 shutting_down with a code', async () => {
+    const other = await startTestServer();
+    other.app.braid.closing = true;
+    const res = await other.post('/v1/records/get', { table: 't', tenant_id: 'a', id: 'x' });
+    expect(res.status).toBe(503);
+    expect(res.body).toMatchObject({ code: 'shutting_down' });
+    other.app.braid.closing = false;
+    await other.destroy();
+  });
+});
+
+describe('a keyed read on an archived branch', () => {
+  it('answers its result, not branch_archived', async () => {
+    const s = await startTestServer();
+    await s.post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id: 'r1', fields: { title: 'frozen text' } } });
+    await s.post('/v1/admin/snapshot', { target: 'snap' });
+    await s.post('/v1/admin/restore', { source: 'snap', target: 'frozen' });
+    expect((await s.post('/v1/admin/branch-state', { branch_id: 'frozen', state: 'archived' })).status).toBe(200);
+    const headers = { 'x-braid-branch': 'frozen', 'idempotency-key': 'read-1' };
+    const query = { query: "SEARCH t TENANT 'a' MATCH 'frozen'" };
+    for (let i = 0; i < 2; i++) {
+      const res = await s.post('/v1/nativeql', query, headers);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.results.map((r: { record_id: string }) => r.record_id)).toEqual(['r1']);
+    }
+    const put = await s.post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id: 'r2', fields: {} } }, { 'x-braid-branch': 'frozen' });
+    expect(put.body.code).toBe('branch_archived');
+    await s.destroy();
+  });
+});
+
+describe('token scopes on the engine', () => {
+  let s: TestServer;
+  const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+  const rec = (id: string) => ({ record: { table: 'scoped', tenant_id: 't', id, fields: { title: `doc ${id}` } } });
+
+  beforeAll(async () => {
+    s = await startTestServer({ config: { authTokens: ['adm', 'wr:write', 'rd:read'] } });
+  });
+  afterAll(async () => s.destroy());
+
+  it('read tokens read, write tokens write, only admin tokens administer', async () => {
+    expect((await s.post('/v1/records/put', rec('a'), auth('wr'))).status).toBe(200);
+    const denied = await s.post('/v1/records/put', rec('b'), auth('rd'));
+    expect(denied.status).toBe(403);
+    expect(denied.body).toMatchObject({ code: 'forbidden' });
+    expect(denied.body.error).toMatch(/write scope/);
+    expect((await s.post('/v1/records/get', { table: 'scoped', tenant_id: 't', id: 'b' }, auth('adm'))).body.record).toBeNull();
+
+    for (const token of ['rd', 'wr', 'adm']) {
+      expect((await s.post('/v1/records/get', { table: 'scoped', tenant_id: 't', id: 'a' }, auth(token))).status).toBe(200);
+      expect((await s.get('/v1/ready', auth(token))).status).toBe(200);
+    }
+    for (const token of ['rd', 'wr']) {
+      const snap = await s.post('/v1/admin/snapshot', { target: `snap_${token}` }, auth(token));
+      expect(snap.status).toBe(403);
+      expect(snap.body.code).toBe('forbidden');
+      const archive = await s.post('/v1/admin/branch-state', { branch_id: 'main', state: 'archived' }, auth(token));
+      expect(archive.status).toBe(403);
+    }
+    expect((await s.post('/v1/admin/snapshot', { target: 'snap_adm' }, auth('adm'))).status).toBe(200);
+    // nothing a refused request asked for happened
+    const branches = await s.get('/v1/branches', auth('rd'));
+    expect(branches.body.branches.find((b: { branch_id: string }) => b.branch_id === 'main').state).not.toBe('archived');
+    expect((await s.post('/v1/records/put', rec('c'), auth('nope'))).status).toBe(401);
+  });
+
+  it('GraphQL needs the scope of what the document does', async () => {
+    const query = '{ search(table: "scoped", tenant_id: "t", text: "doc", top_k: 3) { results { record_id } } }';
+    expect((await s.post('/v1/graphql', { query }, auth('rd'))).body.errors).toBeUndefined();
+    const put = 'mutation { put(record: {table: "scoped", tenant_id: "t", id: "g", fields: {title: "g"}}) { epoch } }';
+    const refused = await s.post('/v1/graphql', { query: put }, auth('rd'));
+    expect(refused.status).toBe(403);
+    expect(refused.body.code).toBe('forbidden');
+    const snapshot = 'mutation { snapshot(target: "gql_snap") { snapshot } }';
+    expect((await s.post('/v1/graphql', { query: snapshot }, auth('wr'))).status).toBe(403);
+  });
+
+  it('Idempotency keys are scoped by token', async () => {
+    const body = JSON.stringify(rec('idem'));
+    const first = await s.post('/v1/records/put', body, { ...auth('wr'), 'idempotency-key': 'same-key' });
+    expect(first.status).toBe(200);
+    // the same key from another token is another request: it runs, and is not a replay of the first
+    const other = await s.post('/v1/records/put', body, { ...auth('adm'), 'idempotency-key': 'same-key' });
+    expect(other.status).toBe(200);
+    expect(other.headers.get('idempotent-replayed')).toBeNull();
+    expect(other.body.epoch).toBeGreaterThan(first.body.epoch);
+    const replay = await s.post('/v1/records/put', body, { ...auth('wr'), 'idempotency-key': 'same-key' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body).toEqual(first.body);
+  });
+});
