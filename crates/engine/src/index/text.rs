@@ -6,6 +6,13 @@
 //! older epoch find the text they had; visibility is applied by the collector
 //! from a bitmap of eligible rows, before any row is opened.
 //!
+//! Each token of `text` is indexed with its scope and column in front
+//! (`table 0x1F tenant 0x1F column 0x1F token`, see [`term_text`]), so a
+//! tenant's query is a plain union of term queries that reads only that
+//! tenant's postings, and tantivy's block-max WAND can skip the blocks that
+//! cannot reach the current top k ([`TextIndex::search`] with a depth).
+//! Analyzer tokens are alphanumeric, so the last separator ends the prefix.
+//!
 //! BM25 statistics are per (table, tenant[, column]) and come from
 //! [`TextStats`], kept by the store over the versions visible at the latest
 //! epoch, so one tenant's documents never change another tenant's scores.
@@ -15,7 +22,7 @@
 //! (every row below it is searchable). Rows above the watermark are scored by
 //! the query's hot overlay with [`bm25`], the same formula tantivy uses.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -24,9 +31,9 @@ use parking_lot::Mutex;
 use roaring::RoaringBitmap;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery, Weight};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING};
-use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
+use tantivy::tokenizer::{LowerCaser, PreTokenizedString, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token};
 use tantivy::{DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentReader, TantivyDocument, Term};
 
 use crate::error::{Error, Result};
@@ -53,6 +60,20 @@ pub fn tokens(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
 pub fn scope_key(table: &str, tenant: &str) -> String {
     format!("{table}\u{1f}{tenant}")
 }
+
+/// The indexed text of `token` in one table, tenant and column.
+pub fn term_text(table: &str, tenant: &str, column: &str, token: &str) -> String {
+    format!("{table}\u{1f}{tenant}\u{1f}{column}\u{1f}{token}")
+}
+
+/// The token of an indexed term text (what follows its last separator).
+fn token_of(term_text: &str) -> &str {
+    term_text.rsplit('\u{1f}').next().unwrap_or(term_text)
+}
+
+/// Version of the index layout, stored with the watermark in each commit's
+/// payload (`2:<watermark>`); an index in another layout is rebuilt.
+const FORMAT: &str = "2";
 
 /// Document count, token count and document frequencies of one scope.
 #[derive(Debug, Default, Clone)]
@@ -148,7 +169,7 @@ impl Bm25StatisticsProvider for QueryStats {
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
         let value = term.value();
         let text = value.as_str().unwrap_or_default();
-        Ok(self.df.get(text).copied().unwrap_or(0))
+        Ok(self.df.get(token_of(text)).copied().unwrap_or(0))
     }
 }
 
@@ -184,6 +205,7 @@ pub struct TextIndex {
     reader: IndexReader,
     /// `None` once closed, which releases the directory lock.
     writer: Mutex<Option<IndexWriter>>,
+    analyzer: Mutex<TextAnalyzer>,
     fields: Fields,
     /// Every row below this id is searchable through `reader`.
     watermark: AtomicU32,
@@ -208,13 +230,16 @@ fn tantivy_err(err: tantivy::TantivyError) -> Error {
 impl TextIndex {
     /// Opens (or creates) the index in `dir`. The watermark comes from the
     /// last commit's payload, so a restart resumes indexing where it stopped.
+    /// An index written in an older layout is removed and rebuilt from the
+    /// store by the indexer (it is derived data).
     pub fn open(dir: &Path) -> Result<TextIndex> {
-        std::fs::create_dir_all(dir)?;
-        let directory = MmapDirectory::open(dir).map_err(|e| Error::storage(e.to_string()))?;
-        let index = Index::open_or_create(directory, schema()).map_err(tantivy_err)?;
-        index.tokenizers().register(TOKENIZER, analyzer());
-        let watermark =
-            index.load_metas().map_err(tantivy_err)?.payload.and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+        let (index, watermark) = match Self::open_index(dir)? {
+            Some(found) => found,
+            None => {
+                std::fs::remove_dir_all(dir)?;
+                Self::open_index(dir)?.expect("a new index has the current layout")
+            }
+        };
         let writer = index.writer_with_num_threads(1, 48_000_000).map_err(tantivy_err)?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(tantivy_err)?;
         let s = index.schema();
@@ -223,10 +248,32 @@ impl TextIndex {
         Ok(TextIndex {
             reader,
             writer: Mutex::new(Some(writer)),
+            analyzer: Mutex::new(analyzer()),
             fields,
             watermark: AtomicU32::new(watermark),
             pending_upto: AtomicU32::new(watermark),
         })
+    }
+
+    /// The index in `dir` and its watermark, or `None` when it was written
+    /// in another layout.
+    fn open_index(dir: &Path) -> Result<Option<(Index, u32)>> {
+        std::fs::create_dir_all(dir)?;
+        let directory = MmapDirectory::open(dir).map_err(|e| Error::storage(e.to_string()))?;
+        let index = Index::open_or_create(directory, schema()).map_err(tantivy_err)?;
+        index.tokenizers().register(TOKENIZER, analyzer());
+        let metas = index.load_metas().map_err(tantivy_err)?;
+        let watermark = match metas.payload.as_deref() {
+            None if metas.segments.is_empty() => 0,
+            None => return Ok(None),
+            Some(p) => match p.split_once(':') {
+                Some((FORMAT, upto)) => {
+                    upto.parse::<u32>().map_err(|_| Error::storage(format!("text index payload {p:?}")))?
+                }
+                _ => return Ok(None),
+            },
+        };
+        Ok(Some((index, watermark)))
     }
 
     pub fn watermark(&self) -> u32 {
@@ -239,11 +286,22 @@ impl TextIndex {
 
     /// Adds one (row, column) document. Rows must arrive in ascending order.
     pub fn add(&self, row: u32, table: &str, tenant: &str, column: &str, text: &str) -> Result<()> {
+        let toks = tokens(&mut self.analyzer.lock(), text);
+        let tokens: Vec<Token> = toks
+            .iter()
+            .enumerate()
+            .map(|(position, t)| Token {
+                position,
+                text: term_text(table, tenant, column, t),
+                position_length: 1,
+                ..Token::default()
+            })
+            .collect();
         let mut doc = TantivyDocument::default();
         doc.add_u64(self.fields.row, row as u64);
         doc.add_text(self.fields.scope, scope_key(table, tenant));
         doc.add_text(self.fields.col, column);
-        doc.add_text(self.fields.text, text);
+        doc.add_pre_tokenized_text(self.fields.text, PreTokenizedString { text: String::new(), tokens });
         let mut writer = self.writer.lock();
         let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
         writer.add_document(doc).map_err(tantivy_err)?;
@@ -267,7 +325,7 @@ impl TextIndex {
             let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
             crate::storage::faults::check("text::commit")?;
             let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
-            prepared.set_payload(&upto.to_string());
+            prepared.set_payload(&format!("{FORMAT}:{upto}"));
             prepared.commit().map_err(tantivy_err)?;
         }
         self.reader.reload().map_err(tantivy_err)?;
@@ -299,122 +357,230 @@ impl TextIndex {
         self.reader.searcher().doc_freq(&term).unwrap_or(0)
     }
 
-    /// Searches one tenant scope; returns (row, summed score over columns) for
-    /// eligible rows below the watermark.
+    /// Searches one tenant's rows below `req.upto` that are in
+    /// `req.eligible`; returns (row, score) with a row's score summed over
+    /// the searched columns.
+    ///
+    /// With a depth and one column, only the best `depth` rows are collected
+    /// (best score first, then lowest row), by block-max WAND over the
+    /// tenant's own postings: the cost grows with the depth, not with the
+    /// number of matching rows. Several columns searched together need every
+    /// match, since a row's score is the sum over its columns; then all are
+    /// scored and the best `depth` kept.
     pub fn search(&self, req: &TextSearch<'_>) -> Result<TextHits> {
         let searcher = self.reader.searcher();
-        let watermark = self.watermark();
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(
-            Occur::Must,
-            Box::new(ConstScoreQuery::new(
-                Box::new(TermQuery::new(
-                    Term::from_field_text(self.fields.scope, &scope_key(req.table, req.tenant)),
-                    IndexRecordOption::Basic,
-                )),
-                0.0,
-            )),
-        )];
-        if let Some(column) = req.column {
-            clauses.push((
-                Occur::Must,
-                Box::new(ConstScoreQuery::new(
-                    Box::new(TermQuery::new(Term::from_field_text(self.fields.col, column), IndexRecordOption::Basic)),
-                    0.0,
-                )),
-            ));
-        }
-        let terms: Vec<(Occur, Box<dyn Query>)> = req
-            .terms
+        let upto = req.upto.min(self.watermark());
+        let term_queries: Vec<TermQuery> = req
+            .columns
             .iter()
-            .map(|t| {
-                let q: Box<dyn Query> =
-                    Box::new(TermQuery::new(Term::from_field_text(self.fields.text, t), IndexRecordOption::WithFreqs));
-                (Occur::Should, q)
+            .flat_map(|col| req.terms.iter().map(move |t| (col, t)))
+            .map(|(col, t)| {
+                let term = Term::from_field_text(self.fields.text, &term_text(req.table, req.tenant, col, t));
+                TermQuery::new(term, IndexRecordOption::WithFreqs)
             })
             .collect();
-        clauses.push((Occur::Must, Box::new(BooleanQuery::new(terms))));
-        let query = BooleanQuery::new(clauses);
-        let collector = RowCollector { eligible: req.eligible.clone(), watermark };
-        let hits = searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
-        let mut by_row: HashMap<u32, f32> = HashMap::with_capacity(hits.len());
-        for (row, score) in &hits {
-            *by_row.entry(*row).or_insert(0.0) += *score;
+        let segments = searcher.segment_readers().len() as u64;
+        if term_queries.is_empty() {
+            return Ok(TextHits { rows: Vec::new(), scored_documents: 0, segments, watermark: upto, truncated: false });
         }
-        Ok(TextHits {
-            rows: by_row.into_iter().collect(),
-            scored_documents: hits.len() as u64,
-            segments: searcher.segment_readers().len() as u64,
-            watermark,
-        })
+        let scoring = EnableScoring::enabled_from_statistics_provider(req.stats, &searcher);
+        let terms =
+            term_queries.iter().map(|q| q.weight(scoring)).collect::<tantivy::Result<Vec<_>>>().map_err(tantivy_err)?;
+        let query = BooleanQuery::new(
+            term_queries.into_iter().map(|q| (Occur::Should, Box::new(q) as Box<dyn Query>)).collect(),
+        );
+        // one column: a row is one document, so the best documents are the best rows
+        let keep = match req.depth {
+            Some(depth) if req.columns.len() == 1 => Some(depth + 1),
+            _ => None,
+        };
+        let collector = RowHits { eligible: req.eligible.clone(), upto, keep, terms };
+        let (hits, scored) =
+            searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
+        let mut rows = if req.columns.len() == 1 {
+            hits
+        } else {
+            let mut by_row: HashMap<u32, f32> = HashMap::with_capacity(hits.len());
+            for (row, score) in &hits {
+                *by_row.entry(*row).or_insert(0.0) += *score;
+            }
+            by_row.into_iter().collect()
+        };
+        let mut truncated = false;
+        if let Some(depth) = req.depth {
+            if rows.len() > depth {
+                rows.select_nth_unstable_by(depth, best_first);
+                rows.truncate(depth);
+                truncated = true;
+            }
+        }
+        rows.sort_unstable_by(best_first);
+        Ok(TextHits { rows, scored_documents: scored, segments, watermark: upto, truncated })
     }
+}
+
+/// Best score first, then the lowest row: a total, repeatable order.
+pub fn best_first(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 pub struct TextSearch<'a> {
     pub table: &'a str,
     pub tenant: &'a str,
-    pub column: Option<&'a str>,
+    /// The text columns searched (one, or the table's text columns).
+    pub columns: &'a [String],
     pub terms: &'a [String],
     pub stats: &'a QueryStats,
     pub eligible: Arc<RoaringBitmap>,
+    /// Only rows below this are read (the hot overlay scores the others).
+    pub upto: u32,
+    /// How many of the best rows to return; `None`: every match.
+    pub depth: Option<usize>,
 }
 
 pub struct TextHits {
+    /// Best first (score, then row).
     pub rows: Vec<(u32, f32)>,
+    /// Documents the collector was handed (the pruning skips the others).
     pub scored_documents: u64,
     pub segments: u64,
     pub watermark: u32,
+    /// More rows matched than the depth returned.
+    pub truncated: bool,
 }
 
-/// Collects (row, score) of matching documents whose row is eligible, reading
-/// the row id from the fast field so no document is loaded.
-struct RowCollector {
+/// Collects (row, score) of the eligible documents below `upto` that match,
+/// reading the row id from the fast field so no document is loaded: all of
+/// them, or with `keep` only the best `keep`, through
+/// `Weight::for_each_pruning`, where the scorer hands over only documents that
+/// may beat the current threshold (for a union of term queries, block-max
+/// WAND).
+///
+/// Scores are summed again over the terms in query order: block-max WAND adds
+/// a document's term scores in an order that depends on what it skipped
+/// before, so the same document could score an ulp apart in two searches of
+/// different depth, and a cursor could then see two ties in another order.
+/// The threshold handed back is a little below the kept minimum for the same
+/// reason (a tie with a lower row must still come through).
+struct RowHits {
     eligible: Arc<RoaringBitmap>,
-    watermark: u32,
+    upto: u32,
+    keep: Option<usize>,
+    /// One weight per (column, term), in query order.
+    terms: Vec<Box<dyn Weight>>,
 }
 
-struct RowSegmentCollector {
-    rows: tantivy::columnar::Column<u64>,
-    eligible: Arc<RoaringBitmap>,
-    watermark: u32,
-    hits: Vec<(u32, f32)>,
+/// A heap entry; worse rows are greater, so the worst kept row is on top.
+#[derive(PartialEq)]
+struct Kept(f32, u32);
+
+impl Eq for Kept {}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
-impl Collector for RowCollector {
-    type Fruit = Vec<(u32, f32)>;
-    type Child = RowSegmentCollector;
+impl Ord for Kept {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        best_first(&(self.1, self.0), &(other.1, other.0))
+    }
+}
 
-    fn for_segment(&self, _ord: u32, segment: &SegmentReader) -> tantivy::Result<RowSegmentCollector> {
-        Ok(RowSegmentCollector {
-            rows: segment.fast_fields().u64("row")?,
-            eligible: self.eligible.clone(),
-            watermark: self.watermark,
-            hits: Vec::new(),
-        })
+/// Relative slack of the pruning threshold: far above the rounding of a sum
+/// of up to `MAX_QUERY_TERMS` f32 terms, far below any real score gap.
+const THRESHOLD_SLACK: f32 = 1e-4;
+
+impl Collector for RowHits {
+    type Fruit = (Vec<(u32, f32)>, u64);
+    type Child = NoSegmentCollector;
+
+    fn for_segment(&self, _ord: u32, _segment: &SegmentReader) -> tantivy::Result<NoSegmentCollector> {
+        Ok(NoSegmentCollector)
     }
 
     fn requires_scoring(&self) -> bool {
         true
     }
 
-    fn merge_fruits(&self, fruits: Vec<Vec<(u32, f32)>>) -> tantivy::Result<Vec<(u32, f32)>> {
-        Ok(fruits.into_iter().flatten().collect())
+    fn merge_fruits(&self, fruits: Vec<(Vec<(u32, f32)>, u64)>) -> tantivy::Result<(Vec<(u32, f32)>, u64)> {
+        let scored = fruits.iter().map(|f| f.1).sum();
+        let mut rows: Vec<(u32, f32)> = fruits.into_iter().flat_map(|f| f.0).collect();
+        if let Some(keep) = self.keep {
+            if rows.len() > keep {
+                rows.select_nth_unstable_by(keep, best_first);
+                rows.truncate(keep);
+            }
+        }
+        Ok((rows, scored))
+    }
+
+    fn collect_segment(
+        &self,
+        weight: &dyn Weight,
+        _segment_ord: u32,
+        reader: &SegmentReader,
+    ) -> tantivy::Result<(Vec<(u32, f32)>, u64)> {
+        let rows = reader.fast_fields().u64("row")?;
+        let alive = reader.alive_bitset();
+        let mut scorers = self.terms.iter().map(|w| w.scorer(reader, 1.0)).collect::<tantivy::Result<Vec<_>>>()?;
+        let keep = self.keep.unwrap_or(usize::MAX);
+        let mut heap: BinaryHeap<Kept> = BinaryHeap::new();
+        let mut all: Vec<(u32, f32)> = Vec::new();
+        let mut scored = 0u64;
+        let threshold = |heap: &BinaryHeap<Kept>| match heap.peek() {
+            Some(worst) if heap.len() >= keep => worst.0 - worst.0.abs() * THRESHOLD_SLACK,
+            _ => Score::MIN,
+        };
+        weight.for_each_pruning(Score::MIN, reader, &mut |doc, _score| {
+            scored += 1;
+            if alive.is_some_and(|a| a.is_deleted(doc)) {
+                return threshold(&heap);
+            }
+            let Some(row) = rows.first(doc) else { return threshold(&heap) };
+            let row = row as u32;
+            if row >= self.upto || !self.eligible.contains(row) {
+                return threshold(&heap);
+            }
+            // documents come in ascending order, so each term's postings are read forward once
+            let mut score = 0.0f32;
+            for scorer in scorers.iter_mut() {
+                let at = if scorer.doc() < doc { scorer.seek(doc) } else { scorer.doc() };
+                if at == doc {
+                    score += scorer.score();
+                }
+            }
+            if self.keep.is_none() {
+                all.push((row, score));
+                return Score::MIN;
+            }
+            let entry = Kept(score, row);
+            if heap.len() < keep {
+                heap.push(entry);
+            } else if heap.peek().is_some_and(|worst| entry < *worst) {
+                heap.pop();
+                heap.push(entry);
+            }
+            threshold(&heap)
+        })?;
+        if self.keep.is_none() {
+            return Ok((all, scored));
+        }
+        Ok((heap.into_iter().map(|Kept(score, row)| (row, score)).collect(), scored))
     }
 }
 
-impl SegmentCollector for RowSegmentCollector {
-    type Fruit = Vec<(u32, f32)>;
+/// Unused: [`RowHits`] collects a segment at once in `collect_segment`.
+pub struct NoSegmentCollector;
 
-    fn collect(&mut self, doc: DocId, score: Score) {
-        if let Some(row) = self.rows.first(doc) {
-            let row = row as u32;
-            if row < self.watermark && self.eligible.contains(row) {
-                self.hits.push((row, score));
-            }
-        }
-    }
+impl SegmentCollector for NoSegmentCollector {
+    type Fruit = (Vec<(u32, f32)>, u64);
 
-    fn harvest(self) -> Vec<(u32, f32)> {
-        self.hits
+    fn collect(&mut self, _doc: DocId, _score: Score) {}
+
+    fn harvest(self) -> (Vec<(u32, f32)>, u64) {
+        (Vec::new(), 0)
     }
 }
 

@@ -59,6 +59,8 @@ pub fn prefer_exact(eligible: u64, graph: u64, ef: usize) -> bool {
 pub const CURSOR_TTL_MS: u64 = 60 * 60 * 1000;
 /// Most names `return_fields` may list.
 pub const MAX_RETURN_FIELDS: usize = 1000;
+/// The deepest a text-only list is widened to at once while paging.
+pub const MAX_TEXT_DEPTH: usize = 1 << 20;
 /// Distinct terms a text query may have (Elasticsearch's old
 /// `max_clause_count`); each term costs a posting-list walk.
 pub const MAX_QUERY_TERMS: usize = 1024;
@@ -189,6 +191,8 @@ struct RankedRow {
 pub struct Ranked {
     rows: Vec<RankedRow>,
     explain: Explain,
+    /// The text path returned only its best `text_depth` rows of more.
+    text_truncated: bool,
 }
 
 /// Ranked lists kept for cursor paging: page 2 reads the same list page 1
@@ -473,11 +477,26 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     let validate_ms = ms(started);
     let cache_key = format!("{}|{}|{}", ctx.branch_key, fingerprint, epoch);
     let lookup_started = Instant::now();
-    let cached = pinned.as_ref().and_then(|_| ctx.cache.get(&cache_key));
+    // The text path contributes its best `candidate_budget` rows. A text-only
+    // list is a prefix of every deeper one (the text order is total), so a
+    // page past its end widens it at the pinned epoch; a hybrid list is the
+    // fusion of each path's budget and ends there (as Elasticsearch's
+    // rank_window_size does), since a deeper path would re-rank it.
+    let text_only = plan.terms.is_some() && plan.vector.is_none() && plan.graph.is_none();
+    let needed = pinned.as_ref().map_or(0, |p| p.o) + plan.top_k + 1;
+    let text_depth = if text_only && needed > plan.budget {
+        (needed * 2).min(MAX_TEXT_DEPTH).max(needed)
+    } else {
+        plan.budget.max(plan.top_k)
+    };
+    let cached = pinned
+        .as_ref()
+        .and_then(|_| ctx.cache.get(&cache_key))
+        .filter(|r| !(text_only && r.text_truncated && r.rows.len() < needed));
     let cache_hit = cached.is_some();
     let ranked = match cached {
         Some(r) => r,
-        None => Arc::new(rank(ctx.branch, &plan, epoch)?),
+        None => Arc::new(rank(ctx.branch, &plan, epoch, text_depth)?),
     };
     let mut ex = ranked.explain.clone();
     if cache_hit {
@@ -609,8 +628,9 @@ fn sort_hits(hits: &mut [(u32, f32)]) {
     hits.sort_by(hit_order);
 }
 
-/// Computes the full ranked list of a query at `epoch`.
-fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
+/// Computes the ranked list of a query at `epoch`, with the text path
+/// contributing its best `text_depth` rows.
+fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) -> Result<Ranked> {
     let mut ex = Explain {
         candidate_budget: plan.budget as u64,
         freshness_mode: plan.freshness.name().to_string(),
@@ -668,6 +688,13 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
 
     // -- text: stats and hot overlay under the lock, tantivy after it
     let mut text_hits: Option<Vec<(u32, f32)>> = None;
+    let mut text_truncated = false;
+    let text_columns: Vec<String> = match &plan.text_field {
+        Some(f) => vec![f.clone()],
+        None => {
+            state.schemas.get(&plan.table).map(|s| s.text_columns().map(str::to_string).collect()).unwrap_or_default()
+        }
+    };
     let mut text_search = None;
     let mut overlay_rows: HashMap<u32, u8> = HashMap::new();
     let mut pending = 0u64;
@@ -678,15 +705,12 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
         // this table and tenant's rows the text index has not committed yet
         pending += mask.range(text_wm..).count() as u64;
         if overlay_on && !terms.is_empty() {
-            let columns: Vec<String> = match &plan.text_field {
-                Some(f) => vec![f.clone()],
-                None => state.schemas[&plan.table].text_columns().map(str::to_string).collect(),
-            };
+            let columns = &text_columns;
             let mut analyzer = text::analyzer();
             for row_id in eligible.range(text_wm..) {
                 let fields = &state.rows[row_id as usize].fields;
                 let mut score = 0.0;
-                for col in &columns {
+                for col in columns {
                     if let Some(s) = fields.get(col).and_then(Value::as_str) {
                         let toks = text::tokens(&mut analyzer, s);
                         score += text::bm25(&stats, terms, &toks);
@@ -792,17 +816,30 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
             let found = branch.text.search(&TextSearch {
                 table: &plan.table,
                 tenant: &plan.tenant,
-                column: plan.text_field.as_deref(),
+                columns: &text_columns,
                 terms,
                 stats,
                 eligible: eligible.clone(),
+                upto: text_wm,
+                depth: Some(text_depth),
             })?;
             ex.lexical_scored_documents += found.scored_documents;
             ex.segments_scanned = found.segments;
+            text_truncated = found.truncated;
             hits.extend(found.rows);
         }
         ex.lexical_indexed_documents = branch.text.scope_documents(&plan.table, &plan.tenant);
+        // the index's best rows and the overlay's (disjoint: the index reads
+        // rows below the watermark the overlay started from)
+        if hits.len() > text_depth {
+            hits.select_nth_unstable_by(text_depth, hit_order);
+            hits.truncate(text_depth);
+            text_truncated = true;
+        }
         sort_hits(hits);
+        if text_truncated {
+            ex.early_stop_reason = Some("candidate_budget".into());
+        }
         ex.text_candidates = hits.len() as u64;
         if opened {
             ex.path("text", hits.len() as u64, true, *build_ms, ms(t));
@@ -911,7 +948,7 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64) -> Result<Ranked> {
             .then(a.row.cmp(&b.row))
     });
     ex.phase("fuse_and_rank", fuse_started);
-    Ok(Ranked { rows, explain: ex })
+    Ok(Ranked { rows, explain: ex, text_truncated })
 }
 
 fn strategy(names: &[&str], plan: &Plan, ex: &Explain) -> String {
@@ -949,7 +986,7 @@ mod cache_tests {
             overlay: false,
             source: "text".to_string(),
         };
-        Arc::new(Ranked { rows: vec![row; rows], explain: Explain::default() })
+        Arc::new(Ranked { rows: vec![row; rows], explain: Explain::default(), text_truncated: false })
     }
 
     /// Regression: the cache was bounded by entries, so 256 filter-only lists

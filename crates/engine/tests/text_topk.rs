@@ -1,0 +1,250 @@
+//! Top-k text search (issue 12): the pruned text path returns exactly the
+//! best rows of the full ranking, paging past its depth widens it without a
+//! duplicate or a gap (also after the cursor cache is gone and after a
+//! restart), and filters hold.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use braid_engine::index::text::{best_first, QueryStats, TextIndex, TextSearch};
+use braid_engine::query::{HybridQuery, QueryResponse};
+use braid_engine::{Engine, EngineConfig, RecordInput};
+use roaring::RoaringBitmap;
+use serde_json::{json, Value};
+
+/// A small deterministic generator (no dev-dependency needed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const VOCAB: [&str; 24] = [
+    "the", "of", "a", "to", "in", "water", "light", "stone", "river", "cold", "green", "small", "house", "north",
+    "iron", "music", "salt", "glass", "wind", "seed", "bridge", "lamp", "wolf", "honey",
+];
+
+/// Words with a skewed distribution, as real text has: the first ones in
+/// most documents (the text of a query matches much of the corpus).
+fn sentence(rng: &mut Lcg) -> String {
+    let len = 3 + rng.below(12);
+    (0..len)
+        .map(|_| {
+            let a = rng.below(VOCAB.len() as u64);
+            let b = rng.below(VOCAB.len() as u64);
+            VOCAB[a.min(b) as usize]
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tokens(text: &str) -> Vec<String> {
+    braid_engine::index::text::tokens(&mut braid_engine::index::text::analyzer(), text)
+}
+
+#[test]
+fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = TextIndex::open(dir.path()).unwrap();
+    let mut rng = Lcg(7);
+    let mut stats = QueryStats::default();
+    let mut df = std::collections::HashMap::<String, u64>::new();
+    let rows = 4000u32;
+    for row in 0..rows {
+        // two tenants interleaved; the other tenant's postings must not count
+        let tenant = if row % 3 == 0 { "other" } else { "t" };
+        let text = sentence(&mut rng);
+        index.add(row, "docs", tenant, "body", &text).unwrap();
+        if tenant == "t" {
+            let toks = tokens(&text);
+            stats.docs += 1;
+            stats.tokens += toks.len() as u64;
+            let distinct: HashSet<String> = toks.into_iter().collect();
+            for t in distinct {
+                *df.entry(t).or_default() += 1;
+            }
+        }
+        // several segments, as a live index has
+        if row % 1000 == 999 {
+            index.mark_pending(row + 1);
+            index.commit().unwrap();
+        }
+    }
+    stats.df = df;
+    assert!(index.watermark() == rows);
+
+    let mut pruned = 0;
+    let mut large = 0;
+    for round in 0..60 {
+        let n_terms = 1 + rng.below(6) as usize;
+        let terms: Vec<String> = {
+            let mut t: Vec<String> =
+                (0..n_terms).map(|_| VOCAB[rng.below(VOCAB.len() as u64) as usize].to_string()).collect();
+            t.sort();
+            t.dedup();
+            t
+        };
+        // a filter keeping a random share of rows, or everything
+        let keep = [100, 50, 10, 1][round % 4];
+        let eligible: RoaringBitmap = (0..rows).filter(|_| rng.below(100) < keep).collect();
+        let eligible = Arc::new(eligible);
+        let columns = vec!["body".to_string()];
+        let search = |depth: Option<usize>| {
+            index
+                .search(&TextSearch {
+                    table: "docs",
+                    tenant: "t",
+                    columns: &columns,
+                    terms: &terms,
+                    stats: &stats,
+                    eligible: eligible.clone(),
+                    upto: rows,
+                    depth,
+                })
+                .unwrap()
+        };
+        let mut full = search(None).rows;
+        full.sort_by(best_first);
+        for row in full.iter().map(|h| h.0) {
+            assert!(row % 3 != 0, "another tenant's row {row} matched");
+            assert!(eligible.contains(row), "row {row} is not eligible");
+        }
+        for k in [1, 10, 100] {
+            let top = search(Some(k));
+            let want: Vec<(u32, f32)> = full.iter().copied().take(k).collect();
+            assert_eq!(top.rows, want, "round {round}, terms {terms:?}, keep {keep}%, k {k}");
+            assert_eq!(top.truncated, full.len() > k);
+            if k == 10 && keep == 100 && full.len() > 1000 {
+                large += 1;
+                pruned += (top.scored_documents * 2 < full.len() as u64) as usize;
+            }
+        }
+    }
+    // the words match much of the corpus, and block-max WAND hands over
+    // fewer than half of the matches for a top 10
+    assert!(large >= 5, "only {large} queries matched over 1000 rows");
+    assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
+}
+
+fn rec(id: &str, fields: Value) -> RecordInput {
+    RecordInput {
+        table: "docs".into(),
+        tenant_id: "t".into(),
+        id: id.into(),
+        fields: fields.as_object().unwrap().clone(),
+    }
+}
+
+fn text_query(text: &str, top_k: i64) -> HybridQuery {
+    HybridQuery {
+        table: Some("docs".into()),
+        tenant_id: Some("t".into()),
+        text: Some(text.into()),
+        top_k: Some(top_k),
+        return_fields: Some(vec![]),
+        ..Default::default()
+    }
+}
+
+fn ids(resp: &QueryResponse) -> Vec<String> {
+    resp.results.iter().map(|r| r.record_id.clone()).collect()
+}
+
+fn page_through(
+    engine: &Engine,
+    q: &HybridQuery,
+    first: Option<String>,
+    restart: &mut dyn FnMut(usize),
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor = first;
+    let mut page = 0;
+    loop {
+        restart(page);
+        let resp = engine.query(None, None, &HybridQuery { cursor: cursor.clone(), ..q.clone() }).unwrap();
+        out.extend(ids(&resp));
+        page += 1;
+        match resp.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn paging_past_the_text_depth_returns_the_unpaged_ranking_also_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Lcg(11);
+    {
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let records: Vec<RecordInput> = (0..1500)
+            .map(|i| {
+                rec(
+                    &format!("r{i:05}"),
+                    json!({"body": sentence(&mut rng), "kind": if i % 4 == 0 { "a" } else { "b" }}),
+                )
+            })
+            .collect();
+        engine.put(None, None, records, None).unwrap();
+        assert!(engine.wait_indexed(Duration::from_secs(120)));
+
+        // the whole ranking in one page (depth 10,000 > every match)
+        let whole = HybridQuery { candidate_budget: Some(10_000), ..text_query("water light stone", 1000) };
+        let whole = engine.query(None, None, &whole).unwrap();
+        let want = ids(&whole);
+        assert!(want.len() > 600, "the query should match much of the corpus, matched {}", want.len());
+        assert!(whole.next_cursor.is_some() || want.len() < 1000);
+
+        // pages of 7 with the default depth of 100: the list is widened as pages pass it
+        let q = text_query("water light stone", 7);
+        let first = engine.query(None, None, &q).unwrap();
+        assert_eq!(first.explain.early_stop_reason.as_deref(), Some("candidate_budget"));
+        assert!(first.explain.text_candidates <= 100, "first page ranked {} rows", first.explain.text_candidates);
+        let paged = page_through(&engine, &q, None, &mut |_| {});
+        let got: Vec<String> = paged.iter().take(want.len()).cloned().collect();
+        assert_eq!(got, want[..got.len()].to_vec());
+        let distinct: HashSet<&String> = paged.iter().collect();
+        assert_eq!(distinct.len(), paged.len(), "a row was repeated");
+
+        // a filtered text query returns only rows that pass, in the unfiltered order
+        let kind_a = HybridQuery {
+            scalar_eq: Some(json!({"kind": "a"}).as_object().unwrap().clone()),
+            return_fields: None,
+            ..text_query("water light stone", 50)
+        };
+        let filtered = engine.query(None, None, &kind_a).unwrap();
+        assert!(!filtered.results.is_empty());
+        assert!(filtered.results.iter().all(|r| r.fields["kind"] == "a"));
+        let a_ids: HashSet<String> = ids(&filtered).into_iter().collect();
+        let expected: Vec<&String> = want.iter().filter(|id| a_ids.contains(*id)).collect();
+        assert_eq!(expected.len(), a_ids.len(), "every filtered row is in the full ranking");
+    }
+
+    // after a restart (no cursor cache), a cursor from page 30 continues the same ranking
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(engine.wait_indexed(Duration::from_secs(120)));
+    let whole = HybridQuery { candidate_budget: Some(10_000), ..text_query("water light stone", 1000) };
+    let want = ids(&engine.query(None, None, &whole).unwrap());
+    let q = text_query("water light stone", 7);
+    let mut cursor = None;
+    let mut before = Vec::new();
+    for _ in 0..30 {
+        let resp = engine.query(None, None, &HybridQuery { cursor: cursor.clone(), ..q.clone() }).unwrap();
+        before.extend(ids(&resp));
+        cursor = resp.next_cursor;
+    }
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let rest = page_through(&engine, &q, cursor, &mut |_| {});
+    let all: Vec<String> = before.into_iter().chain(rest).collect();
+    assert_eq!(all[..want.len().min(all.len())].to_vec(), want[..want.len().min(all.len())].to_vec());
+    assert_eq!(all.iter().collect::<HashSet<_>>().len(), all.len());
+}
