@@ -103,6 +103,27 @@ describe('gateway configuration (pure)', () => {
     expect(() => router.resolve('nope', undefined)).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
     expect(() => router.resolve('default', 'nope')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
 
+    // engine-reported branches: under the database that is the engine's own, unless it is pinned
+    const learning = new Router({
+      databases: [
+        { database_id: 'default', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:1' }] },
+        { database_id: 'pinned', discover_branches: false, branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:1' }] },
+        { database_id: 'alias', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:1', upstream_database_id: 'default' }] },
+      ],
+    }, 'default');
+    learning.learn('http://127.0.0.1:1', [
+      { database_id: 'default', branch_id: 'main' },
+      { database_id: 'default', branch_id: 'restored' },
+      { database_id: 'pinned', branch_id: 'extra' },
+    ]);
+    expect(learning.resolve('default', 'restored')).toMatchObject({ upstreamDatabaseId: 'default', upstreamBranchId: 'restored', endpoint: 'http://127.0.0.1:1' });
+    expect(() => learning.resolve('pinned', 'extra')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
+    expect(() => learning.resolve('alias', 'restored')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
+    expect(learning.all().map((r) => `${r.database_id}/${r.branch_id}`)).toEqual(['default/main', 'pinned/main', 'alias/main', 'default/restored']);
+    // what an engine no longer reports is forgotten
+    learning.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'main' }]);
+    expect(() => learning.resolve('default', 'restored')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
+
     const bare = parsePutBody(Buffer.from(JSON.stringify(record('a'))))!;
     expect(JSON.parse(bare.rewrite(alias).toString())).toEqual({ record: record('a'), database_id: 'default', branch_id: 'dev' });
     const wrapped = parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), branch_id: 'x' })))!;
@@ -212,8 +233,8 @@ describe('gateway in front of a real engine', () => {
     const sneaky = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'dev' }, { ...GOOD, 'content-encoding': 'gzip' });
     expect(sneaky.status).toBe(415);
     expect(sneaky.body.code).toBe('unsupported_content_encoding');
-    // the gateway's catalog has only default/main: dev is not reachable at all
-    const named = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'dev' }, GOOD);
+    // a branch neither the catalog nor the engine has is not reachable at all
+    const named = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'nowhere' }, GOOD);
     expect(named.status).toBe(404);
     const mismatch = await post(gateway.url, '/v1/records/put', { record: record('sneaky'), branch_id: 'main' }, { ...GOOD, 'x-braid-branch': 'other' });
     expect(mismatch.status).toBe(400);
@@ -257,10 +278,11 @@ describe('gateway in front of a real engine', () => {
     const branches = await get(gateway.url, '/v1/branches', GOOD);
     expect(branches.status).toBe(200);
     expect(branches.body.gateway).toBe(true);
+    // the catalog's default/main, and the engine's dev (an engine-reported branch)
     expect(branches.body.branches).toEqual([{
       branch_id: 'main', database_id: 'default', endpoint: engineUrl,
       latest_epoch: engineMetrics.body.latest_epoch, parent_branch_id: null, state: 'active',
-    }]);
+    }, expect.objectContaining({ branch_id: 'dev', database_id: 'default', endpoint: engineUrl, parent_branch_id: 'main', state: 'active' })]);
 
     const ready = await get(gateway.url, '/v1/ready', GOOD);
     expect(ready.status).toBe(200);
@@ -351,6 +373,35 @@ describe('gateway in front of a real engine', () => {
     expect(ready.body.catalog_databases).toBe(3);
     const metrics = await get(managed.url, '/v1/metrics/public-safe', { ...M, 'x-braid-branch': 'dev' });
     expect(metrics.body).toMatchObject({ gateway: true, rate_limit_requests: 1000, latest_epoch: devEpoch });
+  });
+
+  it('routes to and lists branches the engine reports, such as a restored one (issue 14 item 4)', async () => {
+    const M = { authorization: 'Bearer managed' };
+    expect((await post(managed.url, '/v1/records/put', record('before-snap', { n: 1 }), M)).status).toBe(200);
+    expect((await post(managed.url, '/v1/admin/snapshot', { target: 'gw_snap' }, M)).status).toBe(200);
+    const restored = await post(managed.url, '/v1/admin/restore', { source: 'gw_snap', target: 'gw_restored' }, M);
+    expect(restored.status).toBe(200);
+
+    // at once, without a config change: the gateway asks the engine about a branch it does not know
+    const R = { ...M, 'x-braid-branch': 'gw_restored' };
+    const got = await post(managed.url, '/v1/records/get', key('before-snap'), R);
+    expect(got.status).toBe(200);
+    expect(got.body.record.fields.n).toBe(1);
+    expect((await post(managed.url, '/v1/records/put', record('on-restored'), R)).status).toBe(200);
+    expect((await post(engineUrl, '/v1/records/get', key('on-restored'), { 'x-braid-branch': 'gw_restored' })).body.record).not.toBeNull();
+    expect((await post(engineUrl, '/v1/records/get', key('on-restored'))).body.record).toBeNull();
+    expect((await get(managed.url, '/v1/ready', R)).status).toBe(200);
+
+    const listed = (await get(managed.url, '/v1/branches', M)).body.branches as Array<Record<string, unknown>>;
+    expect(listed).toContainEqual(expect.objectContaining({ database_id: 'default', branch_id: 'gw_restored', endpoint: engineUrl, state: 'active' }));
+    // only under the database that is the engine's own, not under an alias of it
+    expect(listed.some((b) => b.database_id === 'analytics' && b.branch_id === 'gw_restored')).toBe(false);
+    const viaAlias = await post(managed.url, '/v1/records/get', key('before-snap'), { ...M, 'x-braid-database': 'analytics', 'x-braid-branch': 'gw_restored' });
+    expect(viaAlias.status).toBe(404);
+    // a branch nobody has is still 404 from the gateway
+    const none = await post(managed.url, '/v1/records/get', key('before-snap'), { ...M, 'x-braid-branch': 'gw_nowhere' });
+    expect(none.status).toBe(404);
+    expect(none.body.code).toBe('branch_not_found');
   });
 
   it('answers 502 and not ready while the engine is down, and recovers when it restarts on the same port', async () => {

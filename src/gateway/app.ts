@@ -241,6 +241,58 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const routeOf = (request: FastifyRequest, databaseId?: string, branchId?: string): Route =>
     router.resolve(databaseId ?? headerValue(request.headers[DATABASE_HEADER]), branchId ?? headerValue(request.headers[BRANCH_HEADER]));
 
+  // Branches the engines report (a restore makes one): learned whenever a
+  // request names a branch the gateway does not know (one look-up at a time,
+  // shared by the requests that wait for it) and whenever GET /v1/branches
+  // lists them.
+  let discovering: Promise<void> | undefined;
+  type Listed = { branch_id: string; database_id: string; latest_epoch: number; parent_branch_id: string | null; state: string };
+  /** Each engine's `GET /v1/branches` (undefined when it did not answer); teaches the router. */
+  const listEngines = async (request: FastifyRequest): Promise<Map<string, Map<string, Listed> | undefined>> => {
+    const perEndpoint = new Map<string, Map<string, Listed> | undefined>();
+    await Promise.all([...router.endpoints()].map(async ([endpoint, probe]) => {
+      const up = upstreams.get(endpoint)!;
+      let listed: Map<string, Listed> | undefined;
+      try {
+        const headers = upstreamHeaders(request, probe);
+        delete headers['content-length'];
+        const res = await up.getJson('/v1/branches', headers);
+        if (res.status === 200 && isObject(res.body) && Array.isArray(res.body.branches)) {
+          const branches = (res.body.branches as unknown[]).filter(
+            (b): b is Listed => isObject(b) && typeof b.database_id === 'string' && typeof b.branch_id === 'string',
+          );
+          listed = new Map(branches.map((b) => [`${b.database_id}\u0000${b.branch_id}`, b]));
+          router.learn(endpoint, branches);
+        }
+      } catch {
+        void up.check();
+      }
+      perEndpoint.set(endpoint, listed);
+    }));
+    return perEndpoint;
+  };
+  /** Like routeOf; a branch it does not know is looked up on the engines first. */
+  const routeFor = async (request: FastifyRequest, databaseId?: string, branchId?: string): Promise<Route> => {
+    try {
+      return routeOf(request, databaseId, branchId);
+    } catch (err) {
+      if (!(err instanceof BraidError && err.code === 'branch_not_found')) throw err;
+      // a look-up already under way may have asked before the branch existed:
+      // when it does not find it, ask once more
+      const joined = discovering !== undefined;
+      for (const last of joined ? [false, true] : [true]) {
+        discovering ??= listEngines(request).then(() => undefined).finally(() => (discovering = undefined));
+        await discovering;
+        try {
+          return routeOf(request, databaseId, branchId);
+        } catch (again) {
+          if (last) throw again;
+        }
+      }
+      throw err;
+    }
+  };
+
   /** Request headers toward the engine: client headers minus hop-by-hop ones, with the route injected. */
   const upstreamHeaders = (request: FastifyRequest, route: Route): Record<string, string | string[]> => {
     const out: Record<string, string | string[]> = {};
@@ -281,7 +333,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   app.get('/v1/metrics/public-safe', {
     schema: { response: { 200: MetricsResponse } },
   }, async (request, reply) => {
-    const route = routeOf(request);
+    const route = await routeFor(request);
     const up = upstreamOf(route);
     const res = await getFromEngine(up, route, '/v1/metrics/public-safe', upstreamHeaders(request, route));
     if (res.status !== 200 || !isObject(res.body)) return relayError(reply, route, res);
@@ -298,23 +350,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   app.get('/v1/branches', {
     schema: { response: { 200: BranchesResponse } },
   }, async (request) => {
-    type Summary = { branch_id: string; database_id: string; latest_epoch: number; parent_branch_id: string | null; state: string };
-    const perEndpoint = new Map<string, Map<string, Summary> | undefined>();
-    await Promise.all([...router.endpoints()].map(async ([endpoint, probe]) => {
-      const up = upstreams.get(endpoint)!;
-      let listed: Map<string, Summary> | undefined;
-      try {
-        const headers = upstreamHeaders(request, probe);
-        delete headers['content-length'];
-        const res = await up.getJson('/v1/branches', headers);
-        if (res.status === 200 && isObject(res.body) && Array.isArray(res.body.branches)) {
-          listed = new Map((res.body.branches as Summary[]).map((b) => [`${b.database_id}\u0000${b.branch_id}`, b]));
-        }
-      } catch {
-        void up.check();
-      }
-      perEndpoint.set(endpoint, listed);
-    }));
+    const perEndpoint = await listEngines(request);
     const branches = router.all().map((route) => {
       const listed = perEndpoint.get(route.endpoint);
       const engine = listed?.get(`${route.upstreamDatabaseId}\u0000${route.upstreamBranchId}`);
@@ -334,7 +370,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   app.get('/v1/ready', {
     schema: { response: { 200: ReadyResponse, 503: ReadyResponse } },
   }, async (request, reply) => {
-    const route = routeOf(request);
+    const route = await routeFor(request);
     const up = upstreamOf(route);
     const r = await up.check(route, engineAuthorization ?? headerValue(request.headers.authorization));
     const body = r.body ?? {};
@@ -379,16 +415,16 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
           throw new BraidError('branch_mismatch', `body ${what} "${named}" disagrees with the request's ${header} header "${sent}"`);
         }
       }
-      route = routeOf(request, parsed?.databaseId, parsed?.branchId);
+      route = await routeFor(request, parsed?.databaseId, parsed?.branchId);
       body = parsed ? parsed.rewrite(route) : bytes;
     } else if (request.method === 'POST' && pathname === GRAPHQL_PATH) {
       // a GraphQL document needs the scope of what it runs
       const bytes = buffered ?? await readBody(raw, config.bodyLimitBytes);
       requireScope(tokenOf.get(request)!.scope, graphqlDocumentScope(bytes), 'this GraphQL operation');
-      route = routeOf(request);
+      route = await routeFor(request);
       body = bytes;
     } else {
-      route = routeOf(request);
+      route = await routeFor(request);
       body = buffered ?? (hasBody(request.headers) ? raw : undefined);
     }
     const up = upstreamOf(route);

@@ -22,6 +22,12 @@ export interface CatalogDatabase {
   /** Branch used when a request names this database but no branch (default "main"). */
   default_branch?: string;
   branches: CatalogBranch[];
+  /**
+   * Whether branches the engine reports under this database's name (a
+   * restored branch, say) are routable without listing them (default true);
+   * false makes `branches` the exact list.
+   */
+  discover_branches?: boolean;
 }
 
 export interface Catalog {
@@ -194,6 +200,10 @@ export function parseCatalog(value: unknown, engineUrl: string): Catalog {
       if (default_branch && !seenBranch.has(default_branch)) fail(`${where}.default_branch ${default_branch} is not one of its branches`);
       const out: CatalogDatabase = { database_id, branches };
       if (default_branch) out.default_branch = default_branch;
+      if (db.discover_branches !== undefined) {
+        if (typeof db.discover_branches !== 'boolean') fail(`${where}.discover_branches must be true or false`);
+        out.discover_branches = db.discover_branches;
+      }
       return out;
     }),
   };

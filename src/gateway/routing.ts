@@ -18,9 +18,26 @@ export interface Route {
   endpoint: string;
 }
 
+/** A branch an engine reports in its `GET /v1/branches`. */
+export interface ReportedBranch {
+  database_id: string;
+  branch_id: string;
+}
+
+/**
+ * The catalog's branches, plus the branches the engines report (restored
+ * branches, for example): a branch an engine reports is routable under a
+ * catalog database that has a branch on that engine under its own name
+ * (not an alias), with the engine's names. The catalog wins on a name both
+ * have.
+ */
 export class Router {
   private readonly routes = new Map<string, Map<string, Route>>();
   private readonly defaultBranches = new Map<string, string>();
+  /** database -> branch -> route, learned from the engines. */
+  private readonly discovered = new Map<string, Map<string, Route>>();
+  /** Databases whose `branches` are the exact list (discover_branches: false). */
+  private readonly pinned = new Set<string>();
 
   constructor(readonly catalog: Catalog, readonly defaultDatabase: string) {
     for (const db of catalog.databases) {
@@ -29,6 +46,7 @@ export class Router {
       this.routes.set(db.database_id, branches);
       const fallback = branches.has(DEFAULT_BRANCH) ? DEFAULT_BRANCH : db.branches[0]!.branch_id;
       this.defaultBranches.set(db.database_id, db.default_branch ?? fallback);
+      if (db.discover_branches === false) this.pinned.add(db.database_id);
     }
   }
 
@@ -38,20 +56,38 @@ export class Router {
     const branches = this.routes.get(db);
     if (!branches) throw new BraidError('branch_not_found', `database ${db} is not in the gateway catalog`);
     const branch = branchId || this.defaultBranches.get(db)!;
-    const route = branches.get(branch);
-    if (!route) throw new BraidError('branch_not_found', `branch ${db}/${branch} is not in the gateway catalog`);
+    const route = branches.get(branch) ?? this.discovered.get(db)?.get(branch);
+    if (!route) throw new BraidError('branch_not_found', `branch ${db}/${branch} is neither in the gateway catalog nor reported by its engines`);
     return route;
   }
 
-  /** Every catalog branch, in catalog order. */
-  all(): Route[] {
-    return [...this.routes.values()].flatMap((m) => [...m.values()]);
+  /** Replaces what `endpoint` reported before with `reported`. */
+  learn(endpoint: string, reported: ReportedBranch[]): void {
+    for (const branches of this.discovered.values()) {
+      for (const [name, route] of branches) if (route.endpoint === endpoint) branches.delete(name);
+    }
+    for (const [db, branches] of this.routes) {
+      if (this.pinned.has(db)) continue;
+      const home = [...branches.values()].some((r) => r.endpoint === endpoint && r.upstreamDatabaseId === db);
+      if (!home) continue;
+      for (const b of reported) {
+        if (b.database_id !== db || branches.has(b.branch_id)) continue;
+        const found = this.discovered.get(db) ?? new Map<string, Route>();
+        found.set(b.branch_id, { database_id: db, branch_id: b.branch_id, upstreamDatabaseId: db, upstreamBranchId: b.branch_id, endpoint });
+        this.discovered.set(db, found);
+      }
+    }
   }
 
-  /** Distinct engine endpoints, each with the first route that uses it (for readiness checks). */
+  /** Every catalog branch, in catalog order, then the discovered ones. */
+  all(): Route[] {
+    return [...this.routes.values(), ...this.discovered.values()].flatMap((m) => [...m.values()]);
+  }
+
+  /** Distinct engine endpoints, each with the first catalog route that uses it (for readiness checks). */
   endpoints(): Map<string, Route> {
     const out = new Map<string, Route>();
-    for (const r of this.all()) if (!out.has(r.endpoint)) out.set(r.endpoint, r);
+    for (const r of [...this.routes.values()].flatMap((m) => [...m.values()])) if (!out.has(r.endpoint)) out.set(r.endpoint, r);
     return out;
   }
 
