@@ -20,9 +20,20 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { WORDNET, buildWordnet } from './wordnet.mjs';
 
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 export const CACHE_DIR = path.join(BENCH_DIR, '.cache');
+
+/**
+ * Which corpus: `zipf` (the synthetic one below, default), or real text:
+ * `wordnet` (known-item queries of six words) or `wordnet-short` (one to
+ * three words); see bench/wordnet.mjs. Children inherit it from the harness.
+ */
+export const CORPUS_KIND = process.env.BRAID_BENCH_CORPUS || 'zipf';
+if (!['zipf', 'wordnet', 'wordnet-short'].includes(CORPUS_KIND)) {
+  throw new Error(`BRAID_BENCH_CORPUS must be zipf, wordnet or wordnet-short, not ${CORPUS_KIND}`);
+}
 
 export const CORPUS = {
   version: 1,
@@ -233,6 +244,7 @@ export const categoryName = (c) => `c${c}`;
 export const recordId = (i) => `r${String(i).padStart(7, '0')}`;
 
 function cacheDir(n) {
+  if (CORPUS_KIND !== 'zipf') return path.join(CACHE_DIR, `${CORPUS_KIND}-v${WORDNET.version}-${n}`);
   return path.join(CACHE_DIR, `corpus-v${CORPUS.version}-${n}`);
 }
 
@@ -251,6 +263,10 @@ function readBin(dir, name, Type) {
 export function ensureCorpus(n) {
   const dir = cacheDir(n);
   if (existsSync(path.join(dir, 'meta.json'))) return dir;
+  if (CORPUS_KIND !== 'zipf') {
+    buildWordnet(n, dir, CORPUS_KIND);
+    return dir;
+  }
   const started = performance.now();
   const m = model();
   const corpus = generate(n, m);
@@ -281,7 +297,8 @@ export function loadCorpus(n) {
   const meta = JSON.parse(readFileSync(path.join(dir, 'meta.json'), 'utf8'));
   const vocab = JSON.parse(readFileSync(path.join(dir, 'vocab.json'), 'utf8'));
   const offsets = readBin(dir, 'offsets.u32', Uint32Array);
-  const words = readBin(dir, 'words.u16', Uint16Array);
+  // a real vocabulary may not fit 16 bits
+  const words = existsSync(path.join(dir, 'words.u32')) ? readBin(dir, 'words.u32', Uint32Array) : readBin(dir, 'words.u16', Uint16Array);
   const vectors = readBin(dir, 'vectors.f32', Float32Array);
   const qvec = readBin(dir, 'query-vectors.f32', Float32Array);
   const dim = meta.dim;

@@ -13,13 +13,13 @@ import { HYBRID_DEPTH, flag, run, vmHwm, TOP_K } from './common.mjs';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const mode = flag('mode', 'embedded');
 const TABLE = 'docs';
-const COLUMNS = {
+const columns = (dim) => ({
   text: { type: 'string', text: true, scalar: false },
   category: { type: 'string', text: false, scalar: true },
   year: { type: 'number', scalar: true },
   flag: { type: 'bool', scalar: true },
-  embedding: { type: 'vector', dim: 384, metric: 'cosine' },
-};
+  embedding: { type: 'vector', dim, metric: 'cosine' },
+});
 // 9 significant digits round-trip a float32 exactly and keep the JSON short
 const f32 = (x) => Number(x.toPrecision(9));
 const vec = (v) => Array.from(v, f32);
@@ -115,11 +115,11 @@ async function embedded() {
     ladder,
     notes: [
       'in-process through the release napi addon (BRAID_NATIVE_DIR=target/bench-native); declared schema (text: text only, category: scalar only); putBatch chunks of 5,000, then waitIndexed',
-      `hybrid: text + vector + scalar_eq, RRF (k 60), candidate_budget max(tuned, ${HYBRID_DEPTH}); the text side takes every matching row`,
+      `hybrid: text + vector + scalar_eq, RRF (k 60), candidate_budget max(tuned, ${HYBRID_DEPTH}); each side contributes its best candidate_budget rows (text: block-max WAND top-k)`,
     ],
     async ingest(corpus) {
       db = Braid.open({ dataDir });
-      await db.declareTable(TABLE, COLUMNS);
+      await db.declareTable(TABLE, columns(corpus.dim));
       const chunk = 5_000;
       const t = performance.now();
       for (let start = 0; start < corpus.n; start += chunk) {
@@ -201,7 +201,7 @@ async function overHttp() {
       base = started.url;
       const gql = await post('/v1/graphql', {
         query: 'mutation($t: String!, $c: JSON!) { declare_table(table: $t, columns: $c) { epoch } }',
-        variables: { t: TABLE, c: COLUMNS },
+        variables: { t: TABLE, c: columns(corpus.dim) },
       });
       if (gql.errors) throw new Error(`declare_table: ${JSON.stringify(gql.errors)}`);
       const chunk = 2_500;
