@@ -310,6 +310,8 @@ export function loadCorpus(n) {
     text: q.words.map((w) => vocab[w]).join(' '),
     words: q.words.map((w) => vocab[w]),
     vector: qvec.subarray(i * dim, (i + 1) * dim),
+    // known-item queries: the record the words were taken from
+    ...(q.target !== undefined ? { target: q.target } : {}),
   }));
   const tenantIdx = readBin(dir, 'tenant.u8', Uint8Array);
   const categoryIdx = readBin(dir, 'category.u8', Uint8Array);

@@ -274,6 +274,18 @@ const corpusLine = wordnetMeta
   ? `${wordnetMeta.records.toLocaleString('en-US')} records of real English text: WordNet 3.1 glosses (${wordnetMeta.source}; ${wordnetMeta.tokens.toLocaleString('en-US')} tokens, ${wordnetMeta.vocab.toLocaleString('en-US')} distinct words), one tenant, 45 lexicographer-file categories, ${wordnetMeta.queries} queries: ${CORPUS_KIND === 'wordnet' ? `known-item, ${wordnetMeta.longWords} consecutive words of a gloss, filter = that synset's category` : 'one to three words of a gloss'}; ${wordnetMeta.dim}-d vectors derived from the words (tf x self-information through a seeded Gaussian projection, normalised)`
   : `${records.toLocaleString('en-US')} records (4 tenants, 12 skewed categories), ${CORPUS.queries} queries; text from a ${CORPUS.vocab.toLocaleString('en-US')}-word Zipf vocabulary (s ${CORPUS.zipfS}, ${CORPUS.minWords}-${CORPUS.maxWords} words, ${Math.round(CORPUS.topicShare * 100)}% from a per-category topic), ${CORPUS.dim}-d vectors derived from the text (tf x self-information through a seeded Gaussian projection, normalised)`;
 
+/** MRR@10 per system of the kinds that have it (known-item queries), or '' when none do. */
+function mrrTable() {
+  const kinds = ['text', 'hybrid_filter'];
+  const rows = Object.keys(SYSTEMS).filter((n) => results[n]?.ok && kinds.some((k) => results[n].kinds[k]?.mrr_at_10 != null));
+  if (!rows.length) return '';
+  return [
+    `| system | ${kinds.map((k) => KIND_LABEL[k]).join(' | ')} |`,
+    `|---|${kinds.map(() => '---:').join('|')}|`,
+    ...rows.map((n) => `| ${label(n)} | ${kinds.map((k) => (results[n].kinds[k]?.mrr_at_10 != null ? results[n].kinds[k].mrr_at_10.toFixed(3) : 'n/a')).join(' | ')} |`),
+  ].join('\n');
+}
+
 const generated = [
   `Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC with \`${command}\` on ${machine.nproc} cores (${machine.cpu_model}), ${machine.memory_gb} GB RAM, Node ${machine.node}; release addon built ${build.addon_built} UTC, tree at ${build.commit}${build.crates_dirty ? ' (crates/ had uncommitted changes when the report was written)' : ''}.`,
   '',
@@ -285,8 +297,9 @@ const generated = [
   '',
   ratioTable('braid-embedded'),
   '',
+  ...(mrrTable() ? ['Quality of the known-item queries: MRR@10 of the synset each query was taken from (1 = always first):', '', mrrTable(), ''] : []),
   ...(results['braid-embedded']?.ok ? ['Where Braid (embedded) spends the time (`explain.phase_timings` and `access_path_timings`, mean over the first 50 queries of each kind):', '', braidBreakdown('braid-embedded'), ''] : []),
-  ...(overhead() ? ['What the engine spends against what the caller sees, on the same 50 queries per kind (the difference is building and parsing the JSON response of ids and scores (`return_fields: []`) through the addon; over HTTP also QL parsing of the 384-number vector, fastify and the socket):', '', overhead(), ''] : []),
+  ...(overhead() ? ['What the engine spends against what the caller sees, on the same 50 queries per kind (the difference is building and parsing the JSON response of ids and scores (`return_fields: []`) through the addon; over HTTP also QL parsing of the query vector, fastify and the socket):', '', overhead(), ''] : []),
   ...(findings().length ? ['Measured in this run:', '', ...findings(), ''] : []),
   'Settings and notes per system:',
   '',

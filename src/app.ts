@@ -10,6 +10,8 @@ import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv, validationError } from './validation.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
+import { prometheusRoutes } from './prometheus.js';
+import fp from './idempotency/plugin.js';
 import { queryRoutes } from './routes/query.js';
 import { graphqlRoutes } from './routes/graphql.js';
 import { adminRoutes } from './routes/admin.js';
@@ -146,6 +148,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // without tokens (development) the engine accepts any request, as the spec allows
   const tokens = config.authTokens.length > 0 ? new TokenSet(config.authTokens) : undefined;
   app.decorate('braid', state);
+  // first, so its timings and counts cover every request, refused ones included
+  await app.register(fp(prometheusRoutes), { engine: options.engine });
 
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;

@@ -56,6 +56,11 @@ describe('README tour', () => {
       const lines = out.trimEnd().split('\n');
       const status = Number(lines.pop());
       expect(status, `${command}\n=> ${out}`).toBe(200);
+      if (command.includes('/metrics ') || command.endsWith('/metrics')) {
+        // the Prometheus text format, not JSON
+        expect(lines.join('\n'), command).toContain('# TYPE braid_http_requests_total counter');
+        continue;
+      }
       const body = JSON.parse(lines.join('\n'));
       expect(body.code, command).toBeUndefined();
       if (command.includes('/v1/graphql')) expect(body.errors, command).toBeUndefined();

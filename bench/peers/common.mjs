@@ -12,7 +12,7 @@
 //   close?().
 import { writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { groundTruth, loadCorpus, recallAt } from '../corpus.mjs';
+import { groundTruth, loadCorpus, recallAt, recordId } from '../corpus.mjs';
 
 export const KINDS = ['text', 'vector', 'vector_filter', 'hybrid_filter'];
 export const TOP_K = 10;
@@ -104,6 +104,9 @@ export async function run(system) {
       const latencies = [];
       let recallSum = 0;
       let hitsSum = 0;
+      // known-item queries (the real-text corpus): reciprocal rank of the synset the words came from
+      let rrSum = 0;
+      let known = 0;
       let pass = 0;
       const started = now();
       while (pass === 0 || (latencies.length < minSamples && now() - started < maxSeconds * 1000)) {
@@ -114,6 +117,11 @@ export async function run(system) {
           if (pass === 0) {
             hitsSum += ids.length;
             if (truth[kind]) recallSum += recallAt(truth[kind][q.index], ids);
+            if (q.target !== undefined) {
+              const rank = ids.slice(0, TOP_K).indexOf(recordId(q.target));
+              rrSum += rank >= 0 ? 1 / (rank + 1) : 0;
+              known++;
+            }
           }
         }
         pass++;
@@ -128,9 +136,10 @@ export async function run(system) {
         qps: (latencies.length / wall) * 1000,
         mean_hits: hitsSum / corpus.queries.length,
         recall_at_10: truth[kind] ? recallSum / corpus.queries.length : null,
+        mrr_at_10: known ? rrSum / known : null,
       };
       const k = result.kinds[kind];
-      log(system.name, `${kind}: p50 ${k.p50_ms.toFixed(3)} ms, p99 ${k.p99_ms.toFixed(3)} ms, ${k.qps.toFixed(0)} qps${k.recall_at_10 !== null ? `, recall@10 ${k.recall_at_10.toFixed(3)}` : ''}`);
+      log(system.name, `${kind}: p50 ${k.p50_ms.toFixed(3)} ms, p99 ${k.p99_ms.toFixed(3)} ms, ${k.qps.toFixed(0)} qps${k.recall_at_10 !== null ? `, recall@10 ${k.recall_at_10.toFixed(3)}` : ''}${k.mrr_at_10 !== null ? `, MRR@10 ${k.mrr_at_10.toFixed(3)}` : ''}`);
     }
     if (system.explainSample) result.explain_sample = await system.explainSample(corpus, setting);
     result.peak_rss_mb = (system.peakRss ? await system.peakRss() : process.resourceUsage().maxRSS * 1024) / 2 ** 20;
