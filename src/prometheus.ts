@@ -13,28 +13,58 @@
  *   event-loop lag, CPU), prefixed `braid_`.
  */
 import client from 'prom-client';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Braid } from './engine.js';
 
-const HTTP_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+export const HTTP_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const INDEXER_STATES = ['running', 'failing', 'stopped'] as const;
 
-export async function prometheusRoutes(app: FastifyInstance, options: { engine: Braid }): Promise<void> {
-  const { engine } = options;
+/** A registry with prom-client's default process metrics under `prefix`. */
+export function createRegistry(prefix: string): client.Registry {
   const registry = new client.Registry();
-  client.collectDefaultMetrics({ register: registry, prefix: 'braid_' });
+  client.collectDefaultMetrics({ register: registry, prefix });
+  return registry;
+}
+
+/**
+ * Counts and times every request of `app` (its hooks must not be
+ * encapsulated): `<prefix>http_requests_total`,
+ * `<prefix>http_request_duration_seconds` and `<prefix>http_requests_in_flight`.
+ * `routeOf` names the route with a bounded label.
+ */
+export function instrumentHttp(app: FastifyInstance, registry: client.Registry, prefix: string, routeOf: (request: FastifyRequest) => string): void {
   const registers = [registry];
   const labelNames = ['method', 'route', 'status'] as const;
-
-  const requests = new client.Counter({ name: 'braid_http_requests_total', help: 'HTTP requests answered, by method, route pattern and status', labelNames, registers });
+  const requests = new client.Counter({ name: `${prefix}http_requests_total`, help: 'HTTP requests answered, by method, route and status', labelNames, registers });
   const duration = new client.Histogram({
-    name: 'braid_http_request_duration_seconds',
-    help: 'Time from receiving a request to sending its response, by method, route pattern and status',
+    name: `${prefix}http_request_duration_seconds`,
+    help: 'Time from receiving a request to sending its response, by method, route and status',
     labelNames,
     buckets: HTTP_BUCKETS,
     registers,
   });
-  const inFlight = new client.Gauge({ name: 'braid_http_requests_in_flight', help: 'HTTP requests received and not yet answered', registers });
+  const inFlight = new client.Gauge({ name: `${prefix}http_requests_in_flight`, help: 'HTTP requests received and not yet answered', registers });
+  const started = new WeakMap<object, bigint>();
+  app.addHook('onRequest', async (request) => {
+    started.set(request, process.hrtime.bigint());
+    inFlight.inc();
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const t = started.get(request);
+    if (t === undefined) return;
+    started.delete(request);
+    inFlight.dec();
+    const labels = { method: request.method, route: routeOf(request), status: String(reply.statusCode) };
+    requests.inc(labels);
+    duration.observe(labels, Number(process.hrtime.bigint() - t) / 1e9);
+  });
+}
+
+export async function prometheusRoutes(app: FastifyInstance, options: { engine: Braid }): Promise<void> {
+  const { engine } = options;
+  const registry = createRegistry('braid_');
+  const registers = [registry];
+  instrumentHttp(app, registry, 'braid_', (request) => request.routeOptions.url ?? 'unmatched');
 
   const branch = ['database', 'branch'] as const;
   const gauge = (name: string, help: string, extra: readonly string[] = []) =>
@@ -52,22 +82,6 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     indexer: gauge('braid_branch_indexer_state', '1 for the state the branch indexer is in (running, failing, stopped), else 0', ['state']),
     recovered: gauge('braid_branch_recovered_truncated_bytes', 'Bytes of a torn log tail cut at the last open'),
   };
-
-  // timings of every request of this app (the hooks are not encapsulated)
-  const started = new WeakMap<object, bigint>();
-  app.addHook('onRequest', async (request) => {
-    started.set(request, process.hrtime.bigint());
-    inFlight.inc();
-  });
-  app.addHook('onResponse', async (request, reply) => {
-    const t = started.get(request);
-    if (t === undefined) return;
-    started.delete(request);
-    inFlight.dec();
-    const labels = { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) };
-    requests.inc(labels);
-    duration.observe(labels, Number(process.hrtime.bigint() - t) / 1e9);
-  });
 
   app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {
     for (const g of Object.values(engineGauges)) g.reset();

@@ -319,6 +319,30 @@ describe('gateway in front of a real engine', () => {
     expect(later.status).toBe(200);
   });
 
+  it('serves its own Prometheus metrics: requests by status (401s and 429s included), upstream latency and errors per engine', async () => {
+    expect((await get(gateway.url, '/metrics')).status).toBe(401);
+    expect((await post(gateway.url, '/v1/records/get', key('a'), GOOD)).status).toBe(200);
+    expect((await get(gateway.url, '/v1/not-a-braid-path', GOOD)).status).toBe(404);
+    const res = await fetch(`${gateway.url}/metrics`, { headers: GOOD });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+    const text = await res.text();
+    const value = (re: RegExp) => Number(re.exec(text)?.[1] ?? NaN);
+    expect(text).toContain('# TYPE braid_gateway_http_requests_total counter');
+    expect(text).toContain('# TYPE braid_gateway_upstream_request_duration_seconds histogram');
+    expect(text).toContain('# TYPE braid_gateway_upstream_errors_total counter');
+    expect(value(/braid_gateway_http_requests_total\{method="GET",route="\/metrics",status="401"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    expect(value(/braid_gateway_http_requests_total\{method="POST",route="\/v1\/records\/get",status="200"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    // the burst of the rate-limit test above
+    expect(value(/braid_gateway_http_requests_total\{method="POST",route="\/v1\/records\/get",status="429"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    // unknown paths are one label, not the path
+    expect(text).not.toContain('not-a-braid-path');
+    expect(value(/braid_gateway_http_requests_total\{method="GET",route="other",status="404"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    const engineLabel = engineUrl.replace(/\//g, '\\/').replace(/\./g, '\\.');
+    expect(value(new RegExp(`braid_gateway_upstream_request_duration_seconds_count\\{engine="${engineLabel}",status="200"\\} (\\d+)`))).toBeGreaterThanOrEqual(1);
+    expect(value(new RegExp(`braid_gateway_engine_ready\\{engine="${engineLabel}"\\} (\\d+)`))).toBe(1);
+  });
+
   it('routes by x-braid-database / x-braid-branch and injects the branch toward the engine', async () => {
     const M = { authorization: 'Bearer managed' };
     // bare RecordInput to default/dev

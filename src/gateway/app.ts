@@ -17,6 +17,15 @@ import { MAX_TOKENS } from '../graphql/bounds.js';
 import type { GatewayConfig } from './config.js';
 import { BRANCH_HEADER, DATABASE_HEADER, Router, headerValue, parsePutBody, type Route } from './routing.js';
 import { Upstream, upstreamFailure } from './upstream.js';
+import client from 'prom-client';
+import { HTTP_BUCKETS, createRegistry, instrumentHttp } from '../prometheus.js';
+
+/** Paths Braid serves (the route label of the gateway's metrics; any other path is "other"). */
+const KNOWN_PATHS = new Set([
+  '/v1/graphql/schema', '/v1/nativeql', '/v1/admin/restore', '/v1/explain', '/v1/insert', '/v1/graphql/bounded',
+  '/v1/graphql', '/v1/branches', '/v1/records/put-batch', '/v1/admin/snapshot', '/v1/records/put',
+  '/v1/metrics/public-safe', '/v1/ready', '/v1/records/get', '/v1/admin/branch-state', '/v1/openapi.json', '/metrics',
+]);
 
 export const GATEWAY_SERVICE_NAME = 'braid-gateway';
 
@@ -154,6 +163,38 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const state: GatewayState = { config, router, upstreams, requests: 0, metered: 0 };
   app.decorate('gateway', state);
   const upstreamOf = (route: Route): Upstream => upstreams.get(route.endpoint)!;
+
+  // Prometheus metrics (GET /metrics, docs/gateway.md "Metrics"): first, so
+  // refused requests (401, 403, 429) are counted too. Every path is proxied,
+  // so the route label is the path when it is one Braid has, else "other".
+  const registry = createRegistry('braid_gateway_');
+  instrumentHttp(app, registry, 'braid_gateway_', (request) => {
+    const pathname = request.url.split('?', 1)[0]!;
+    return KNOWN_PATHS.has(pathname) ? pathname : 'other';
+  });
+  const upstreamDuration = new client.Histogram({
+    name: 'braid_gateway_upstream_request_duration_seconds',
+    help: 'Proxied requests: time until the engine answered with its status line and headers, by engine and status',
+    labelNames: ['engine', 'status'],
+    buckets: HTTP_BUCKETS,
+    registers: [registry],
+  });
+  const upstreamErrors = new client.Counter({
+    name: 'braid_gateway_upstream_errors_total',
+    help: 'Proxied requests the engine did not answer, by engine and code (upstream_unreachable, upstream_error)',
+    labelNames: ['engine', 'code'],
+    registers: [registry],
+  });
+  const engineReady = new client.Gauge({
+    name: 'braid_gateway_engine_ready',
+    help: '1 when the last readiness check of the engine passed, else 0',
+    labelNames: ['engine'],
+    registers: [registry],
+    collect() {
+      for (const [endpoint, up] of upstreams) this.set({ engine: endpoint }, up.readiness.ready ? 1 : 0);
+    },
+  });
+  void engineReady;
 
   app.addHook('onReady', async () => {
     for (const up of upstreams.values()) up.start();
@@ -435,12 +476,16 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     else if (body === undefined) delete headers['content-length'];
 
     let res: Dispatcher.ResponseData;
+    const sent = process.hrtime.bigint();
     try {
       res = await up.request({ method: request.method as Dispatcher.HttpMethod, path: request.url, headers, body });
     } catch (err) {
       void up.check();
-      throw upstreamFailure(route.endpoint, err);
+      const failure = upstreamFailure(route.endpoint, err);
+      upstreamErrors.inc({ engine: route.endpoint, code: failure.code });
+      throw failure;
     }
+    upstreamDuration.observe({ engine: route.endpoint, status: String(res.statusCode) }, Number(process.hrtime.bigint() - sent) / 1e9);
     if (res.statusCode === 503) void up.check();
     // Small answers with a known length are read first and sent in one write;
     // anything else streams through.
@@ -466,6 +511,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     return reply.send(payload);
   };
 
+  app.get('/metrics', async (_request, reply) => reply.type(registry.contentType).send(await registry.metrics()));
   app.all('/*', proxy);
   app.setNotFoundHandler(limiterOn ? { preHandler: app.rateLimit() } : {}, proxy);
 
