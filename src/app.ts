@@ -2,6 +2,7 @@
  * buildApp: the engine's HTTP service, without listen. server.ts owns
  * listening, signals and shutdown.
  */
+import { REQUEST_ID_HEADER, requestId } from './request-id.js';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Braid, type BranchRef } from './engine.js';
@@ -122,6 +123,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const config: ServerConfig = { ...DEFAULTS, ...options.config };
   const app = Fastify({
     logger: options.logger ?? false,
+    // one line per request from the onResponse hook below instead of fastify's two
+    disableRequestLogging: true,
+    requestIdLogLabel: 'request_id',
+    genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
     // fastify's own drain answer has no `code`; the onRequest hook below
     // answers 503 shutting_down instead
@@ -192,9 +197,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook('preClose', async () => {
     state.closing = true;
   });
-  app.addHook('onSend', async (_request, reply, payload) => {
+  app.addHook('onSend', async (request, reply, payload) => {
     if (state.closing) reply.header('connection', 'close');
+    reply.header(REQUEST_ID_HEADER, request.id);
     return payload;
+  });
+  // the request log line (level info): no bodies, headers or tokens
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info(
+      { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode, duration_ms: Number(reply.elapsedTime.toFixed(3)) },
+      'request',
+    );
   });
 
   // OpenAPI 3.1 document of every route, generated from the route schemas (docs/api.md, "OpenAPI")

@@ -343,6 +343,16 @@ describe('gateway in front of a real engine', () => {
     expect(value(new RegExp(`braid_gateway_engine_ready\\{engine="${engineLabel}"\\} (\\d+)`))).toBe(1);
   });
 
+  it('carries one request id through the gateway to the engine and back', async () => {
+    const traced = await post(gateway.url, '/v1/records/get', key('a'), { ...GOOD, 'x-request-id': 'gw-trace-1' });
+    expect(traced.status).toBe(200);
+    expect(traced.headers.get('x-request-id')).toBe('gw-trace-1');
+    const fresh = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
+    expect(fresh.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    // refused by the gateway itself: still an id
+    expect((await get(gateway.url, '/v1/ready')).headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
   it('routes by x-braid-database / x-braid-branch and injects the branch toward the engine', async () => {
     const M = { authorization: 'Bearer managed' };
     // bare RecordInput to default/dev

@@ -19,6 +19,7 @@ import { BRANCH_HEADER, DATABASE_HEADER, Router, headerValue, parsePutBody, type
 import { Upstream, upstreamFailure } from './upstream.js';
 import client from 'prom-client';
 import { HTTP_BUCKETS, createRegistry, instrumentHttp } from '../prometheus.js';
+import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 
 /** Paths Braid serves (the route label of the gateway's metrics; any other path is "other"). */
 const KNOWN_PATHS = new Set([
@@ -144,6 +145,17 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     bodyLimit: config.bodyLimitBytes,
     return503OnClosing: true,
     disableRequestLogging: true,
+    requestIdLogLabel: 'request_id',
+    // the client's X-Request-Id when it is a plain token, else a new one; the
+    // engine gets it too, so one id names the request in both logs
+    genReqId: requestId,
+  });
+  app.addHook('onSend', async (request, reply, payload) => {
+    reply.header(REQUEST_ID_HEADER, request.id);
+    return payload;
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info({ method: request.method, status: reply.statusCode, duration_ms: Number(reply.elapsedTime.toFixed(3)) }, 'request');
   });
 
   const router = new Router(config.catalog, config.defaultDatabase);
@@ -350,6 +362,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     if (auth) out[PRINCIPAL_HEADER] = tokenId(auth.token);
     else delete out[PRINCIPAL_HEADER];
     if (engineAuthorization) out.authorization = engineAuthorization;
+    out[REQUEST_ID_HEADER] = request.id;
     const forwarded = headerValue(request.headers['x-forwarded-for']);
     out['x-forwarded-for'] = forwarded ? `${forwarded}, ${request.ip}` : request.ip;
     return out;
