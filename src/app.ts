@@ -3,7 +3,8 @@
  * listening, signals and shutdown.
  */
 import { REQUEST_ID_HEADER, requestId } from './request-id.js';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import { HEADER_CONSTRAINTS, documentedBody } from './openapi-constraints.js';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Braid, type BranchRef } from './engine.js';
 import { BraidError, isErrorCode } from './errors.js';
@@ -124,8 +125,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: options.logger ?? false,
     // one line per request from the onResponse hook below instead of fastify's two
-    disableRequestLogging: true,
-    requestIdLogLabel: 'request_id',
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
     // fastify's own drain answer has no `code`; the onRequest hook below
@@ -221,16 +221,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // documentation only (validation is unchanged): the branch headers every route takes, Idempotency-Key on the keyed routes
     transform: ({ schema, url }) => {
       const keyed = schema?.response !== undefined && 409 in (schema.response as object);
-      const header = (description: string) => ({ type: 'string', description });
       const headers = {
         type: 'object',
         properties: {
-          'x-braid-database': header('database to address (default: default)'),
-          'x-braid-branch': header('branch to address (default: main)'),
-          ...(keyed ? { 'idempotency-key': header('1-255 printable ASCII characters; replays the first response of the same key and body') } : {}),
+          'x-braid-database': { ...HEADER_CONSTRAINTS.name, description: 'database to address (default: default)' },
+          'x-braid-branch': { ...HEADER_CONSTRAINTS.name, description: 'branch to address (default: main)' },
+          ...(keyed ? { 'idempotency-key': { ...HEADER_CONSTRAINTS.idempotencyKey, description: '1-255 printable ASCII characters; replays the first response of the same key and body' } } : {}),
         },
       };
-      return { schema: { ...schema, headers } as typeof schema, url };
+      // the names, ranges and enums the engine enforces (src/openapi-constraints.ts)
+      const body = schema && 'body' in schema ? { body: documentedBody(schema.body) } : {};
+      return { schema: { ...schema, ...body, headers } as typeof schema, url };
     },
   });
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());

@@ -283,6 +283,46 @@ describe('real responses validate against the document', () => {
     expect(ok.body.paths).toEqual(doc.paths);
   });
 
+  it('states the names, ranges and enums the engine enforces, and the engine enforces them at the edges (issue 14 item 5)', async () => {
+    const bodyOf = (path: string): Json => {
+      const schema = doc.paths[path].post.requestBody.content['application/json'].schema;
+      return schema.$ref ? doc.components.schemas[schema.$ref.split('/').pop()] : schema;
+    };
+    const explain = bodyOf('/v1/explain').properties;
+    expect(explain.top_k).toMatchObject({ minimum: 1, maximum: 1000 });
+    expect(explain.candidate_budget).toMatchObject({ minimum: 1, maximum: 10000 });
+    expect(explain.graph_depth).toMatchObject({ minimum: 1, maximum: 8 });
+    expect(explain.freshness.enum).toEqual(['latest', 'indexed']);
+    expect(explain.fusion.enum).toEqual(['rrf', 'relative_score']);
+    expect(JSON.stringify(explain.table)).toContain('^[A-Za-z_][A-Za-z0-9_]{0,63}$');
+    expect(JSON.stringify(bodyOf('/v1/admin/snapshot').properties.target)).toContain('^[A-Za-z_][A-Za-z0-9_]{0,63}$');
+    const branchHeader = doc.paths['/v1/records/get'].post.parameters.find((p: Json) => p.name === 'x-braid-branch');
+    expect(branchHeader.schema.pattern).toBe('^[A-Za-z_][A-Za-z0-9_]{0,63}$');
+    const keyHeader = doc.paths['/v1/records/put'].post.parameters.find((p: Json) => p.name === 'idempotency-key');
+    expect(keyHeader.schema.pattern).toBe('^[\\x20-\\x7e]{1,255}$');
+
+    // each documented edge: the last value inside is answered, the first outside is a 400 with a code
+    const base = { table: 'articles', tenant_id: 'acme', text: 'solar' };
+    const edges: Array<[string, unknown, unknown, Json?]> = [
+      ['top_k', 1000, 1001],
+      ['top_k', 1, 0],
+      ['candidate_budget', 10000, 10001],
+      ['graph_depth', 8, 9, { graph_seed: 'a1' }],
+      ['freshness', 'indexed', 'sometimes'],
+      ['fusion', 'relative_score', 'mean'],
+      ['table', 'a'.repeat(64), 'a'.repeat(65)],
+    ];
+    for (const [field, ok, bad, extra] of edges) {
+      const good = await s.post('/v1/explain', { ...base, ...extra, [field]: ok });
+      expect(good.status === 200 || good.body.code === 'unknown_table', `${field}=${ok}: ${JSON.stringify(good.body)}`).toBe(true);
+      const refused = await s.post('/v1/explain', { ...base, ...extra, [field]: bad });
+      expect(refused.status, `${field}=${bad}`).toBe(400);
+      expect(refused.body.code).toEqual(expect.any(String));
+    }
+    const header = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'a1' }, { 'x-braid-branch': 'not a name' });
+    expect(header.status).toBe(400);
+  });
+
   it('every spec route was exercised with 200 and at least one error status', () => {
     for (const route of SPEC_ROUTES) {
       const seen = exercised.get(`${route.method} ${route.path}`) ?? new Set<number>();

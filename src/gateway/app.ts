@@ -4,7 +4,7 @@
  * limiter (429), then is either served here (metrics, branches, readiness)
  * or proxied to the engine of the catalog branch it addresses.
  */
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
@@ -144,8 +144,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     logger: options.logger ?? false,
     bodyLimit: config.bodyLimitBytes,
     return503OnClosing: true,
-    disableRequestLogging: true,
-    requestIdLogLabel: 'request_id',
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     // the client's X-Request-Id when it is a plain token, else a new one; the
     // engine gets it too, so one id names the request in both logs
     genReqId: requestId,
