@@ -5,16 +5,10 @@ use std::time::Duration;
 
 use braid_engine::query::{HybridQuery, QueryResponse};
 use braid_engine::{Engine, EngineConfig, RecordInput};
-use serde_json::{json, Value};
+use serde_json::json;
 
-fn rec(tenant: &str, id: &str, fields: Value) -> RecordInput {
-    RecordInput {
-        table: "docs".into(),
-        tenant_id: tenant.into(),
-        id: id.into(),
-        fields: fields.as_object().unwrap().clone(),
-    }
-}
+mod common;
+use common::record as rec;
 
 fn q(tenant: &str) -> HybridQuery {
     HybridQuery { table: Some("docs".into()), tenant_id: Some(tenant.into()), ..Default::default() }

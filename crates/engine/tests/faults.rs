@@ -7,30 +7,15 @@
 //! Fail points are process-wide, so every test holds a `FailScenario` (which
 //! serialises them) and this file is its own test binary.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use braid_engine::storage::faults;
-use braid_engine::{Code, Engine, EngineConfig, RecordInput, RecordKey};
+use braid_engine::{Code, Engine, EngineConfig, RecordInput};
 use fail::FailScenario;
-use serde_json::{json, Value};
+use serde_json::json;
 
-fn open(dir: &Path) -> Engine {
-    Engine::open(EngineConfig::new(dir)).unwrap()
-}
-
-fn rec(id: &str, fields: Value) -> RecordInput {
-    RecordInput {
-        table: "docs".into(),
-        tenant_id: "acme".into(),
-        id: id.into(),
-        fields: fields.as_object().unwrap().clone(),
-    }
-}
-
-fn key(id: &str) -> RecordKey {
-    RecordKey { table: "docs".into(), tenant_id: "acme".into(), id: id.into() }
-}
+mod common;
+use common::{key, open, rec};
 
 fn exists(engine: &Engine, id: &str) -> bool {
     engine.get(None, None, &key(id), None).unwrap().is_some()

@@ -12,23 +12,15 @@ use braid_engine::query::HybridQuery;
 use braid_engine::storage::wal::{self, ScanEnd};
 use braid_engine::storage::ReceiptDraft;
 use braid_engine::{Code, Engine, EngineConfig, RecordInput, RecordKey};
-use serde_json::{json, Value};
+use serde_json::json;
 
-fn open(dir: &Path) -> Engine {
-    Engine::open(EngineConfig::new(dir)).unwrap()
-}
+mod common;
+use common::{key, open, rec};
 
-fn rec(id: &str, fields: Value) -> RecordInput {
-    RecordInput {
-        table: "docs".into(),
-        tenant_id: "acme".into(),
-        id: id.into(),
-        fields: fields.as_object().unwrap().clone(),
-    }
-}
-
-fn key(id: &str) -> RecordKey {
-    RecordKey { table: "docs".into(), tenant_id: "acme".into(), id: id.into() }
+/// Appends raw bytes to the main branch's log (a torn or zero-filled tail).
+fn append_to_wal(dir: &Path, bytes: &[u8]) {
+    let mut f = OpenOptions::new().append(true).open(main_wal(dir)).unwrap();
+    f.write_all(bytes).unwrap();
 }
 
 fn main_wal(dir: &Path) -> std::path::PathBuf {
@@ -62,9 +54,7 @@ fn a_second_engine_on_a_live_directory_fails_and_touches_nothing() {
     let first = open(dir.path());
     first.put(None, None, vec![rec("a", json!({"title": "kept"}))], None).unwrap();
     // a torn tail the second process would have cut
-    let mut f = OpenOptions::new().append(true).open(main_wal(dir.path())).unwrap();
-    f.write_all(&[9, 9, 9]).unwrap();
-    drop(f);
+    append_to_wal(dir.path(), &[9, 9, 9]);
     let before = std::fs::read(main_wal(dir.path())).unwrap();
     let err = Engine::open(EngineConfig::new(dir.path())).err().expect("second open must fail");
     assert_eq!(err.code, Code::DataDirLocked, "{}", err.message);
@@ -126,9 +116,7 @@ fn doctor_salvage_refuses_a_live_directory() {
 fn a_zero_filled_tail_is_cut_like_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     write_five(dir.path());
-    let mut f = OpenOptions::new().append(true).open(main_wal(dir.path())).unwrap();
-    f.write_all(&vec![0u8; 8192]).unwrap();
-    drop(f);
+    append_to_wal(dir.path(), &[0u8; 8192]);
     let engine = open(dir.path());
     assert!(engine.get(None, None, &key("r5"), None).unwrap().is_some());
     let m = engine.metrics(None, None).unwrap();

@@ -13,6 +13,8 @@ use braid_engine::{Engine, EngineConfig, RecordInput};
 use roaring::RoaringBitmap;
 use serde_json::{json, Value};
 
+mod common;
+
 /// A small deterministic generator (no dev-dependency needed).
 struct Lcg(u64);
 
@@ -134,12 +136,7 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
 }
 
 fn rec(id: &str, fields: Value) -> RecordInput {
-    RecordInput {
-        table: "docs".into(),
-        tenant_id: "t".into(),
-        id: id.into(),
-        fields: fields.as_object().unwrap().clone(),
-    }
+    common::record("t", id, fields)
 }
 
 fn text_query(text: &str, top_k: i64) -> HybridQuery {
