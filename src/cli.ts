@@ -503,8 +503,9 @@ export function buildCli(): Command {
     .addOption(new Option('--data-dir <dir>', 'data directory').env('BRAID_DATA_DIR'))
     .addOption(new Option('--auth-token <token...>', 'require one of these bearer tokens, each `secret` (admin) or `secret:read|write|admin` (default: accept any)'))
     .addOption(new Option('--history-epochs <n>', 'epochs of history kept readable (default: all)').argParser(parseIntOption))
+    .addOption(new Option('--checkpoint-bytes <n>', 'checkpoint a branch once its WAL segment holds this many bytes (default 64 MiB)').argParser(parseIntOption))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
-    .action(run(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; logLevel?: string }) => {
+    .action(run(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; checkpointBytes?: number; logLevel?: string }) => {
       const env = fromEnv(process.env, DEFAULTS);
       const config: ServerConfig = {
         ...env,
@@ -513,6 +514,7 @@ export function buildCli(): Command {
         dataDir: opts.dataDir ?? env.dataDir,
         authTokens: opts.authToken ?? env.authTokens,
         historyEpochs: opts.historyEpochs ?? env.historyEpochs,
+        checkpointBytes: opts.checkpointBytes ?? env.checkpointBytes,
         logLevel: opts.logLevel ?? env.logLevel,
       };
       // files the index libraries create (tantivy, hnsw_rs) are owner-only too

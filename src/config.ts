@@ -13,6 +13,10 @@ export interface ServerConfig {
   maxVectorDim: number;
   receiptRetentionMs: number;
   historyEpochs: number | undefined;
+  /** WAL bytes per branch after which a checkpoint is taken (engine default when unset). */
+  checkpointBytes: number | undefined;
+  /** Longest time between checkpoints of a branch that is written to. */
+  checkpointIntervalMs: number | undefined;
   /** Public URL of this engine, reported by branches and readiness. */
   publicUrl: string | undefined;
   logLevel: string;
@@ -30,6 +34,8 @@ export const DEFAULTS: ServerConfig = {
   maxVectorDim: 4096,
   receiptRetentionMs: 24 * 60 * 60 * 1000,
   historyEpochs: undefined,
+  checkpointBytes: undefined,
+  checkpointIntervalMs: undefined,
   publicUrl: undefined,
   logLevel: 'warn',
   testHooks: false,
@@ -59,6 +65,8 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     maxVectorDim: int(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
     receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,
     historyEpochs: int(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
+    checkpointBytes: int(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,
+    checkpointIntervalMs: int(env.BRAID_CHECKPOINT_INTERVAL_MS, 'BRAID_CHECKPOINT_INTERVAL_MS') ?? base.checkpointIntervalMs,
     publicUrl: env.BRAID_PUBLIC_URL ?? base.publicUrl,
     logLevel: env.BRAID_LOG_LEVEL ?? base.logLevel,
     testHooks: env.BRAID_TEST_HOOKS === '1' || base.testHooks,

@@ -223,6 +223,10 @@ export interface OpenOptions {
   /** Epochs of history kept readable by temporal queries; unlimited when unset. */
   historyEpochs?: number;
   textCommitIntervalMs?: number;
+  /** A checkpoint is taken once a branch's WAL segment holds this many bytes (default 64 MiB)... */
+  checkpointBytes?: number;
+  /** ...or this long after the last one when anything was written (default 5 minutes). */
+  checkpointIntervalMs?: number;
 }
 
 type Envelope<T> = { ok: T } | { err: { code: string; message: string; index: number | null } };
@@ -257,6 +261,8 @@ export class Braid {
       receipt_retention_ms: options.receiptRetentionMs,
       history_epochs: options.historyEpochs,
       text_commit_interval_ms: options.textCommitIntervalMs,
+      checkpoint_bytes: options.checkpointBytes,
+      checkpoint_interval_ms: options.checkpointIntervalMs,
     };
     let native: NativeEngineHandle;
     try {

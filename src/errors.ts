@@ -62,6 +62,7 @@ export const ERROR_STATUS = {
   storage_failure: 503,
   indexer_failed: 503,
   wal_corrupt: 503,
+  format_unsupported: 503,
   data_dir_locked: 503,
 } as const;
 

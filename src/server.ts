@@ -22,6 +22,8 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
     maxVectorDim: config.maxVectorDim,
     receiptRetentionMs: config.receiptRetentionMs,
     historyEpochs: config.historyEpochs,
+    checkpointBytes: config.checkpointBytes,
+    checkpointIntervalMs: config.checkpointIntervalMs,
   });
   const app = await buildApp({ engine, config, logger: { level: config.logLevel } });
   let url: string;

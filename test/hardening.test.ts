@@ -4,10 +4,17 @@
 // readiness of the indexer, receipts leaving memory, and schema conflicts
 // between tenants.
 import { spawn } from 'node:child_process';
-import { readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLI, ROOT, request, spawnServer, startTestServer, tempDir, type ChildServer, type TestServer } from './helpers.js';
+
+/** The WAL segment a branch is writing (the newest `wal-<generation>.log`). */
+function newestWal(dataDir: string): string {
+  const branch = path.join(dataDir, 'db', 'default', 'main');
+  const segments = readdirSync(branch).filter((f) => /^wal-\d+\.log$/.test(f)).sort();
+  return path.join(branch, segments[segments.length - 1]!);
+}
 
 interface Run {
   code: number | null;
@@ -113,7 +120,7 @@ describe('one data directory, one process', () => {
     children.push(first);
     const put = await request(`${first.url}/v1/records/put`, 'POST', { record: { table: 't', tenant_id: 'a', id: 'r1', fields: { n: 1 } } });
     expect(put.status).toBe(200);
-    const wal = path.join(dir, 'db', 'default', 'main', 'wal.log');
+    const wal = newestWal(dir);
     const before = readFileSync(wal);
     const second = await braid(['serve', '--port', '0', '--data-dir', dir]);
     expect(second.code).not.toBe(0);
@@ -144,7 +151,11 @@ describe('one data directory, one process', () => {
     await s.stop();
     const mode = (p: string) => statSync(path.join(dir, p)).mode & 0o777;
     expect(mode('')).toBe(0o700);
-    for (const f of ['secret', 'catalog.json', 'db/default/main/wal.log']) expect(mode(f), f).toBe(0o600);
+    for (const f of ['secret', 'catalog.json']) expect(mode(f), f).toBe(0o600);
+    // the WAL segments, record files and checkpoint images of the branch
+    const branchFiles = readdirSync(path.join(dir, 'db', 'default', 'main')).filter((f) => /^(wal|records|checkpoint)-/.test(f));
+    expect(branchFiles.length).toBeGreaterThanOrEqual(3);
+    for (const f of branchFiles) expect(mode(`db/default/main/${f}`), f).toBe(0o600);
   });
 });
 
@@ -152,13 +163,16 @@ describe('a corrupt write-ahead log', () => {
   it('is refused at start with its offset, and braid doctor reports and salvages it', async () => {
     const dir = tempDir('braid-doctor-');
     dirs.push(dir);
-    const s = await startTestServer({ dataDir: dir });
+    // killed, not stopped: a clean stop checkpoints and leaves an empty log
+    const s = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
+    children.push(s);
     for (let i = 1; i <= 4; i++) {
-      const put = await s.post('/v1/records/put', { record: { table: 't', tenant_id: 'a', id: `r${i}`, fields: { n: i } } });
+      const put = await request(`${s.url}/v1/records/put`, 'POST', { record: { table: 't', tenant_id: 'a', id: `r${i}`, fields: { n: i } } });
       expect(put.status).toBe(200);
     }
-    await s.stop();
-    const wal = path.join(dir, 'db', 'default', 'main', 'wal.log');
+    s.child.kill('SIGKILL');
+    await s.exited;
+    const wal = newestWal(dir);
     const bytes = readFileSync(wal);
     // damage the payload of the second frame: frames follow a 16-byte header
     // and each has a 24-byte header before its payload

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::storage::branch::WAL_FILE;
+use crate::storage::checkpoint;
 use crate::storage::lock::DirLock;
 use crate::storage::wal::{self, Inspection, ScanEnd};
 
@@ -49,18 +50,32 @@ fn name(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// The logs of one branch or snapshot directory: its WAL segments, or the
+/// single log of a directory from before checkpoints.
+fn logs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = checkpoint::wal_generations(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| dir.join(checkpoint::wal_name(g)))
+        .collect();
+    out.push(dir.join(WAL_FILE));
+    out.retain(|p| p.exists());
+    out
+}
+
 /// Every log in a data directory with the name of what owns it.
 fn logs(data: &Path) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     for db in subdirs(&data.join("db")) {
         for branch in subdirs(&db) {
-            out.push((format!("branch {}/{}", name(&db), name(&branch)), branch.join(WAL_FILE)));
+            let owner = format!("branch {}/{}", name(&db), name(&branch));
+            out.extend(logs_in(&branch).into_iter().map(|p| (owner.clone(), p)));
         }
     }
     for snap in subdirs(&data.join("snapshots")) {
-        out.push((format!("snapshot {}", name(&snap)), snap.join(WAL_FILE)));
+        let owner = format!("snapshot {}", name(&snap));
+        out.extend(logs_in(&snap).into_iter().map(|p| (owner.clone(), p)));
     }
-    out.retain(|(_, p)| p.exists());
     out
 }
 

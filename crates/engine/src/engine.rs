@@ -29,7 +29,7 @@ use crate::model::{RecordInput, RecordKey, RecordOutput};
 use crate::names;
 use crate::query::plan::{self, HybridQuery, QueryContext, QueryResponse, RankedCache};
 use crate::schema::{Column, ColumnDeclaration, TableSchema};
-use crate::storage::branch::WAL_FILE;
+use crate::storage::branch::{CheckpointInfo, WAL_FILE};
 use crate::storage::commit::now_ms;
 use crate::storage::lock::DirLock;
 use crate::storage::wal;
@@ -67,7 +67,12 @@ pub struct SnapshotMeta {
     pub database_id: String,
     pub branch_id: String,
     pub epoch: u64,
+    /// Length of the log of a snapshot taken before checkpoints existed
+    /// (such a snapshot is that log); 0 for newer ones.
     pub wal_bytes: u64,
+    /// Bytes of the snapshot's files.
+    #[serde(default)]
+    pub bytes: u64,
     pub created_ms: u64,
 }
 
@@ -347,7 +352,7 @@ impl Engine {
         names::check_key("id", &key.id)?;
         let branch = self.branch(database, branch)?;
         let state = branch.state.read();
-        Ok(read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch)))
+        read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch))
     }
 
     pub fn query(&self, database: Option<&str>, branch: Option<&str>, q: &HybridQuery) -> Result<QueryResponse> {
@@ -357,6 +362,13 @@ impl Engine {
         let branch_key = format!("{db}/{br}");
         let ctx = QueryContext { branch: &handle, branch_key: &branch_key, secret: &self.secret, cache: &self.cache };
         plan::execute(&ctx, q)
+    }
+
+    /// Takes a checkpoint of a branch now (they are also taken by WAL size
+    /// and time, and on a clean close): the next start loads it and replays
+    /// only what is written after.
+    pub fn checkpoint(&self, database: Option<&str>, branch: Option<&str>) -> Result<CheckpointInfo> {
+        self.branch(database, branch)?.checkpoint(None)
     }
 
     /// Blocks until every branch's indexes cover every committed row.
@@ -395,7 +407,6 @@ impl Engine {
         if catalog.snapshots.iter().any(|s| s.name == target) {
             bail!(SnapshotExists, "snapshot {target:?} already exists");
         }
-        let (epoch, wal_bytes) = handle.cut();
         let final_dir = self.config.data_dir.join("snapshots").join(target);
         let tmp_dir = self.config.data_dir.join("snapshots").join(format!(".{target}.tmp"));
         let _ = std::fs::remove_dir_all(&tmp_dir);
@@ -404,13 +415,17 @@ impl Engine {
             std::fs::remove_dir_all(&final_dir)?;
         }
         wal::create_private_dir(&tmp_dir)?;
-        wal::copy_prefix(&handle.wal_path(), &tmp_dir.join(WAL_FILE), wal_bytes)?;
+        // a checkpoint between two write groups holds exactly the commits up
+        // to its epoch; its files are immutable, so linking them is a copy
+        let info = handle.checkpoint(Some(&tmp_dir))?;
+        let bytes = info.exported.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
         let meta = SnapshotMeta {
             name: target.to_string(),
             database_id: db,
             branch_id: br,
-            epoch,
-            wal_bytes,
+            epoch: info.epoch,
+            wal_bytes: 0,
+            bytes,
             created_ms: now_ms(),
         };
         write_durable(&tmp_dir.join("snapshot.json"), &serde_json::to_vec_pretty(&meta).expect("meta serialises"))?;
@@ -479,12 +494,22 @@ impl Engine {
             std::fs::remove_dir_all(&dir)?;
         }
         wal::create_private_dir(&dir)?;
-        let src = self.config.data_dir.join("snapshots").join(source).join(WAL_FILE);
-        let len = std::fs::metadata(&src)?.len();
-        wal::copy_prefix(&src, &dir.join(WAL_FILE), len)?;
+        // a snapshot's files are immutable: the new branch links them (an
+        // old snapshot's single log is copied, since the branch appends to it)
+        let src = self.config.data_dir.join("snapshots").join(source);
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&src)? {
+            let path = entry?.path();
+            match path.file_name().and_then(|n| n.to_str()) {
+                Some("snapshot.json") => {}
+                Some(WAL_FILE) => wal::copy_prefix(&path, &dir.join(WAL_FILE), std::fs::metadata(&path)?.len())?,
+                _ => files.push(path),
+            }
+        }
+        wal::link_or_copy(&files, &dir)?;
         let branch = Branch::open(&dir, self.config.branch.clone())?;
         let epoch = branch.state.read().latest_epoch;
-        let verified = verify.map(|v| read_record(&branch.state.read(), v));
+        let verified = verify.map(|v| read_record(&branch.state.read(), v)).transpose()?;
         let mut next = catalog.clone();
         next.branches.push(BranchMeta {
             database_id: db.clone(),
@@ -601,21 +626,19 @@ impl Drop for Engine {
     }
 }
 
-fn read_record(state: &crate::storage::State, key: &RecordKey) -> Option<RecordOutput> {
+fn read_record(state: &crate::storage::State, key: &RecordKey) -> Result<Option<RecordOutput>> {
     read_record_at(state, key, state.latest_epoch)
 }
 
-fn read_record_at(state: &crate::storage::State, key: &RecordKey, epoch: u64) -> Option<RecordOutput> {
-    state.visible_version(&key.table, &key.tenant_id, &key.id, epoch).map(|row| {
-        let r = &state.rows[row as usize];
-        RecordOutput {
-            fields: (*r.fields).clone(),
-            id: key.id.clone(),
-            table: key.table.clone(),
-            tenant_id: key.tenant_id.clone(),
-            version_id: r.version_id,
-        }
-    })
+fn read_record_at(state: &crate::storage::State, key: &RecordKey, epoch: u64) -> Result<Option<RecordOutput>> {
+    let Some(row) = state.visible_version(&key.table, &key.tenant_id, &key.id, epoch) else { return Ok(None) };
+    Ok(Some(RecordOutput {
+        fields: state.fields(row, None)?,
+        id: key.id.clone(),
+        table: key.table.clone(),
+        tenant_id: key.tenant_id.clone(),
+        version_id: state.rows[row as usize].version_id,
+    }))
 }
 
 fn branch_dir(data: &Path, database: &str, branch: &str) -> PathBuf {

@@ -15,7 +15,7 @@ use fail::FailScenario;
 use serde_json::json;
 
 mod common;
-use common::{key, open, rec};
+use common::{key, newest_wal, open, rec};
 
 fn exists(engine: &Engine, id: &str) -> bool {
     engine.get(None, None, &key(id), None).unwrap().is_some()
@@ -76,13 +76,14 @@ fn a_read_only_data_directory_refuses_to_open_with_a_clear_error() {
     let scenario = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     open(dir.path()).put(None, None, vec![rec("a", json!({"n": 1}))], None).unwrap();
-    let before = std::fs::read(dir.path().join("db/default/main/wal.log")).unwrap();
+    let wal = newest_wal(&dir.path().join("db/default/main"));
+    let before = std::fs::read(&wal).unwrap();
     faults::configure("wal::open", "return(erofs)").unwrap();
     let err = Engine::open(EngineConfig::new(dir.path())).err().expect("open must fail");
     faults::clear();
     assert_eq!(err.code, Code::StorageFailure);
     assert!(err.message.to_lowercase().contains("read-only"), "{}", err.message);
-    assert_eq!(std::fs::read(dir.path().join("db/default/main/wal.log")).unwrap(), before);
+    assert_eq!(std::fs::read(&wal).unwrap(), before);
     assert!(exists(&open(dir.path()), "a"));
     scenario.teardown();
 }

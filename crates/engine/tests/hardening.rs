@@ -15,7 +15,7 @@ use braid_engine::{Code, Engine, EngineConfig, RecordInput, RecordKey};
 use serde_json::json;
 
 mod common;
-use common::{key, open, rec};
+use common::{config_without_checkpoints, key, newest_wal, open_without_checkpoints as open, rec};
 
 /// Appends raw bytes to the main branch's log (a torn or zero-filled tail).
 fn append_to_wal(dir: &Path, bytes: &[u8]) {
@@ -24,7 +24,7 @@ fn append_to_wal(dir: &Path, bytes: &[u8]) {
 }
 
 fn main_wal(dir: &Path) -> std::path::PathBuf {
-    dir.join("db").join("default").join("main").join("wal.log")
+    newest_wal(&dir.join("db").join("default").join("main"))
 }
 
 /// Offsets at which each frame of a clean log starts.
@@ -56,7 +56,7 @@ fn a_second_engine_on_a_live_directory_fails_and_touches_nothing() {
     // a torn tail the second process would have cut
     append_to_wal(dir.path(), &[9, 9, 9]);
     let before = std::fs::read(main_wal(dir.path())).unwrap();
-    let err = Engine::open(EngineConfig::new(dir.path())).err().expect("second open must fail");
+    let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("second open must fail");
     assert_eq!(err.code, Code::DataDirLocked, "{}", err.message);
     assert_eq!(std::fs::read(main_wal(dir.path())).unwrap(), before, "the log is untouched");
     first.close();
@@ -78,7 +78,7 @@ fn a_corrupt_middle_frame_refuses_to_open_and_doctor_salvages_on_request() {
     bytes[damaged + wal::FRAME_HEADER + 3] ^= 0x20;
     std::fs::write(&path, &bytes).unwrap();
 
-    let err = Engine::open(EngineConfig::new(dir.path())).err().expect("corrupt log must be refused");
+    let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("corrupt log must be refused");
     assert_eq!(err.code, Code::WalCorrupt);
     assert!(err.message.contains(&format!("offset {damaged}")), "{}", err.message);
     assert!(err.message.contains("braid doctor"), "{}", err.message);
@@ -306,20 +306,25 @@ fn data_files_are_private() {
     engine.snapshot(None, None, "s1").unwrap();
     engine.restore("s1", "b1").unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    for file in [
-        "secret",
-        "catalog.json",
-        "LOCK",
-        "db/default/main/wal.log",
-        "snapshots/s1/wal.log",
-        "snapshots/s1/snapshot.json",
-        "db/default/b1/wal.log",
-    ] {
+    for file in ["secret", "catalog.json", "LOCK", "snapshots/s1/snapshot.json"] {
         assert_eq!(mode(&data.join(file)), 0o600, "{file}");
     }
     for d in ["", "db", "snapshots", "db/default", "db/default/main", "snapshots/s1", "db/default/b1"] {
         assert_eq!(mode(&data.join(d)), 0o700, "{d}");
     }
+    // every log, record, vector and checkpoint file of the branches and the
+    // snapshot, whatever their generation
+    let mut seen = 0;
+    for d in ["db/default/main", "snapshots/s1", "db/default/b1"] {
+        for entry in std::fs::read_dir(data.join(d)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 6, "{seen} files");
 }
 
 #[test]

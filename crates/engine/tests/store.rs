@@ -9,6 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
+mod common;
+
 type Key = (String, String, String);
 /// A committed version: its epoch and its fields (None for a delete).
 type Version = (u64, Option<Map<String, Value>>);
@@ -135,7 +137,7 @@ fn torn_tail_is_cut_and_reported() {
         let r = RecordInput { table: "t".into(), tenant_id: "x".into(), id: "1".into(), fields: Map::new() };
         engine.put(None, None, vec![r], None).unwrap();
     }
-    let wal = dir.path().join("db/default/main/wal.log");
+    let wal = common::newest_wal(&dir.path().join("db/default/main"));
     let mut bytes = std::fs::read(&wal).unwrap();
     bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3]);
     std::fs::write(&wal, &bytes).unwrap();

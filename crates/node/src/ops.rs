@@ -25,6 +25,10 @@ struct ConfigJson {
     history_epochs: Option<u64>,
     #[serde(default)]
     text_commit_interval_ms: Option<u64>,
+    #[serde(default)]
+    checkpoint_bytes: Option<u64>,
+    #[serde(default)]
+    checkpoint_interval_ms: Option<u64>,
 }
 
 pub fn parse_config(json: &str) -> Result<EngineConfig, serde_json::Error> {
@@ -43,6 +47,12 @@ pub fn parse_config(json: &str) -> Result<EngineConfig, serde_json::Error> {
     b.history_epochs = c.history_epochs;
     if let Some(v) = c.text_commit_interval_ms {
         b.text_commit_interval = Duration::from_millis(v);
+    }
+    if let Some(v) = c.checkpoint_bytes {
+        b.checkpoint_wal_bytes = v;
+    }
+    if let Some(v) = c.checkpoint_interval_ms {
+        b.checkpoint_interval = Duration::from_millis(v);
     }
     Ok(config)
 }

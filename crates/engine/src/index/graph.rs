@@ -34,7 +34,7 @@ pub fn neighbourhood(
         if hops >= depth {
             continue;
         }
-        let fields = &state.rows[row as usize].fields;
+        let fields = state.fields(row, Some(edge_columns)).unwrap_or_default();
         for col in edge_columns {
             let Some(Value::Array(targets)) = fields.get(col) else { continue };
             for target in targets.iter().filter_map(Value::as_str) {

@@ -76,7 +76,7 @@ fn token_of(term_text: &str) -> &str {
 const FORMAT: &str = "2";
 
 /// Document count, token count and document frequencies of one scope.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ScopeStats {
     pub docs: u64,
     pub tokens: u64,
@@ -110,7 +110,30 @@ pub struct TextStats {
     scopes: HashMap<(Arc<str>, Option<String>), ScopeStats>,
 }
 
+/// One scope of [`TextStats`] as a checkpoint stores it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ScopeImage {
+    pub tenant: String,
+    pub column: Option<String>,
+    pub stats: ScopeStats,
+}
+
 impl TextStats {
+    pub fn export(&self) -> Vec<ScopeImage> {
+        self.scopes
+            .iter()
+            .map(|((tenant, column), stats)| ScopeImage {
+                tenant: tenant.to_string(),
+                column: column.clone(),
+                stats: stats.clone(),
+            })
+            .collect()
+    }
+
+    pub fn import(scopes: Vec<ScopeImage>) -> TextStats {
+        TextStats { scopes: scopes.into_iter().map(|s| ((Arc::from(s.tenant), s.column), s.stats)).collect() }
+    }
+
     /// Adds (sign = 1) or removes (sign = -1) one (row, column) document.
     pub fn apply(&mut self, tenant: &Arc<str>, column: &str, toks: &[String], sign: i64) {
         if toks.is_empty() {

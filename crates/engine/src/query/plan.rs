@@ -544,9 +544,14 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
                 removed += 1;
                 continue;
             }
+            // only the returned rows are read from the record files, and of
+            // them only the requested fields decoded
             let fields = match &plan.return_fields {
-                None => (*row.fields).clone(),
-                Some(names) => names.iter().filter_map(|n| Some((n.clone(), row.fields.get(n)?.clone()))).collect(),
+                None => state.fields(r.row, None)?,
+                Some(names) => {
+                    let mut found = state.fields(r.row, Some(names))?;
+                    names.iter().filter_map(|n| Some((n.clone(), found.remove(n)?))).collect()
+                }
             };
             results.push(HybridRow {
                 fields,
@@ -708,7 +713,7 @@ fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) -> Result<R
             let columns = &text_columns;
             let mut analyzer = text::analyzer();
             for row_id in eligible.range(text_wm..) {
-                let fields = &state.rows[row_id as usize].fields;
+                let fields = state.fields(row_id, Some(columns)).unwrap_or_default();
                 let mut score = 0.0;
                 for col in columns {
                     if let Some(s) = fields.get(col).and_then(Value::as_str) {

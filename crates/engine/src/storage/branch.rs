@@ -1,5 +1,6 @@
 //! A branch: its WAL, its state, the committer thread that group-commits
-//! writes, and the indexer thread that feeds text and vector indexes.
+//! writes and takes checkpoints, and the indexer thread that feeds text and
+//! vector indexes.
 //!
 //! Group commit: writers hand jobs to one committer thread. It takes every
 //! job waiting, validates them in order against the state plus what earlier
@@ -26,7 +27,9 @@ use crate::index::vector::VectorIndex;
 use crate::model::RecordInput;
 use crate::names;
 use crate::schema::{Column, TableSchema};
+use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft, WalRow};
+use crate::storage::records::RecordFiles;
 use crate::storage::state::{key_string, State};
 use crate::storage::wal::{self, Wal};
 
@@ -39,6 +42,13 @@ pub struct BranchConfig {
     pub history_epochs: Option<u64>,
     pub text_commit_interval: Duration,
     pub group_commit_max: usize,
+    /// A checkpoint is taken once the WAL segment holds this many bytes...
+    pub checkpoint_wal_bytes: u64,
+    /// ...or this long after the last one, when anything was written since.
+    pub checkpoint_interval: Duration,
+    /// Checkpoint when the branch closes cleanly, so the next start replays
+    /// nothing. (Off only in tests that need a log to inspect.)
+    pub checkpoint_on_close: bool,
 }
 
 impl Default for BranchConfig {
@@ -50,6 +60,9 @@ impl Default for BranchConfig {
             history_epochs: None,
             text_commit_interval: Duration::from_millis(250),
             group_commit_max: 1024,
+            checkpoint_wal_bytes: 64 << 20,
+            checkpoint_interval: Duration::from_secs(300),
+            checkpoint_on_close: true,
         }
     }
 }
@@ -93,6 +106,32 @@ struct Job {
     op: WriteOp,
     enqueued: Instant,
     reply: mpsc::SyncSender<Result<WriteResult>>,
+}
+
+/// What a checkpoint wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointInfo {
+    /// The generation it starts: WAL segments from here on are the tail.
+    pub gen: u32,
+    /// The state it holds is exactly the commits up to this epoch.
+    pub epoch: u64,
+    pub bytes: u64,
+    pub duration_ms: f64,
+    /// Files a copy of the branch at `epoch` needs, when asked to export.
+    #[serde(skip)]
+    pub exported: Vec<PathBuf>,
+}
+
+struct CheckpointJob {
+    /// A directory to hard-link (or copy) the checkpoint's files into, for
+    /// a snapshot; done before the committer takes the next write.
+    export: Option<PathBuf>,
+    reply: mpsc::SyncSender<Result<CheckpointInfo>>,
+}
+
+enum Request {
+    Write(Job),
+    Checkpoint(CheckpointJob),
 }
 
 pub(crate) struct Shared {
@@ -141,12 +180,14 @@ pub struct Branch {
     pub text: Arc<TextIndex>,
     pub(crate) shared: Arc<Shared>,
     pub config: BranchConfig,
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    tx: Mutex<Option<mpsc::Sender<Request>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// WAL bytes cut from a torn tail when this branch was opened.
     pub recovered_truncated_bytes: u64,
 }
 
+/// The single log of data directories written before checkpoints existed;
+/// opening one renames it to the first WAL segment.
 pub const WAL_FILE: &str = "wal.log";
 pub const VECTOR_DIR: &str = "vectors";
 
@@ -174,14 +215,47 @@ fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
 impl Branch {
     pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
         wal::create_private_dir(dir)?;
-        let (wal, replay) = Wal::open(&dir.join(WAL_FILE))?;
-        let mut state = State::new();
-        state.wal_end = wal.end();
-        for (payload, end) in &replay.payloads {
-            let commit: Commit = serde_json::from_slice(payload)
-                .map_err(|e| Error::storage(format!("corrupt commit at offset {end}: {e}")))?;
-            state.apply(&commit, *end);
+        let ckpt = checkpoint::latest(dir)?;
+        let legacy = dir.join(WAL_FILE);
+        if legacy.exists() {
+            if ckpt.is_some() || !checkpoint::wal_generations(dir)?.is_empty() {
+                return Err(Error::storage(format!(
+                    "{} exists beside WAL segments; move one of them away (docs/storage.md)",
+                    legacy.display()
+                )));
+            }
+            // a directory from before checkpoints: its log is segment 0
+            std::fs::rename(&legacy, dir.join(checkpoint::wal_name(0)))?;
+            wal::sync_dir(&legacy)?;
         }
+        let base = ckpt.unwrap_or(0);
+        checkpoint::remove_stale(dir, base)?;
+        let mut state = match ckpt {
+            Some(gen) => checkpoint::load(dir, gen)?,
+            None => State::new(RecordFiles::open(dir, &[], 0)?),
+        };
+        // replay every segment from the checkpoint on; the last one stays
+        // open for appends
+        let mut segments = checkpoint::wal_generations(dir)?;
+        if segments.is_empty() {
+            segments.push(base);
+        }
+        let mut truncated = 0;
+        let mut open_wal = None;
+        for (i, gen) in segments.iter().enumerate() {
+            let (wal, replay) = Wal::open(&dir.join(checkpoint::wal_name(*gen)))?;
+            truncated += replay.truncated;
+            state.wal_end = wal.end();
+            for (payload, end) in &replay.payloads {
+                let commit: Commit = serde_json::from_slice(payload)
+                    .map_err(|e| Error::storage(format!("corrupt commit in segment {gen} at offset {end}: {e}")))?;
+                state.apply(&commit, *end)?;
+            }
+            if i + 1 == segments.len() {
+                open_wal = Some((wal, *gen));
+            }
+        }
+        let (wal, wal_gen) = open_wal.expect("at least one segment");
         let cutoff = now_ms().saturating_sub(config.receipt_retention_ms);
         state.receipts.retain(|_, r| r.created_ms >= cutoff);
         let rows = state.rows.len() as u32;
@@ -208,12 +282,13 @@ impl Branch {
         });
         let state = Arc::new(RwLock::new(state));
         let text = Arc::new(text);
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Request>();
         let committer = {
             let (state, shared, config) = (state.clone(), shared.clone(), config.clone());
+            let log = Log { wal, gen: wal_gen, dir: dir.to_path_buf(), last_checkpoint: Instant::now() };
             std::thread::Builder::new()
                 .name("braid-commit".into())
-                .spawn(move || run_committer(wal, rx, state, shared, config))?
+                .spawn(move || run_committer(log, rx, state, shared, config))?
         };
         let indexer = {
             let (state, shared, text, config) = (state.clone(), shared.clone(), text.clone(), config.clone());
@@ -229,7 +304,7 @@ impl Branch {
             config,
             tx: Mutex::new(Some(tx)),
             threads: Mutex::new(vec![committer, indexer]),
-            recovered_truncated_bytes: replay.truncated,
+            recovered_truncated_bytes: truncated,
         })
     }
 
@@ -260,10 +335,24 @@ impl Branch {
         {
             let tx = self.tx.lock();
             let Some(tx) = tx.as_ref() else { bail!(ShuttingDown, "branch is closing") };
-            tx.send(Job { op, enqueued: Instant::now(), reply })
+            tx.send(Request::Write(Job { op, enqueued: Instant::now(), reply }))
                 .map_err(|_| Error::new(Code::ShuttingDown, "branch is closing"))?;
         }
         rx.recv().map_err(|_| Error::new(Code::ShuttingDown, "branch closed before the write finished"))?
+    }
+
+    /// Takes a checkpoint now, between two write groups; with `export`,
+    /// links the files that hold the branch at the checkpoint's epoch into
+    /// that directory before any later write.
+    pub fn checkpoint(&self, export: Option<&Path>) -> Result<CheckpointInfo> {
+        let (reply, rx) = mpsc::sync_channel(1);
+        {
+            let tx = self.tx.lock();
+            let Some(tx) = tx.as_ref() else { bail!(ShuttingDown, "branch is closing") };
+            tx.send(Request::Checkpoint(CheckpointJob { export: export.map(Path::to_path_buf), reply }))
+                .map_err(|_| Error::new(Code::ShuttingDown, "branch is closing"))?;
+        }
+        rx.recv().map_err(|_| Error::new(Code::ShuttingDown, "branch closed before the checkpoint finished"))?
     }
 
     pub fn vector_watermark(&self) -> u32 {
@@ -297,17 +386,6 @@ impl Branch {
             Some(n) => state.latest_epoch.saturating_sub(n),
             None => 0,
         }
-    }
-
-    /// A consistent cut for a snapshot: the latest epoch and the WAL length
-    /// that holds exactly the commits up to it.
-    pub fn cut(&self) -> (u64, u64) {
-        let state = self.state.read();
-        (state.latest_epoch, state.wal_end)
-    }
-
-    pub fn wal_path(&self) -> PathBuf {
-        self.dir.join(WAL_FILE)
     }
 
     /// Stops accepting writes, finishes the queued ones, commits the text
@@ -581,130 +659,271 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The committer's WAL segment and what it needs to take checkpoints.
+struct Log {
+    wal: Wal,
+    gen: u32,
+    dir: PathBuf,
+    last_checkpoint: Instant,
+}
+
+impl Log {
+    fn due(&self, config: &BranchConfig) -> bool {
+        let written = self.wal.end() > wal::HEADER_LEN;
+        written
+            && (self.wal.end() >= config.checkpoint_wal_bytes
+                || self.last_checkpoint.elapsed() >= config.checkpoint_interval)
+    }
+
+    /// Takes a checkpoint starting generation `self.gen + 1` (see
+    /// storage/checkpoint.rs for the steps and why each crash point is safe).
+    /// Nothing in memory changes until the image is durable, so a failure
+    /// leaves the branch as it was, still writing to the current segment.
+    fn checkpoint(&mut self, state: &RwLock<State>, export: Option<&Path>) -> Result<CheckpointInfo> {
+        let started = Instant::now();
+        let next = self.gen + 1;
+        let (record_file, sealed_gen) = {
+            let mut st = state.write();
+            st.records.flush()?;
+            (st.records.open_file(), st.records.open_gen())
+        };
+        crate::storage::faults::check("checkpoint::records")?;
+        record_file.sync_all()?;
+        let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &state.read())?;
+        let new_path = self.dir.join(checkpoint::wal_name(next));
+        let (new_wal, _) = Wal::open(&new_path)?;
+        let written = (|| {
+            let (image, epoch) = {
+                let st = state.read();
+                (checkpoint::capture(&st, next, &sealed)?, st.latest_epoch)
+            };
+            checkpoint::write(&self.dir, next, &image)?;
+            Ok::<_, Error>((image.len() as u64, epoch))
+        })();
+        let (bytes, epoch) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                drop(new_wal);
+                let _ = std::fs::remove_file(&new_path);
+                return Err(e);
+            }
+        };
+        // durable: switch to the new generation
+        {
+            let mut st = state.write();
+            st.records.start_next(next)?;
+            checkpoint::install_vectors(&mut st, &sealed)?;
+            st.wal_end = new_wal.end();
+        }
+        self.wal = new_wal;
+        self.gen = next;
+        self.last_checkpoint = Instant::now();
+        let exported = match export {
+            Some(to) => {
+                let st = state.read();
+                let files = checkpoint::files(&self.dir, next, &st);
+                drop(st);
+                wal::link_or_copy(&files, to)?;
+                files
+            }
+            None => Vec::new(),
+        };
+        // the image covers every older segment and image
+        let _ = checkpoint::remove_covered(&self.dir, next);
+        Ok(CheckpointInfo { gen: next, epoch, bytes, duration_ms: ms(started.elapsed()), exported })
+    }
+}
+
 fn run_committer(
-    mut wal: Wal,
-    rx: mpsc::Receiver<Job>,
+    mut log: Log,
+    rx: mpsc::Receiver<Request>,
     state: Arc<RwLock<State>>,
     shared: Arc<Shared>,
     config: BranchConfig,
 ) {
     let mut deferred: VecDeque<Job> = VecDeque::new();
+    let mut checkpoints: Vec<CheckpointJob> = Vec::new();
+    // after a failed checkpoint, wait before trying again
+    let mut retry_at = Instant::now();
     loop {
+        if shared.failed.load(Ordering::Acquire) {
+            for job in checkpoints.drain(..) {
+                let _ = job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier")));
+            }
+        }
+        for job in checkpoints.drain(..) {
+            let done = log.checkpoint(&state, job.export.as_deref());
+            if done.is_err() {
+                retry_at = Instant::now() + Duration::from_secs(1);
+            }
+            let _ = job.reply.send(done);
+        }
+        let due = log.due(&config) && Instant::now() >= retry_at && !shared.failed.load(Ordering::Acquire);
+        if due && log.checkpoint(&state, None).is_err() {
+            retry_at = Instant::now() + Duration::from_secs(5);
+        }
         let first = match deferred.pop_front() {
             Some(job) => job,
-            None => match rx.recv() {
-                Ok(job) => job,
-                Err(_) => break,
+            None => match rx
+                .recv_timeout(config.checkpoint_interval.clamp(Duration::from_millis(10), Duration::from_secs(1)))
+            {
+                Ok(Request::Write(job)) => job,
+                Ok(Request::Checkpoint(job)) => {
+                    checkpoints.push(job);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             },
         };
         let mut jobs = vec![first];
         while jobs.len() < config.group_commit_max {
-            match deferred.pop_front().or_else(|| rx.try_recv().ok()) {
-                Some(job) => jobs.push(job),
-                None => break,
+            if let Some(job) = deferred.pop_front() {
+                jobs.push(job);
+                continue;
             }
-        }
-        if shared.failed.load(Ordering::Acquire) {
-            for job in jobs {
-                let _ = job
-                    .reply
-                    .send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
-            }
-            continue;
-        }
-        let mut pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)> = Vec::new();
-        {
-            let st = state.read();
-            let mut stage = Stage::new(&st, &config);
-            for job in jobs {
-                let started = Instant::now();
-                let queue_ms = ms(started - job.enqueued);
-                if stage.in_flight(&job.op) {
-                    // the same key is staged in this group: answer it from the
-                    // receipt once that write is applied
-                    deferred.push_back(job);
-                    continue;
+            match rx.try_recv() {
+                Ok(Request::Write(job)) => jobs.push(job),
+                Ok(Request::Checkpoint(job)) => {
+                    // taken right after this group
+                    checkpoints.push(job);
+                    break;
                 }
-                let Job { op, enqueued, reply } = job;
-                let job = Job { op: WriteOp::Receipt { receipt: ReceiptDraft::empty() }, enqueued, reply };
-                let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage.admit(op)))
-                    .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, "panic while validating a write")));
-                let timing = WriteTiming { queue_ms, validate_ms: ms(started.elapsed()), ..Default::default() };
-                match staged {
-                    Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, *commit, count, receipt, timing)),
-                    Ok(Staged::Replay(receipt)) => {
-                        let _ = job.reply.send(Ok(WriteResult::Replayed(receipt)));
-                    }
-                    Ok(Staged::Noop(epoch)) => {
-                        let outcome = WriteOutcome { epoch, record_count: 0, changed: false, timing, receipt: None };
-                        let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
-                    }
-                    Err(err) => {
-                        let _ = job.reply.send(Err(err));
-                    }
-                }
+                Err(_) => break,
             }
         }
-        if pending.is_empty() {
-            continue;
+        commit_group(&mut log.wal, jobs, &mut deferred, &state, &shared, &config);
+    }
+    // a clean close checkpoints, so the next start replays nothing
+    if config.checkpoint_on_close && !shared.failed.load(Ordering::Acquire) && log.wal.end() > wal::HEADER_LEN {
+        let _ = log.checkpoint(&state, None);
+    }
+}
+
+/// Validates, logs (one fsync), applies and answers one group of writes.
+fn commit_group(
+    wal: &mut Wal,
+    jobs: Vec<Job>,
+    deferred: &mut VecDeque<Job>,
+    state: &RwLock<State>,
+    shared: &Shared,
+    config: &BranchConfig,
+) {
+    if shared.failed.load(Ordering::Acquire) {
+        for job in jobs {
+            let _ = job
+                .reply
+                .send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
         }
-        let mut frames = Vec::new();
-        let mut ends = Vec::with_capacity(pending.len());
-        let durable_end = wal.end();
-        let mut base = durable_end;
-        for (_, commit, _, _, timing) in pending.iter_mut() {
+        return;
+    }
+    let mut pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)> = Vec::new();
+    {
+        let st = state.read();
+        let mut stage = Stage::new(&st, config);
+        for job in jobs {
             let started = Instant::now();
-            let payload = serde_json::to_vec(commit).expect("commits serialise");
-            let before = frames.len();
-            wal.encode(&payload, &mut frames);
-            base += (frames.len() - before) as u64;
-            ends.push(base);
-            timing.encode_ms = ms(started.elapsed());
-        }
-        let fsync_started = Instant::now();
-        let durable = wal.append(&frames).and_then(|_| wal.sync());
-        let fsync_ms = ms(fsync_started.elapsed());
-        if let Err(err) = durable {
-            // PostgreSQL's lesson: after a failed write or fsync nothing about
-            // the file's tail can be trusted. None of the group is
-            // acknowledged or applied; cut the tail so a restart cannot bring
-            // it back, and refuse writes until a restart re-reads the log.
-            shared.failed.store(true, Ordering::Release);
-            let cut = match wal.rollback(durable_end) {
-                Ok(()) => "its frames were cut from the log".to_string(),
-                Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
-            };
-            let err = Error::new(
-                Code::StorageFailure,
-                format!(
-                    "the write-ahead log could not be made durable ({}); the write was not applied and {cut}; the \
-                     branch refuses writes until the engine restarts",
-                    err.message
-                ),
-            );
-            for (job, ..) in pending {
-                let _ = job.reply.send(Err(err.clone()));
+            let queue_ms = ms(started - job.enqueued);
+            if stage.in_flight(&job.op) {
+                // the same key is staged in this group: answer it from the
+                // receipt once that write is applied
+                deferred.push_back(job);
+                continue;
             }
-            continue;
-        }
-        let apply_started = Instant::now();
-        {
-            let mut st = state.write();
-            for ((_, commit, ..), end) in pending.iter().zip(&ends) {
-                st.apply(commit, *end);
+            let Job { op, enqueued, reply } = job;
+            let job = Job { op: WriteOp::Receipt { receipt: ReceiptDraft::empty() }, enqueued, reply };
+            let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage.admit(op)))
+                .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, "panic while validating a write")));
+            let timing = WriteTiming { queue_ms, validate_ms: ms(started.elapsed()), ..Default::default() };
+            match staged {
+                Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, *commit, count, receipt, timing)),
+                Ok(Staged::Replay(receipt)) => {
+                    let _ = job.reply.send(Ok(WriteResult::Replayed(receipt)));
+                }
+                Ok(Staged::Noop(epoch)) => {
+                    let outcome = WriteOutcome { epoch, record_count: 0, changed: false, timing, receipt: None };
+                    let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+                }
+                Err(err) => {
+                    let _ = job.reply.send(Err(err));
+                }
             }
         }
-        let apply_ms = ms(apply_started.elapsed());
-        *shared.wake.lock() = true;
-        shared.wake_cv.notify_one();
-        let group_size = pending.len() as f64;
-        for (job, commit, count, receipt, mut timing) in pending {
-            timing.wal_fsync_ms = fsync_ms;
-            timing.apply_ms = apply_ms;
-            timing.group_size = group_size;
-            let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
-            let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let mut frames = Vec::new();
+    let mut ends = Vec::with_capacity(pending.len());
+    let durable_end = wal.end();
+    let mut base = durable_end;
+    for (_, commit, _, _, timing) in pending.iter_mut() {
+        let started = Instant::now();
+        let payload = serde_json::to_vec(commit).expect("commits serialise");
+        let before = frames.len();
+        wal.encode(&payload, &mut frames);
+        base += (frames.len() - before) as u64;
+        ends.push(base);
+        timing.encode_ms = ms(started.elapsed());
+    }
+    let fsync_started = Instant::now();
+    let durable = wal.append(&frames).and_then(|_| wal.sync());
+    let fsync_ms = ms(fsync_started.elapsed());
+    if let Err(err) = durable {
+        // PostgreSQL's lesson: after a failed write or fsync nothing about
+        // the file's tail can be trusted. None of the group is
+        // acknowledged or applied; cut the tail so a restart cannot bring
+        // it back, and refuse writes until a restart re-reads the log.
+        shared.failed.store(true, Ordering::Release);
+        let cut = match wal.rollback(durable_end) {
+            Ok(()) => "its frames were cut from the log".to_string(),
+            Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
+        };
+        let err = Error::new(
+            Code::StorageFailure,
+            format!(
+                "the write-ahead log could not be made durable ({}); the write was not applied and {cut}; the \
+                 branch refuses writes until the engine restarts",
+                err.message
+            ),
+        );
+        for (job, ..) in pending {
+            let _ = job.reply.send(Err(err.clone()));
         }
+        return;
+    }
+    let apply_started = Instant::now();
+    let applied = {
+        let mut st = state.write();
+        pending.iter().zip(&ends).try_for_each(|((_, commit, ..), end)| st.apply(commit, *end))
+    };
+    if let Err(err) = applied {
+        // the group is in the log (a restart brings it back) but memory could
+        // not take it: refuse writes until a restart rebuilds the state
+        shared.failed.store(true, Ordering::Release);
+        let err = Error::new(
+            Code::StorageFailure,
+            format!(
+                "the write is in the write-ahead log but the record files could not take it ({}); it becomes \
+                 visible when the engine restarts, and the branch refuses writes until then",
+                err.message
+            ),
+        );
+        for (job, ..) in pending {
+            let _ = job.reply.send(Err(err.clone()));
+        }
+        return;
+    }
+    let apply_ms = ms(apply_started.elapsed());
+    *shared.wake.lock() = true;
+    shared.wake_cv.notify_one();
+    let group_size = pending.len() as f64;
+    for (job, commit, count, receipt, mut timing) in pending {
+        timing.wal_fsync_ms = fsync_ms;
+        timing.apply_ms = apply_ms;
+        timing.group_size = group_size;
+        let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
+        let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
     }
 }
 
@@ -713,6 +932,8 @@ struct IndexBatch {
     upto: u32,
     text: Vec<TextFeature>,
     vectors: Vec<VectorBatch>,
+    /// Rows whose fields could not be read from the record files.
+    unreadable: u64,
 }
 
 /// One (row, text column) document for the text index.
@@ -734,6 +955,7 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
     let start = from_text.min(from_vec);
     let upto = total.min(start.saturating_add(INDEX_ROUND_ROWS));
     let mut text = Vec::new();
+    let mut unreadable = 0;
     let mut by_index: HashMap<*const VectorIndex, VectorBatch> = HashMap::new();
     for row_id in start..upto {
         let row = &state.rows[row_id as usize];
@@ -743,14 +965,22 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         let key = &state.keys[row.key as usize];
         let Some(schema) = state.schemas.get(&*key.table) else { continue };
         if row_id >= from_text {
-            for col in schema.text_columns() {
-                if let Some(s) = row.fields.get(col).and_then(Value::as_str) {
+            let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
+            let fields = match columns.is_empty() {
+                true => Default::default(),
+                false => state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
+                    unreadable += 1;
+                    Default::default()
+                }),
+            };
+            for col in columns {
+                if let Some(Value::String(s)) = fields.get(&col) {
                     text.push(TextFeature {
                         row: row_id,
                         table: key.table.clone(),
                         tenant: key.tenant.clone(),
-                        column: col.to_string(),
-                        text: s.to_string(),
+                        column: col.clone(),
+                        text: s.clone(),
                     });
                 }
             }
@@ -769,7 +999,7 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
             }
         }
     }
-    IndexBatch { upto, text, vectors: by_index.into_values().collect() }
+    IndexBatch { upto, text, vectors: by_index.into_values().collect(), unreadable }
 }
 
 /// Inserts a batch into a graph; when the graph panics on the batch, inserts
@@ -820,7 +1050,7 @@ fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextInd
         let mut round_failed: Option<bool> = None;
         if from_text < total || from_vec < total {
             let batch = collect_batch(&state.read(), from_text, from_vec);
-            let mut failed = 0u64;
+            let mut failed = batch.unreadable;
             for (index, items) in &batch.vectors {
                 // a panic inside the graph library must not kill the indexer
                 // nor drop other rows of the batch (other tenants' included);

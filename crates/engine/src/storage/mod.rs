@@ -1,11 +1,14 @@
-//! Durable storage of one branch: the WAL, the in-memory MVCC state rebuilt
-//! from it, group commit, and the indexer that feeds the text and vector
-//! indexes behind the writes.
+//! Durable storage of one branch: the WAL, the record files, checkpoints,
+//! the MVCC state loaded from them, group commit, and the indexer that feeds
+//! the text and vector indexes behind the writes.
 
 pub mod branch;
+pub mod checkpoint;
+pub mod codec;
 pub mod commit;
 pub mod faults;
 pub mod lock;
+pub mod records;
 pub mod state;
 pub mod wal;
 

@@ -1,9 +1,12 @@
-//! The in-memory MVCC state of a branch, rebuilt from the WAL on open.
+//! The MVCC state of a branch: loaded from the last checkpoint and the WAL
+//! tail after it on open.
 //!
 //! Every committed version is a [`Row`] with a branch-local row id (its
 //! position in `rows`, assigned in commit order, so ids are stable across
 //! restarts). A row is visible at epoch `e` when
-//! `row.epoch <= e < row.superseded_at` and it is not a tombstone.
+//! `row.epoch <= e < row.superseded_at` and it is not a tombstone. A row in
+//! memory is its metadata and where its fields are in the record files
+//! (storage/records.rs); fields are read and decoded only when needed.
 //!
 //! Beside the rows the state keeps the structures that are cheap enough to
 //! maintain inside the commit: per-table tenant masks, the live set, scalar
@@ -13,14 +16,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use memmap2::Mmap;
 use roaring::RoaringBitmap;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tantivy::tokenizer::TextAnalyzer;
 
+use crate::error::Result;
 use crate::index::text::{self, TextStats};
 use crate::index::vector::{self, VectorIndex};
 use crate::schema::{ColumnType, TableSchema};
 use crate::storage::commit::{Commit, Receipt};
+use crate::storage::records::{RecordFiles, RecordLoc};
 
 pub const NOT_SUPERSEDED: u64 = u64::MAX;
 
@@ -31,7 +38,8 @@ pub struct Row {
     pub epoch: u64,
     pub superseded_at: u64,
     pub deleted: bool,
-    pub fields: Arc<Map<String, Value>>,
+    /// Where the fields are in the record files.
+    pub loc: RecordLoc,
 }
 
 impl Row {
@@ -51,7 +59,7 @@ pub struct KeyEntry {
 
 /// A scalar value as the equality index keys it. Numbers compare as f64, so
 /// `1` and `1.0` are equal.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ScalarKey {
     Str(String),
     Num(u64),
@@ -81,16 +89,50 @@ pub struct VectorColumn {
 /// their rows were written. Rows only grow, so an exact scan over eligible
 /// rows in row order reads this memory front to back (a separate allocation
 /// per vector cost about three times as much per row at 100,000 rows).
+///
+/// Vectors written since the last checkpoint are in `tail`; the checkpoint
+/// writes them to a vector file and maps it, so older vectors are read from
+/// the page cache (`sealed`), not held on the heap.
 pub struct VectorStore {
     dim: usize,
     /// Row id -> slot + 1; 0 means the row has no vector here.
     slot_of: Vec<u32>,
-    values: Vec<f32>,
+    sealed: Vec<VectorChunk>,
+    /// Slots held by `sealed`.
+    sealed_slots: usize,
+    tail: Vec<f32>,
+}
+
+/// Consecutive slots of a vector file, memory-mapped.
+#[derive(Clone)]
+pub struct VectorChunk {
+    pub map: Arc<Mmap>,
+    /// Byte offset in the file (a multiple of 4).
+    pub offset: usize,
+    /// Vectors in the chunk.
+    pub count: usize,
+    /// The file's generation, for the checkpoint image.
+    pub gen: u32,
+}
+
+impl VectorChunk {
+    fn values(&self, dim: usize) -> &[f32] {
+        let bytes = &self.map[self.offset..self.offset + self.count * dim * 4];
+        // SAFETY: the map is page-aligned and `offset` a multiple of 4, so
+        // the pointer is aligned for f32; the length is in bounds (sliced
+        // above); any bit pattern is a valid f32; the map is read-only and
+        // lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), self.count * dim) }
+    }
 }
 
 impl VectorStore {
     pub fn new(dim: u32) -> VectorStore {
-        VectorStore { dim: dim as usize, slot_of: Vec::new(), values: Vec::new() }
+        VectorStore { dim: dim as usize, slot_of: Vec::new(), sealed: Vec::new(), sealed_slots: 0, tail: Vec::new() }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
     }
 
     /// Stores `row`'s vector; false (and nothing stored) when its length is
@@ -103,33 +145,80 @@ impl VectorStore {
         if self.slot_of.len() <= at {
             self.slot_of.resize(at + 1, 0);
         }
-        match self.slot_of[at] {
+        match self.slot_of[at] as usize {
             0 => {
-                self.values.extend_from_slice(v);
-                self.slot_of[at] = (self.values.len() / self.dim) as u32;
+                self.tail.extend_from_slice(v);
+                self.slot_of[at] = (self.sealed_slots + self.tail.len() / self.dim) as u32;
             }
             // a row is written once; a replay of the same row overwrites in place
-            slot => {
-                let start = (slot as usize - 1) * self.dim;
-                self.values[start..start + self.dim].copy_from_slice(v);
+            slot if slot > self.sealed_slots => {
+                let start = (slot - 1 - self.sealed_slots) * self.dim;
+                self.tail[start..start + self.dim].copy_from_slice(v);
             }
+            _ => {}
         }
         true
     }
 
     pub fn get(&self, row: u32) -> Option<&[f32]> {
-        let slot = *self.slot_of.get(row as usize)?;
-        let start = (slot as usize).checked_sub(1)? * self.dim;
-        self.values.get(start..start + self.dim)
+        let slot = (*self.slot_of.get(row as usize)? as usize).checked_sub(1)?;
+        if slot >= self.sealed_slots {
+            let start = (slot - self.sealed_slots) * self.dim;
+            return self.tail.get(start..start + self.dim);
+        }
+        // chunks are in slot order; find the one holding `slot`
+        let mut first = 0;
+        for chunk in &self.sealed {
+            if slot < first + chunk.count {
+                let start = (slot - first) * self.dim;
+                return chunk.values(self.dim).get(start..start + self.dim);
+            }
+            first += chunk.count;
+        }
+        None
     }
 
     /// Vectors stored.
     pub fn len(&self) -> usize {
-        self.values.len().checked_div(self.dim).unwrap_or(0)
+        self.sealed_slots + self.tail.len().checked_div(self.dim).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes of vectors held on the heap (written since the last checkpoint).
+    pub fn heap_bytes(&self) -> usize {
+        self.tail.len() * 4 + self.slot_of.len() * 4
+    }
+
+    /// The vectors written since the last checkpoint, as stored.
+    pub fn tail(&self) -> &[f32] {
+        &self.tail
+    }
+
+    /// Replaces the tail with its copy in a vector file.
+    pub fn seal_tail(&mut self, chunk: VectorChunk) {
+        debug_assert_eq!(chunk.count * self.dim, self.tail.len());
+        self.sealed_slots += chunk.count;
+        if chunk.count > 0 {
+            self.sealed.push(chunk);
+        }
+        self.tail = Vec::new();
+    }
+
+    pub fn chunks(&self) -> &[VectorChunk] {
+        &self.sealed
+    }
+
+    pub fn slots(&self) -> &[u32] {
+        &self.slot_of
+    }
+
+    /// A store loaded from a checkpoint: its slots and sealed chunks.
+    pub fn restored(dim: u32, slot_of: Vec<u32>, sealed: Vec<VectorChunk>) -> VectorStore {
+        let sealed_slots = sealed.iter().map(|c| c.count).sum();
+        VectorStore { dim: dim as usize, slot_of, sealed, sealed_slots, tail: Vec::new() }
     }
 }
 
@@ -163,6 +252,8 @@ pub struct State {
     /// Vector values in the log that are not finite f32s (written before
     /// writes checked it): those rows have no vector.
     pub invalid_vectors: u64,
+    /// Where every version's fields are.
+    pub records: RecordFiles,
     analyzer: TextAnalyzer,
 }
 
@@ -170,14 +261,8 @@ pub fn key_string(table: &str, tenant: &str, id: &str) -> String {
     format!("{table}\u{0}{tenant}\u{0}{id}")
 }
 
-impl Default for State {
-    fn default() -> Self {
-        State::new()
-    }
-}
-
 impl State {
-    pub fn new() -> State {
+    pub fn new(records: RecordFiles) -> State {
         State {
             rows: Vec::new(),
             keys: Vec::new(),
@@ -191,8 +276,19 @@ impl State {
             wal_end: 0,
             horizon: 0,
             invalid_vectors: 0,
+            records,
             analyzer: text::analyzer(),
         }
+    }
+
+    /// A version's fields; with `only`, just those.
+    pub fn fields(&self, row: u32, only: Option<&[String]>) -> Result<Map<String, Value>> {
+        self.records.read(self.rows[row as usize].loc, only)
+    }
+
+    /// One field of a version (None when it does not have it).
+    pub fn field(&self, row: u32, name: &str) -> Result<Option<Value>> {
+        self.records.read_field(self.rows[row as usize].loc, name)
     }
 
     pub fn key_of(&self, table: &str, tenant: &str, id: &str) -> Option<&KeyEntry> {
@@ -222,8 +318,9 @@ impl State {
         &self.keys[self.rows[row as usize].key as usize]
     }
 
-    /// Applies one durable commit.
-    pub fn apply(&mut self, commit: &Commit, wal_end: u64) {
+    /// Applies one durable commit. Fails only when the record file cannot
+    /// be written; the branch then stops taking writes.
+    pub fn apply(&mut self, commit: &Commit, wal_end: u64) -> Result<()> {
         if !commit.schemas.is_empty() {
             self.schema_epoch += 1;
             for schema in &commit.schemas {
@@ -259,15 +356,16 @@ impl State {
                 self.retire(prev, commit.epoch);
             }
             self.keys[key as usize].rows.push(row_id);
+            let loc = self.records.stage(&wal_row.fields);
             self.rows.push(Row {
                 key,
                 version_id: wal_row.version_id,
                 epoch: commit.epoch,
                 superseded_at: NOT_SUPERSEDED,
                 deleted: wal_row.deleted,
-                fields: Arc::new(wal_row.fields.clone()),
+                loc,
             });
-            self.admit_row(row_id);
+            self.admit_row(row_id, &wal_row.fields);
         }
         if let Some(receipt) = &commit.receipt {
             self.receipts.insert(receipt.key.clone(), receipt.clone());
@@ -275,10 +373,11 @@ impl State {
         self.latest_epoch = self.latest_epoch.max(commit.epoch);
         self.durable_epoch = self.latest_epoch;
         self.wal_end = wal_end;
+        self.records.flush()
     }
 
     /// Indexes a new row in the structures kept inside the commit.
-    fn admit_row(&mut self, row_id: u32) {
+    fn admit_row(&mut self, row_id: u32, fields: &Map<String, Value>) {
         let State { rows, keys, schemas, tables, analyzer, invalid_vectors, .. } = self;
         let row = &rows[row_id as usize];
         let key = &keys[row.key as usize];
@@ -289,7 +388,7 @@ impl State {
         }
         table.live.insert(row_id);
         let Some(schema) = schemas.get(&*key.table) else { return };
-        for (name, value) in row.fields.iter() {
+        for (name, value) in fields.iter() {
             let Some(column) = schema.columns.get(name) else { continue };
             if column.scalar {
                 if let Some(k) = ScalarKey::of(value) {
@@ -318,7 +417,7 @@ impl State {
     /// A version stops being the latest: it leaves the live set and the BM25
     /// statistics (which describe the latest epoch).
     fn retire(&mut self, row_id: u32, epoch: u64) {
-        let State { rows, keys, schemas, tables, analyzer, .. } = self;
+        let State { rows, keys, schemas, tables, analyzer, records, .. } = self;
         let row = &mut rows[row_id as usize];
         row.superseded_at = epoch;
         if row.deleted {
@@ -328,8 +427,16 @@ impl State {
         let Some(table) = tables.get_mut(&*key.table) else { return };
         table.live.remove(row_id);
         let Some(schema) = schemas.get(&*key.table) else { return };
-        for col in schema.text_columns() {
-            if let Some(s) = row.fields.get(col).and_then(Value::as_str) {
+        let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
+        if columns.is_empty() {
+            return;
+        }
+        // an unreadable old version leaves its terms in the statistics (a
+        // slightly high document frequency), which is better than failing
+        // the write that replaces it
+        let Ok(fields) = records.read(row.loc, Some(&columns)) else { return };
+        for col in &columns {
+            if let Some(s) = fields.get(col).and_then(Value::as_str) {
                 let toks = text::tokens(analyzer, s);
                 table.text_stats.apply(&key.tenant, col, &toks, -1);
             }

@@ -2,13 +2,33 @@
 //! own crate and uses a part of them).
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use braid_engine::{Engine, EngineConfig, RecordInput, RecordKey};
 use serde_json::Value;
 
 pub fn open(dir: &Path) -> Engine {
     Engine::open(EngineConfig::new(dir)).unwrap()
+}
+
+/// An engine that never checkpoints, so every write stays in the WAL for a
+/// test to inspect or damage.
+pub fn open_without_checkpoints(dir: &Path) -> Engine {
+    Engine::open(config_without_checkpoints(dir)).unwrap()
+}
+
+pub fn config_without_checkpoints(dir: &Path) -> EngineConfig {
+    let mut config = EngineConfig::new(dir);
+    config.branch.checkpoint_on_close = false;
+    config.branch.checkpoint_wal_bytes = u64::MAX;
+    config.branch.checkpoint_interval = std::time::Duration::from_secs(1 << 30);
+    config
+}
+
+/// The WAL segment being written in a branch directory (the newest).
+pub fn newest_wal(branch: &Path) -> PathBuf {
+    let gens = braid_engine::storage::checkpoint::wal_generations(branch).unwrap();
+    branch.join(braid_engine::storage::checkpoint::wal_name(*gens.last().expect("a WAL segment")))
 }
 
 /// A record of table `docs` in `tenant`.

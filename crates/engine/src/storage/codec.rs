@@ -1,0 +1,333 @@
+//! The binary encoding of a record's fields in the record files.
+//!
+//! A record is its fields in their written order; each field is its name and
+//! its value, and each value is prefixed with its length so a reader that
+//! wants some fields skips the others without decoding them.
+//!
+//! ```text
+//! record : count varint | field*
+//! field  : name_len varint | name | value_len varint | value
+//! value  : tag u8 | body
+//!   0 null | 1 false | 2 true
+//!   3 unsigned integer varint | 4 negative integer zigzag varint | 5 f64 le
+//!   6 string : len varint | utf-8
+//!   7 array  : count varint | value*          (without per-value lengths)
+//!   8 object : count varint | (name_len varint | name | value)*
+//!   9 f32 array : count varint | f32 le * count
+//!  10 f64 array : count varint | f64 le * count
+//! ```
+//!
+//! Arrays of floating-point numbers (vectors) are packed: as f32 when every
+//! element survives the round trip through f32 exactly, else as f64. Integer
+//! numbers stay integers, so a record reads back exactly as it was written.
+
+use serde_json::{Map, Number, Value};
+
+use crate::error::{Error, Result};
+
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+const UINT: u8 = 3;
+const NEG_INT: u8 = 4;
+const F64: u8 = 5;
+const STRING: u8 = 6;
+const ARRAY: u8 = 7;
+const OBJECT: u8 = 8;
+const F32_ARRAY: u8 = 9;
+const F64_ARRAY: u8 = 10;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Appends the encoding of `fields` to `out`.
+pub fn encode_fields(fields: &Map<String, Value>, out: &mut Vec<u8>) {
+    put_varint(out, fields.len() as u64);
+    let mut value = Vec::new();
+    for (name, v) in fields {
+        put_str(out, name);
+        value.clear();
+        encode_value(v, &mut value);
+        put_varint(out, value.len() as u64);
+        out.extend_from_slice(&value);
+    }
+}
+
+/// How an array of numbers packs, if it does.
+fn packing(items: &[Value]) -> Option<u8> {
+    if items.is_empty() {
+        return None;
+    }
+    let mut all_f32 = true;
+    for item in items {
+        let Value::Number(n) = item else { return None };
+        if !n.is_f64() {
+            return None;
+        }
+        let f = n.as_f64()?;
+        all_f32 &= (f as f32) as f64 == f;
+    }
+    Some(if all_f32 { F32_ARRAY } else { F64_ARRAY })
+}
+
+fn encode_value(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Null => out.push(NULL),
+        Value::Bool(false) => out.push(FALSE),
+        Value::Bool(true) => out.push(TRUE),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                out.push(UINT);
+                put_varint(out, u);
+            } else if let Some(i) = n.as_i64() {
+                out.push(NEG_INT);
+                put_varint(out, ((i << 1) ^ (i >> 63)) as u64);
+            } else {
+                out.push(F64);
+                out.extend_from_slice(&n.as_f64().unwrap_or(0.0).to_le_bytes());
+            }
+        }
+        Value::String(s) => {
+            out.push(STRING);
+            put_str(out, s);
+        }
+        Value::Array(items) => match packing(items) {
+            Some(tag) => {
+                out.push(tag);
+                put_varint(out, items.len() as u64);
+                for f in items.iter().filter_map(Value::as_f64) {
+                    if tag == F32_ARRAY {
+                        out.extend_from_slice(&(f as f32).to_le_bytes());
+                    } else {
+                        out.extend_from_slice(&f.to_le_bytes());
+                    }
+                }
+            }
+            None => {
+                out.push(ARRAY);
+                put_varint(out, items.len() as u64);
+                for item in items {
+                    encode_value(item, out);
+                }
+            }
+        },
+        Value::Object(map) => {
+            out.push(OBJECT);
+            put_varint(out, map.len() as u64);
+            for (name, item) in map {
+                put_str(out, name);
+                encode_value(item, out);
+            }
+        }
+    }
+}
+
+/// A cursor over encoded bytes; every read is bounds-checked, so damaged
+/// bytes give an error, never a panic.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+fn damaged(what: &str) -> Error {
+    Error::storage(format!("damaged record encoding: {what}"))
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len()).ok_or_else(|| damaged("truncated"))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn byte(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(damaged("varint too long"))
+    }
+
+    fn len(&mut self) -> Result<usize> {
+        let n = self.varint()?;
+        // a length can never exceed the bytes left; checking here keeps a
+        // damaged count from allocating
+        usize::try_from(n).ok().filter(|n| *n <= self.bytes.len() - self.at).ok_or_else(|| damaged("length"))
+    }
+
+    fn str(&mut self) -> Result<&'a str> {
+        let n = self.len()?;
+        std::str::from_utf8(self.take(n)?).map_err(|_| damaged("utf-8"))
+    }
+
+    fn value(&mut self, depth: u32) -> Result<Value> {
+        if depth > 512 {
+            return Err(damaged("nesting too deep"));
+        }
+        Ok(match self.byte()? {
+            NULL => Value::Null,
+            FALSE => Value::Bool(false),
+            TRUE => Value::Bool(true),
+            UINT => Value::from(self.varint()?),
+            NEG_INT => {
+                let z = self.varint()?;
+                Value::from(((z >> 1) as i64) ^ -((z & 1) as i64))
+            }
+            F64 => float(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"))),
+            STRING => Value::String(self.str()?.to_string()),
+            ARRAY => {
+                let n = self.len()?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.value(depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            OBJECT => {
+                let n = self.len()?;
+                let mut map = Map::with_capacity(n);
+                for _ in 0..n {
+                    let name = self.str()?.to_string();
+                    map.insert(name, self.value(depth + 1)?);
+                }
+                Value::Object(map)
+            }
+            F32_ARRAY => {
+                let n = self.len()?;
+                let raw = self.take(n.checked_mul(4).ok_or_else(|| damaged("length"))?)?;
+                Value::Array(
+                    raw.chunks_exact(4).map(|c| float(f32::from_le_bytes(c.try_into().unwrap()) as f64)).collect(),
+                )
+            }
+            F64_ARRAY => {
+                let n = self.len()?;
+                let raw = self.take(n.checked_mul(8).ok_or_else(|| damaged("length"))?)?;
+                Value::Array(raw.chunks_exact(8).map(|c| float(f64::from_le_bytes(c.try_into().unwrap()))).collect())
+            }
+            tag => return Err(damaged(&format!("unknown tag {tag}"))),
+        })
+    }
+}
+
+fn float(f: f64) -> Value {
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+/// Decodes a record's fields; with `only`, just the named ones (the others
+/// are skipped without decoding).
+pub fn decode_fields(bytes: &[u8], only: Option<&[String]>) -> Result<Map<String, Value>> {
+    let mut r = Reader { bytes, at: 0 };
+    let count = r.len()?;
+    let mut out = Map::with_capacity(only.map_or(count, |o| o.len().min(count)));
+    for _ in 0..count {
+        let name = r.str()?;
+        let len = r.len()?;
+        let wanted = only.is_none_or(|names| names.iter().any(|n| n == name));
+        let body = r.take(len)?;
+        if wanted {
+            let mut inner = Reader { bytes: body, at: 0 };
+            let value = inner.value(0)?;
+            if inner.at != body.len() {
+                return Err(damaged("trailing bytes in a value"));
+            }
+            out.insert(name.to_string(), value);
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes one field, or None when the record does not have it.
+pub fn decode_field(bytes: &[u8], name: &str) -> Result<Option<Value>> {
+    let mut r = Reader { bytes, at: 0 };
+    let count = r.len()?;
+    for _ in 0..count {
+        let this = r.str()?;
+        let len = r.len()?;
+        let body = r.take(len)?;
+        if this == name {
+            return Reader { bytes: body, at: 0 }.value(0).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip(v: Value) -> Value {
+        let mut out = Vec::new();
+        encode_fields(v.as_object().unwrap(), &mut out);
+        Value::Object(decode_fields(&out, None).unwrap())
+    }
+
+    #[test]
+    fn every_kind_of_value_reads_back_exactly() {
+        let v = json!({
+            "s": "héllo \u{0} <b>", "n": null, "t": true, "f": false,
+            "u": 18446744073709551615u64, "i": -9223372036854775808i64, "small": -3, "zero": 0,
+            "x": 0.1, "big": 1e300, "ints": [1, 2, 3], "mixed": [1, "a", null, [2.5]],
+            "v32": [0.5, -1.25, 3.0], "v64": [0.1, 0.2], "empty": [], "o": {"a": {"b": [true]}},
+        });
+        let back = round_trip(v.clone());
+        assert_eq!(back, v);
+        assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&v).unwrap());
+    }
+
+    #[test]
+    fn vectors_pack_as_f32_when_exact() {
+        let mut out = Vec::new();
+        let vector: Vec<Value> = (0..256).map(|i| Value::from(i as f32 as f64 / 256.0 + 0.5)).collect();
+        let mut map = Map::new();
+        map.insert("v".into(), Value::Array(vector));
+        encode_fields(&map, &mut out);
+        assert!(out.len() < 256 * 4 + 16, "{} bytes", out.len());
+    }
+
+    #[test]
+    fn only_the_named_fields_are_decoded() {
+        let v = json!({"a": 1, "b": "two", "c": [0.5]});
+        let mut out = Vec::new();
+        encode_fields(v.as_object().unwrap(), &mut out);
+        let some = decode_fields(&out, Some(&["c".to_string(), "zz".to_string()])).unwrap();
+        assert_eq!(Value::Object(some), json!({"c": [0.5]}));
+        assert_eq!(decode_field(&out, "b").unwrap(), Some(json!("two")));
+        assert_eq!(decode_field(&out, "d").unwrap(), None);
+    }
+
+    #[test]
+    fn damaged_bytes_are_an_error_not_a_panic() {
+        let v = json!({"a": [1, {"b": "x"}], "c": [0.5, 0.25]});
+        let mut out = Vec::new();
+        encode_fields(v.as_object().unwrap(), &mut out);
+        for cut in 0..out.len() {
+            let _ = decode_fields(&out[..cut], None);
+        }
+        for i in 0..out.len() {
+            let mut bad = out.clone();
+            bad[i] ^= 0xff;
+            let _ = decode_fields(&bad, None);
+        }
+        assert!(decode_fields(&[0xff; 12], None).is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! The record files of a branch: every version's fields, on disk.
+//!
+//! Records are appended to `records-<gen>.dat`, one file per checkpoint
+//! generation. Memory keeps only where each version is ([`RecordLoc`]); the
+//! fields are read and decoded for the rows a query returns. A file is
+//! written between two checkpoints and never again after the checkpoint that
+//! seals it (fsyncs it and names it in its image), so sealed files are
+//! immutable segments. The WAL stays the ack path: the open file is not
+//! fsynced per write, and a start rebuilds it from the log tail.
+//!
+//! ```text
+//! file   : b"BRAIDREC" | format version u8 = 1 | 7 zero bytes | entry*
+//! entry  : crc u32 (CRC-32 of the record) | record (storage/codec.rs)
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::storage::{codec, faults, wal};
+
+const MAGIC: &[u8; 8] = b"BRAIDREC";
+const FORMAT_VERSION: u8 = 1;
+const HEADER_LEN: u64 = 16;
+
+/// Where one version's fields are: file generation, byte offset, length
+/// (checksum included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RecordLoc {
+    pub gen: u32,
+    pub offset: u64,
+    pub len: u32,
+}
+
+pub fn file_name(gen: u32) -> String {
+    format!("records-{gen:08}.dat")
+}
+
+/// Parses `records-<gen>.dat`.
+pub fn gen_of(name: &str) -> Option<u32> {
+    name.strip_prefix("records-")?.strip_suffix(".dat")?.parse().ok()
+}
+
+pub struct RecordFiles {
+    dir: PathBuf,
+    /// Every file rows point into, sealed ones and the open one.
+    files: BTreeMap<u32, Arc<File>>,
+    open_gen: u32,
+    open_len: u64,
+    /// Encoded entries not yet written to the open file.
+    buffer: Vec<u8>,
+}
+
+impl RecordFiles {
+    /// Opens the sealed files `sealed` and starts generation `open_gen`
+    /// empty (whatever a crashed run left in it is rebuilt from the log).
+    pub fn open(dir: &Path, sealed: &[u32], open_gen: u32) -> Result<RecordFiles> {
+        let mut files = BTreeMap::new();
+        for gen in sealed {
+            let path = dir.join(file_name(*gen));
+            let file = File::open(&path)
+                .map_err(|e| Error::storage(format!("record file {} is missing: {e}", path.display())))?;
+            files.insert(*gen, Arc::new(file));
+        }
+        let mut out = RecordFiles { dir: dir.to_path_buf(), files, open_gen, open_len: 0, buffer: Vec::new() };
+        out.start(open_gen)?;
+        Ok(out)
+    }
+
+    fn start(&mut self, gen: u32) -> Result<()> {
+        let path = self.dir.join(file_name(gen));
+        let mut file = wal::create_private(&path, true)?;
+        let mut header = [0u8; HEADER_LEN as usize];
+        header[..8].copy_from_slice(MAGIC);
+        header[8] = FORMAT_VERSION;
+        file.write_all(&header)?;
+        wal::sync_dir(&path)?;
+        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+        self.files.insert(gen, Arc::new(file));
+        self.open_gen = gen;
+        self.open_len = HEADER_LEN;
+        Ok(())
+    }
+
+    /// Encodes a version's fields into the write buffer and returns where it
+    /// will be once [`RecordFiles::flush`] has run.
+    pub fn stage(&mut self, fields: &Map<String, Value>) -> RecordLoc {
+        let start = self.buffer.len();
+        self.buffer.extend_from_slice(&[0; 4]);
+        codec::encode_fields(fields, &mut self.buffer);
+        let crc = crc32fast::hash(&self.buffer[start + 4..]);
+        self.buffer[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+        let len = (self.buffer.len() - start) as u32;
+        let loc = RecordLoc { gen: self.open_gen, offset: self.open_len, len };
+        self.open_len += len as u64;
+        loc
+    }
+
+    /// Writes the staged entries to the open file (page cache; durability
+    /// comes from the WAL until a checkpoint fsyncs the file).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        faults::check("records::write")?;
+        let file = &self.files[&self.open_gen];
+        (&**file).write_all(&self.buffer)?;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Reads a version's entry bytes (checksum verified).
+    fn entry(&self, loc: RecordLoc) -> Result<Vec<u8>> {
+        let written = self.open_len - self.buffer.len() as u64;
+        if loc.gen == self.open_gen && loc.offset >= written {
+            // staged by this commit, not yet flushed
+            let at = (loc.offset - written) as usize;
+            let bytes = self
+                .buffer
+                .get(at..at + loc.len as usize)
+                .ok_or_else(|| Error::storage("record location past the staged bytes"))?;
+            return Ok(bytes[4..].to_vec());
+        }
+        let file = self
+            .files
+            .get(&loc.gen)
+            .ok_or_else(|| Error::storage(format!("record file generation {} is not open", loc.gen)))?;
+        let mut bytes = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut bytes, loc.offset)?;
+        let (crc, body) = bytes.split_at(4.min(bytes.len()));
+        if crc.len() < 4 || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32fast::hash(body) {
+            return Err(Error::storage(format!(
+                "record at {} offset {} fails its checksum",
+                file_name(loc.gen),
+                loc.offset
+            )));
+        }
+        bytes.drain(..4);
+        Ok(bytes)
+    }
+
+    /// A version's fields; with `only`, just those.
+    pub fn read(&self, loc: RecordLoc, only: Option<&[String]>) -> Result<Map<String, Value>> {
+        codec::decode_fields(&self.entry(loc)?, only)
+    }
+
+    /// One field of a version.
+    pub fn read_field(&self, loc: RecordLoc, name: &str) -> Result<Option<Value>> {
+        codec::decode_field(&self.entry(loc)?, name)
+    }
+
+    /// The file being written, for a checkpoint to fsync.
+    pub fn open_file(&self) -> Arc<File> {
+        self.files[&self.open_gen].clone()
+    }
+
+    /// Starts generation `next` once a checkpoint has sealed the open file
+    /// (fsynced it and named it in its image).
+    pub fn start_next(&mut self, next: u32) -> Result<()> {
+        self.flush()?;
+        self.start(next)
+    }
+
+    pub fn open_gen(&self) -> u32 {
+        self.open_gen
+    }
+
+    /// Bytes in every record file.
+    pub fn bytes(&self) -> u64 {
+        self.files.values().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum()
+    }
+
+    pub fn sealed(&self) -> Vec<u32> {
+        self.files.keys().copied().filter(|g| *g != self.open_gen).collect()
+    }
+
+    /// Paths of the sealed files, for snapshots.
+    pub fn sealed_paths(&self) -> Vec<PathBuf> {
+        self.sealed().into_iter().map(|g| self.dir.join(file_name(g))).collect()
+    }
+}

@@ -1,0 +1,277 @@
+//! Checkpoints and the record files (issue 11): a start loads the last
+//! checkpoint and replays only the WAL after it; segments a checkpoint covers
+//! are deleted; a checkpoint that fails at any step loses nothing and leaves
+//! the branch writing; a newer on-disk format is refused; a data directory
+//! from before checkpoints is migrated.
+
+use std::path::{Path, PathBuf};
+
+use braid_engine::query::HybridQuery;
+use braid_engine::storage::checkpoint;
+use braid_engine::storage::faults;
+use braid_engine::{Code, Engine, EngineConfig, RecordInput};
+use fail::FailScenario;
+use serde_json::{json, Value};
+
+mod common;
+use common::{config_without_checkpoints, key, open_without_checkpoints, rec};
+
+fn main_dir(data: &Path) -> PathBuf {
+    data.join("db").join("default").join("main")
+}
+
+fn files(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    out.sort();
+    out
+}
+
+/// A record with text, a scalar, edges, a vector and a nested value.
+fn doc(i: usize, version: usize) -> RecordInput {
+    let v: Vec<f64> = (0..8).map(|d| ((i * 7 + d * 3 + version) % 11) as f64 / 10.0 + 0.05).collect();
+    rec(
+        &format!("r{i}"),
+        json!({
+            "body": format!("record {i} version {version} word{} common", i % 5),
+            "kind": format!("k{}", i % 3),
+            "n": i,
+            "links": [format!("r{}", (i + 1) % 50)],
+            "emb": v,
+            "meta": {"v": version, "tags": ["a", null, 1.5]},
+        }),
+    )
+}
+
+fn get(engine: &Engine, id: &str, epoch: Option<u64>) -> Option<Value> {
+    engine.get(None, None, &key(id), epoch).unwrap().map(|r| Value::Object(r.fields))
+}
+
+fn query(engine: &Engine, q: Value) -> Vec<(String, u32)> {
+    let q: HybridQuery = serde_json::from_value(q).unwrap();
+    let res = engine.query(None, None, &q).unwrap();
+    serde_json::to_value(&res).unwrap()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["record_id"].as_str().unwrap().to_string(), r["version_id"].as_u64().unwrap() as u32))
+        .collect()
+}
+
+fn queries() -> Vec<Value> {
+    let v: Vec<f64> = (0..8).map(|d| d as f64 / 8.0 + 0.1).collect();
+    vec![
+        json!({"table": "docs", "tenant_id": "acme", "text": "word3 common", "top_k": 10}),
+        json!({"table": "docs", "tenant_id": "acme", "vector": v, "top_k": 10}),
+        json!({"table": "docs", "tenant_id": "acme", "text": "record", "vector": v, "scalar_eq": {"kind": "k1"}, "top_k": 10}),
+        json!({"table": "docs", "tenant_id": "acme", "text": "version", "graph_seed": "r3", "graph_depth": 2, "top_k": 10}),
+    ]
+}
+
+/// Everything a reader can see of the branch: every record at every epoch
+/// of interest and the answers to a few queries.
+fn observe(engine: &Engine, epochs: &[u64]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in epochs {
+        for i in 0..50 {
+            out.push(json!([e, i, get(engine, &format!("r{i}"), Some(*e))]));
+        }
+    }
+    assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
+    for q in queries() {
+        let found = query(engine, q.clone());
+        assert!(!found.is_empty(), "{q}");
+        out.push(json!(found));
+    }
+    out
+}
+
+#[test]
+fn a_restart_loads_the_checkpoint_and_replays_only_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    let first = engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    let first_epoch = match first {
+        braid_engine::storage::WriteResult::Committed(o) => o.epoch,
+        _ => unreachable!(),
+    };
+    engine.put(None, None, (0..50).step_by(2).map(|i| doc(i, 1)).collect(), None).unwrap();
+    engine.delete(None, None, key("r7"), None).unwrap();
+    let info = engine.checkpoint(None, None).unwrap();
+    assert_eq!(info.gen, 1);
+    // the tail: after the checkpoint, never checkpointed (the engine drops
+    // without the close checkpoint)
+    engine.put(None, None, (0..50).step_by(5).map(|i| doc(i, 2)).collect(), None).unwrap();
+    engine.delete(None, None, key("r9"), None).unwrap();
+    let latest = engine.metrics(None, None).unwrap().latest_epoch;
+    let epochs = [first_epoch, info.epoch, latest];
+    let before = observe(&engine, &epochs);
+    drop(engine);
+
+    let branch = main_dir(dir.path());
+    assert_eq!(files(&branch, "wal-"), vec!["wal-00000001.log"], "the covered segment is deleted");
+    assert_eq!(files(&branch, "checkpoint-"), vec!["checkpoint-00000001.ckpt"]);
+    let engine = open_without_checkpoints(dir.path());
+    assert_eq!(engine.metrics(None, None).unwrap().latest_epoch, latest);
+    assert_eq!(observe(&engine, &epochs), before);
+    // and it goes on writing and checkpointing
+    engine.put(None, None, vec![doc(3, 9)], None).unwrap();
+    assert_eq!(engine.checkpoint(None, None).unwrap().gen, 2);
+    assert_eq!(get(&engine, "r3", None).unwrap()["meta"]["v"], 9);
+    drop(engine);
+    assert_eq!(files(&branch, "wal-"), vec!["wal-00000002.log"]);
+}
+
+#[test]
+fn checkpoints_by_wal_size_keep_the_log_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config_without_checkpoints(dir.path());
+    config.branch.checkpoint_wal_bytes = 16 * 1024;
+    let engine = Engine::open(config.clone()).unwrap();
+    for round in 0..40 {
+        engine.put(None, None, (0..10).map(|i| doc(i + round, round)).collect(), None).unwrap();
+    }
+    let branch = main_dir(dir.path());
+    let wal_bytes: u64 = files(&branch, "wal-").iter().map(|f| std::fs::metadata(branch.join(f)).unwrap().len()).sum();
+    assert!(wal_bytes < 64 * 1024, "{wal_bytes} bytes of WAL after checkpoints");
+    assert!(checkpoint::latest(&branch).unwrap().unwrap() >= 3, "checkpoints were taken by size");
+    let latest = engine.metrics(None, None).unwrap().latest_epoch;
+    let before = observe(&engine, &[1, 10, latest]);
+    drop(engine);
+    let engine = Engine::open(config).unwrap();
+    assert_eq!(observe(&engine, &[1, 10, latest]), before);
+}
+
+#[test]
+fn a_checkpoint_failing_at_any_step_loses_nothing_and_writes_go_on() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    let mut n = 0;
+    for point in ["checkpoint::records", "checkpoint::vectors", "checkpoint::write", "checkpoint::rename"] {
+        engine.put(None, None, (n..n + 5).map(|i| doc(i, 0)).collect(), None).unwrap();
+        n += 5;
+        faults::configure(point, "return(enospc)").unwrap();
+        let err = engine.checkpoint(None, None).unwrap_err();
+        faults::clear();
+        assert_eq!(err.code, Code::StorageFailure, "{point}");
+        // the branch still takes writes and reads them
+        engine.put(None, None, vec![doc(n, 1)], None).unwrap();
+        n += 1;
+        assert!(get(&engine, &format!("r{}", n - 1), None).is_some(), "{point}");
+    }
+    let latest = engine.metrics(None, None).unwrap().latest_epoch;
+    let before = observe(&engine, &[latest]);
+    drop(engine);
+    let branch = main_dir(dir.path());
+    assert!(checkpoint::latest(&branch).unwrap().is_none(), "no failed checkpoint was installed");
+    assert!(files(&branch, ".checkpoint-").len() <= 1);
+    let engine = open_without_checkpoints(dir.path());
+    assert_eq!(observe(&engine, &[latest]), before);
+    assert!(files(&branch, ".checkpoint-").is_empty(), "the start removes a half-written image");
+    // a checkpoint now works and a restart from it sees the same
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    assert_eq!(observe(&open_without_checkpoints(dir.path()), &[latest]), before);
+    scenario.teardown();
+}
+
+/// A crash after the image is installed but before the covered segments are
+/// deleted (simulated by putting an old segment back): the start ignores
+/// and removes them.
+#[test]
+fn segments_left_behind_by_a_crash_are_removed_not_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
+    let branch = main_dir(dir.path());
+    let old = std::fs::read(branch.join("wal-00000000.log")).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    engine.put(None, None, vec![doc(1, 5)], None).unwrap();
+    let latest = engine.metrics(None, None).unwrap().latest_epoch;
+    let before = observe(&engine, &[1, latest]);
+    drop(engine);
+    std::fs::write(branch.join("wal-00000000.log"), old).unwrap();
+    std::fs::write(branch.join("records-00000007.dat"), b"left by a crash").unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    assert_eq!(observe(&engine, &[1, latest]), before);
+    assert_eq!(files(&branch, "wal-"), vec!["wal-00000001.log"]);
+    assert!(!branch.join("records-00000007.dat").exists());
+}
+
+#[test]
+fn a_newer_format_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, vec![doc(1, 0)], None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    let image = main_dir(dir.path()).join("checkpoint-00000001.ckpt");
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&image, &bytes).unwrap();
+    let err = Engine::open(EngineConfig::new(dir.path())).err().expect("must refuse");
+    assert_eq!(err.code, Code::FormatUnsupported);
+    assert!(err.message.contains("format 99") && err.message.contains("newer"), "{}", err.message);
+    // a damaged image is corruption, not an empty branch
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&image, &bytes).unwrap();
+    let err = Engine::open(EngineConfig::new(dir.path())).err().expect("must refuse");
+    assert_eq!(err.code, Code::WalCorrupt, "{}", err.message);
+}
+
+#[test]
+fn a_data_directory_from_before_checkpoints_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..30).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.put(None, None, vec![doc(4, 1)], None).unwrap();
+    let before = observe(&engine, &[1, 2]);
+    drop(engine);
+    // the old layout: one log named wal.log, no record files, no images
+    let branch = main_dir(dir.path());
+    std::fs::rename(branch.join("wal-00000000.log"), branch.join("wal.log")).unwrap();
+    for f in files(&branch, "records-") {
+        std::fs::remove_file(branch.join(f)).unwrap();
+    }
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(observe(&engine, &[1, 2]), before);
+    drop(engine);
+    assert!(!branch.join("wal.log").exists());
+    assert!(checkpoint::latest(&branch).unwrap().is_some(), "the close checkpointed the migrated log");
+    assert_eq!(observe(&Engine::open(EngineConfig::new(dir.path())).unwrap(), &[1, 2]), before);
+}
+
+#[test]
+fn snapshots_restore_from_checkpoint_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    let meta = engine.snapshot(None, None, "s1").unwrap();
+    assert!(meta.bytes > 0);
+    let at_snapshot = observe(&engine, &[meta.epoch]);
+    // writes after the snapshot are not in it
+    engine.put(None, None, (0..50).map(|i| doc(i, 1)).collect(), None).unwrap();
+    engine.restore("s1", "b1").unwrap();
+    let b1: Vec<Value> = (0..50)
+        .map(|i| {
+            let r = engine.get(None, Some("b1"), &key(&format!("r{i}")), None).unwrap();
+            json!(r.map(|r| Value::Object(r.fields)))
+        })
+        .collect();
+    let main_at: Vec<Value> = at_snapshot[..50].iter().map(|v| v[2].clone()).collect();
+    assert_eq!(b1, main_at);
+    // the restored branch writes on its own and survives a restart
+    engine.put(None, Some("b1"), vec![doc(1, 7)], None).unwrap();
+    drop(engine);
+    let engine = open_without_checkpoints(dir.path());
+    let r1 = engine.get(None, Some("b1"), &key("r1"), None).unwrap().unwrap();
+    assert_eq!(r1.fields["meta"]["v"], 7);
+    let main_r1 = get(&engine, "r1", None).unwrap();
+    assert_eq!(main_r1["meta"]["v"], 1);
+}
