@@ -19,7 +19,7 @@ export function buildAll({ force = false } = {}) {
     // typecheck` (and CI) on their own, so a build for tests goes on.
     const res = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
     if (res.status !== 0) console.error('warning: tsc reported errors (run `npm run typecheck`)');
-    buildConsole(tsc);
+    if (!buildConsole()) console.error('warning: tsc reported errors in src/console (run `npm run typecheck`)');
   }
 }
 
@@ -28,16 +28,17 @@ export function buildAll({ force = false } = {}) {
  * ES modules, with its HTML and CSS copied beside them. No bundler: the page
  * loads the modules as they are.
  */
-function buildConsole(tsc) {
+export function buildConsole() {
   const src = path.join(root, 'src', 'console');
-  if (!existsSync(src)) return;
+  const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+  if (!existsSync(src) || !existsSync(tsc)) return true;
   const out = path.join(root, 'dist', 'console');
   const res = spawnSync(process.execPath, [tsc, '-p', path.join(src, 'tsconfig.json')], { cwd: root, stdio: 'inherit' });
-  if (res.status !== 0) console.error('warning: tsc reported errors in src/console (run `npm run typecheck`)');
   mkdirSync(out, { recursive: true });
   for (const name of readdirSync(src)) {
     if (/\.(html|css|svg)$/.test(name)) copyFileSync(path.join(src, name), path.join(out, name));
   }
+  return res.status === 0;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

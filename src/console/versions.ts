@@ -6,6 +6,12 @@
  * it changes are found by bisection, every open interval at once: each round
  * is one request, and a record with v versions over E epochs takes about
  * log2(E) rounds of at most v probes. Pure: the probe is passed in.
+ *
+ * Bisection only enters an interval whose ends differ. A record that was
+ * absent at both ends (created and deleted again in between) is found only
+ * when a read lands inside its life, so the first round also reads evenly
+ * spaced epochs: a deleted record that lived for at least 1/64 of the
+ * branch's epochs is found.
  */
 
 /** What a read at one epoch saw. */
@@ -40,10 +46,11 @@ const keyOf = (s: Seen): string => (s.kind === 'version' ? `v${s.version_id}` : 
 export async function findHistory(
   latestEpoch: number,
   probe: Probe,
-  limits: { perRound?: number; rounds?: number } = {},
+  limits: { perRound?: number; rounds?: number; samples?: number } = {},
 ): Promise<History> {
   const perRound = limits.perRound ?? 200;
   const rounds = limits.rounds ?? 64;
+  const samples = limits.samples ?? 64;
   const first = Math.min(1, latestEpoch);
   const seen = new Map<number, Seen>();
   let probes = 0;
@@ -51,7 +58,9 @@ export async function findHistory(
     probes += epochs.length;
     for (const [e, s] of await probe(epochs)) seen.set(e, s);
   };
-  await read([...new Set([first, latestEpoch])]);
+  const initial = new Set([first, latestEpoch]);
+  for (let i = 1; i < samples - 1; i++) initial.add(first + Math.round(((latestEpoch - first) * i) / (samples - 1)));
+  await read([...initial]);
 
   let complete = false;
   for (let round = 0; round < rounds; round++) {
