@@ -17,7 +17,7 @@ import fp from './idempotency/plugin.js';
 import { queryRoutes } from './routes/query.js';
 import { graphqlRoutes } from './routes/graphql.js';
 import { adminRoutes } from './routes/admin.js';
-import { consoleRoutes, isConsolePath } from './routes/console.js';
+import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import sjson from 'secure-json-parse';
 import { QlSyntaxError, formatQlError } from './ql/index.js';
@@ -168,13 +168,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       throw new BraidError('shutting_down', 'the engine is shutting down; retry against another engine or after the restart');
     }
     request.principal = principalOf(request);
-    const pathname = request.url.split('?', 1)[0]!;
     // the console's files hold no data; the page sends its token with each API call
-    if (!tokens || isConsolePath(pathname)) return;
+    if (!tokens || isConsoleRequest(request)) return;
     const auth = tokens.check(request.headers.authorization);
     request.scope = auth.scope;
     // the gateway (an admin token) names the client it serves; others are who their token says
     request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);
+    const pathname = request.url.split('?', 1)[0]!;
     // a GraphQL document is checked by the route once it is parsed
     if (!(request.method === 'POST' && pathname === '/v1/graphql')) {
       requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);

@@ -6,6 +6,7 @@
 // when no chromium executable can be found (scripts/ready installs one).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import path from 'node:path';
 import type { Static } from 'typebox';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -175,6 +176,19 @@ describe('console: metrics and versions helpers', () => {
   });
 });
 
+/** The status of a GET of `rawPath` sent as is (fetch would resolve its dot segments first). */
+function rawStatus(base: string, rawPath: string, headers: Record<string, string> = {}): Promise<number> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ hostname, port, path: rawPath, headers }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 describe('console files over HTTP', () => {
   let open: TestServer;
   let locked: TestServer;
@@ -229,6 +243,10 @@ describe('console files over HTTP', () => {
     expect((await fetch(`${locked.url}/console/main.js`)).status).toBe(200);
     expect((await locked.get('/v1/branches')).status).toBe(401);
     expect((await locked.get('/v1/branches', { authorization: 'Bearer engine-secret' })).status).toBe(200);
+    // only the console's routes go without a token, not every path that starts like them
+    for (const raw of ['/console/../v1/branches', '/console/%2e%2e/v1/branches', '/console/a/b', '/consolex']) {
+      expect(await rawStatus(locked.url, raw), raw).toBe(401);
+    }
   });
 
   it('is served by the gateway itself, without a token and outside the rate limit', async () => {
@@ -240,6 +258,10 @@ describe('console files over HTTP', () => {
     expect((await fetch(`${gatewayUrl}/console/main.js`)).status).toBe(200);
     const api = await fetch(`${gatewayUrl}/v1/branches`);
     expect(api.status).toBe(401);
+    // a path that only looks like the console's is proxied, so it needs a token like any other
+    for (const raw of ['/console/../v1/branches', '/console/a/b', '/console/../metrics']) {
+      expect(await rawStatus(gatewayUrl, raw), raw).toBe(401);
+    }
     const ok = await fetch(`${gatewayUrl}/v1/branches`, { headers: { authorization: `Bearer ${TOKEN}` } });
     expect(ok.status).toBe(200);
     // the gateway's metrics name the console's requests with one bounded label

@@ -20,7 +20,7 @@ import { Upstream, upstreamFailure } from './upstream.js';
 import client from 'prom-client';
 import { HTTP_BUCKETS, createRegistry, instrumentHttp } from '../prometheus.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
-import { CONSOLE_PATH, consoleRoutes, isConsolePath } from '../routes/console.js';
+import { CONSOLE_PATH, consoleRoutes, isConsoleRequest } from '../routes/console.js';
 
 /** Paths Braid serves (the route label of the gateway's metrics; any other path is "other"). */
 const KNOWN_PATHS = new Set([
@@ -181,8 +181,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   // so the route label is the path when it is one Braid has, else "other".
   const registry = createRegistry('braid_gateway_');
   instrumentHttp(app, registry, 'braid_gateway_', (request) => {
+    if (isConsoleRequest(request)) return CONSOLE_PATH;
     const pathname = request.url.split('?', 1)[0]!;
-    if (isConsolePath(pathname)) return CONSOLE_PATH;
     return KNOWN_PATHS.has(pathname) ? pathname : 'other';
   });
   const upstreamDuration = new client.Histogram({
@@ -241,10 +241,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const failures = new Map<string, { count: number; until: number }>();
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
-    const pathname = request.url.split('?', 1)[0]!;
     // the console's files hold no data and a browser cannot send a token to load a page;
     // the page sends its token with each API call, which is checked here like any other
-    if (isConsolePath(pathname)) return;
+    if (isConsoleRequest(request)) return;
     const now = Date.now();
     const failed = failures.get(request.ip);
     if (failed && failed.until <= now) failures.delete(request.ip);
@@ -267,6 +266,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     }
     tokenOf.set(request, auth);
     // GraphQL documents are scoped by what they run, once the body is read (proxy)
+    const pathname = request.url.split('?', 1)[0]!;
     if (!(request.method === 'POST' && pathname === GRAPHQL_PATH)) {
       requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
     }

@@ -11,7 +11,7 @@
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError } from '../errors.js';
 
 export const CONSOLE_PATH = '/console';
@@ -50,9 +50,17 @@ export const CONSOLE_CSP = [
   "frame-ancestors 'none'",
 ].join('; ');
 
-/** True for the paths this plugin serves (they need no token). */
-export function isConsolePath(pathname: string): boolean {
-  return pathname === CONSOLE_PATH || pathname.startsWith(`${CONSOLE_PATH}/`);
+const ROUTES = new Set([CONSOLE_PATH, `${CONSOLE_PATH}/`, `${CONSOLE_PATH}/:file`]);
+
+/**
+ * True when the request was routed to one of this plugin's routes: those need
+ * no token. Decided by the matched route, not by a path prefix, so a path like
+ * `/console/../v1/branches` or `/console/a/b` (no console route) still needs a
+ * token, on the engine and on the gateway, which would proxy it.
+ */
+export function isConsoleRequest(request: FastifyRequest): boolean {
+  const url = request.routeOptions.url;
+  return url !== undefined && ROUTES.has(url);
 }
 
 interface Asset {
