@@ -15,6 +15,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildNative, nativeOutDir } from './build-native.mjs';
+import { buildConsole } from './build.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -38,11 +39,12 @@ export function packageAll({ release = false, build = true, out = path.join(root
   mkdirSync(out, { recursive: true });
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
 
-  // 1. the addon, and dist/ (tsc)
+  // 1. the addon, and dist/ (tsc), the web console included
   if (build) {
     buildNative({ release });
     const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
     run(process.execPath, [tsc, '-p', 'tsconfig.build.json'], root);
+    if (!buildConsole()) throw new Error('tsc failed on src/console');
   }
 
   // 2. the platform packages: napi creates npm/<triple>/package.json from

@@ -17,6 +17,7 @@ import fp from './idempotency/plugin.js';
 import { queryRoutes } from './routes/query.js';
 import { graphqlRoutes } from './routes/graphql.js';
 import { adminRoutes } from './routes/admin.js';
+import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import sjson from 'secure-json-parse';
 import { QlSyntaxError, formatQlError } from './ql/index.js';
@@ -167,7 +168,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       throw new BraidError('shutting_down', 'the engine is shutting down; retry against another engine or after the restart');
     }
     request.principal = principalOf(request);
-    if (!tokens) return;
+    // the console's files hold no data; the page sends its token with each API call
+    if (!tokens || isConsoleRequest(request)) return;
     const auth = tokens.check(request.headers.authorization);
     request.scope = auth.scope;
     // the gateway (an admin token) names the client it serves; others are who their token says
@@ -249,5 +251,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(queryRoutes);
   await app.register(graphqlRoutes);
   await app.register(adminRoutes);
+  await app.register(consoleRoutes);
   return app;
 }

@@ -67,6 +67,7 @@ describe('npm pack output', () => {
     expect(main).toContain('package/dist/index.d.ts');
     expect(main).toContain('package/bin/braid.js');
     expect(main).toContain('package/native/index.cjs');
+    for (const file of ['index.html', 'main.js', 'console.css']) expect(main).toContain(`package/dist/console/${file}`);
     expect(main.filter((f) => f.endsWith('.node') || f.startsWith('package/src/') || f.startsWith('package/crates/'))).toEqual([]);
 
     expect(Object.keys(tarballs.platforms)).toEqual(['linux-x64-gnu']);
@@ -103,6 +104,11 @@ describe('installed from the tarballs without a Rust toolchain', () => {
     });
     expect(query.status).toBe(200);
     expect((query.body as { results: { record_id: string }[] }).results.map((h) => h.record_id)).toEqual(['n1']);
+    // the web console comes with the package
+    const page = await fetch(`${server.url}/console/`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('<script type="module" src="main.js">');
+    expect((await fetch(`${server.url}/console/main.js`)).status).toBe(200);
 
     // npx and the server it started share the process group
     process.kill(-server.child.pid!, 'SIGTERM');

@@ -20,6 +20,7 @@ import { Upstream, upstreamFailure } from './upstream.js';
 import client from 'prom-client';
 import { HTTP_BUCKETS, createRegistry, instrumentHttp } from '../prometheus.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
+import { CONSOLE_PATH, consoleRoutes, isConsoleRequest } from '../routes/console.js';
 
 /** Paths Braid serves (the route label of the gateway's metrics; any other path is "other"). */
 const KNOWN_PATHS = new Set([
@@ -180,6 +181,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   // so the route label is the path when it is one Braid has, else "other".
   const registry = createRegistry('braid_gateway_');
   instrumentHttp(app, registry, 'braid_gateway_', (request) => {
+    if (isConsoleRequest(request)) return CONSOLE_PATH;
     const pathname = request.url.split('?', 1)[0]!;
     return KNOWN_PATHS.has(pathname) ? pathname : 'other';
   });
@@ -239,6 +241,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const failures = new Map<string, { count: number; until: number }>();
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
+    // the console's files hold no data and a browser cannot send a token to load a page;
+    // the page sends its token with each API call, which is checked here like any other
+    if (isConsoleRequest(request)) return;
     const now = Date.now();
     const failed = failures.get(request.ip);
     if (failed && failed.until <= now) failures.delete(request.ip);
@@ -524,6 +529,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   };
 
   app.get('/metrics', async (_request, reply) => reply.type(registry.contentType).send(await registry.metrics()));
+  // the same console as the engine's, served here (not proxied): it needs no engine, and with a
+  // catalog of several engines there is no one engine to ask for it
+  await app.register(consoleRoutes, { routeConfig: { rateLimit: false } });
   app.all('/*', proxy);
   app.setNotFoundHandler(limiterOn ? { preHandler: app.rateLimit() } : {}, proxy);
 
