@@ -4,7 +4,9 @@
  */
 import { REQUEST_ID_HEADER, requestId } from './request-id.js';
 import { HEADER_CONSTRAINTS, documentedBody } from './openapi-constraints.js';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import { BRANCH_HEADER, DATABASE_HEADER, checkBranchHeaders } from './names.js';
+import { engineDocument } from './openapi.js';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Braid, type BranchRef } from './engine.js';
 import { BraidError, isErrorCode } from './errors.js';
@@ -60,9 +62,6 @@ function principalOf(request: FastifyRequest): string | undefined {
 }
 
 export type App = FastifyInstance & { withTypeProvider: () => FastifyInstance };
-
-const BRANCH_HEADER = 'x-braid-branch';
-const DATABASE_HEADER = 'x-braid-database';
 
 /** The branch a request addresses through headers (body fields win on put). */
 export function branchOf(request: FastifyRequest): BranchRef {
@@ -154,6 +153,22 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // without tokens (development) the engine accepts any request, as the spec allows
   const tokens = config.authTokens.length > 0 ? new TokenSet(config.authTokens) : undefined;
   app.decorate('braid', state);
+  // the methods of each path (before any route is added), for the 405 of a known path asked with another method
+  const methodsOf = new Map<string, Set<string>>();
+  app.addHook('onRoute', (route) => {
+    const methods = methodsOf.get(route.url) ?? new Set<string>();
+    for (const method of [route.method].flat()) methods.add(method);
+    methodsOf.set(route.url, methods);
+  });
+  /** The error of a request no route takes: 405 with `Allow` for a path served with other methods, else 404. */
+  const unrouted = (request: FastifyRequest, reply: FastifyReply): BraidError => {
+    const pathname = request.url.split('?', 1)[0]!;
+    const methods = methodsOf.get(pathname);
+    if (!methods) return new BraidError('route_not_found', `no route ${request.method} ${pathname}`);
+    const allowed = [...methods].sort();
+    reply.header('allow', allowed.join(', '));
+    return new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${allowed.join(' or ')}`);
+  };
   // first, so its timings and counts cover every request, refused ones included
   await app.register(fp(prometheusRoutes), { engine: options.engine });
 
@@ -169,16 +184,21 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }
     request.principal = principalOf(request);
     // the console's files hold no data; the page sends its token with each API call
-    if (!tokens || isConsoleRequest(request)) return;
-    const auth = tokens.check(request.headers.authorization);
-    request.scope = auth.scope;
-    // the gateway (an admin token) names the client it serves; others are who their token says
-    request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);
-    const pathname = request.url.split('?', 1)[0]!;
-    // a GraphQL document is checked by the route once it is parsed
-    if (!(request.method === 'POST' && pathname === '/v1/graphql')) {
-      requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
+    if (tokens && !isConsoleRequest(request)) {
+      const auth = tokens.check(request.headers.authorization);
+      request.scope = auth.scope;
+      // the gateway (an admin token) names the client it serves; others are who their token says
+      request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);
+      const pathname = request.url.split('?', 1)[0]!;
+      // a GraphQL document is checked by the route once it is parsed
+      if (!(request.method === 'POST' && pathname === '/v1/graphql')) {
+        requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
+      }
     }
+    // answered before the body is read: a method fastify expects a body with
+    // (QUERY) would otherwise fail content-type parsing first
+    if (request.is404) throw unrouted(request, reply);
+    checkBranchHeaders(request.headers);
   });
 
   app.setErrorHandler((err, request, reply) => {
@@ -191,7 +211,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
 
   app.setNotFoundHandler((request, reply) => {
-    return reply.status(404).send({ code: 'route_not_found', error: `no route ${request.method} ${request.url.split('?')[0]}` });
+    throw unrouted(request, reply);
   });
 
   // Draining: once close() starts, in-flight requests finish but their
@@ -214,12 +234,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // OpenAPI 3.1 document of every route, generated from the route schemas (docs/api.md, "OpenAPI")
   await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: { title: 'Braid', version: '1', description: 'Braid hybrid record database: the 14 routes of the service interface and the extensions of docs/api.md' },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'required by the gateway, and by an engine started with --auth-token' } } },
-      security: [{ bearer: [] }],
-    },
+    // bearer security only when this engine checks tokens (src/openapi.ts)
+    openapi: engineDocument(tokens !== undefined),
     // documentation only (validation is unchanged): the branch headers every route takes, Idempotency-Key on the keyed routes
     transform: ({ schema, url }) => {
       const keyed = schema?.response !== undefined && 409 in (schema.response as object);
@@ -232,7 +248,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         },
       };
       // the names, ranges and enums the engine enforces (src/openapi-constraints.ts)
-      const body = schema && 'body' in schema ? { body: documentedBody(schema.body) } : {};
+      const body = schema && 'body' in schema ? { body: documentedBody(schema.body, config) } : {};
       return { schema: { ...schema, ...body, headers } as typeof schema, url };
     },
   });

@@ -9,6 +9,7 @@ import { BraidError, isErrorCode } from './errors.js';
 import type { HybridExplain as HybridExplainSchema } from './schemas/query.js';
 import { loadNative, type NativeEngineHandle } from './native/index.js';
 import { parseNativeQuery } from './ql/index.js';
+import { checkFieldNames } from './names.js';
 
 export type Fields = Record<string, unknown>;
 
@@ -291,7 +292,8 @@ export class Braid {
   }
 
   /** Atomic write of many records at one epoch. */
-  putBatch(records: RecordInput[], options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+  async putBatch(records: RecordInput[], options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+    checkFieldNames(records);
     return this.call('put', { ...route(options), records, receipt: options?.receipt });
   }
 

@@ -42,6 +42,7 @@ export const ERROR_STATUS = {
   unauthorized: 401,
   forbidden: 403,
   route_not_found: 404,
+  method_not_allowed: 405,
   branch_not_found: 404,
   snapshot_not_found: 404,
   // conflicts

@@ -228,12 +228,14 @@ describe('operations routes', () => {
     expect(r.body.engine_url).toBe(s.url);
   });
 
-  it('unknown routes are 404 with the error body', async () => {
+  it('unknown routes are 404 with the error body; a known path with another method is 405 with Allow', async () => {
     const r = await s.get('/v1/nope');
     expect(r.status).toBe(404);
     expect(r.body.code).toBe('route_not_found');
     const wrongMethod = await s.get('/v1/records/put');
-    expect(wrongMethod.status).toBe(404);
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.body.code).toBe('method_not_allowed');
+    expect(wrongMethod.headers.get('allow')).toBe('POST');
   });
 
   it('oversize bodies are 400 and the server keeps running', async () => {

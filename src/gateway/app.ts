@@ -21,12 +21,23 @@ import client from 'prom-client';
 import { HTTP_BUCKETS, createRegistry, instrumentHttp } from '../prometheus.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { CONSOLE_PATH, consoleRoutes, isConsoleRequest } from '../routes/console.js';
+import { securedDocument } from '../openapi.js';
+import { checkBranchHeaders } from '../names.js';
 
-/** Paths Braid serves (the route label of the gateway's metrics; any other path is "other"). */
-const KNOWN_PATHS = new Set([
-  '/v1/graphql/schema', '/v1/nativeql', '/v1/admin/restore', '/v1/explain', '/v1/insert', '/v1/graphql/bounded',
-  '/v1/graphql', '/v1/branches', '/v1/records/put-batch', '/v1/admin/snapshot', '/v1/records/put',
-  '/v1/metrics/public-safe', '/v1/ready', '/v1/records/get', '/v1/admin/branch-state', '/v1/openapi.json', '/metrics',
+const GET = ['GET', 'HEAD'];
+const POST = ['POST'];
+/**
+ * The paths Braid serves and their methods, as the engine serves them (a
+ * test checks the two agree): a known path asked with another method is
+ * answered 405 here, before it is routed by its branch headers. The paths
+ * are also the route label of the gateway's metrics (any other is "other").
+ */
+export const API_METHODS: ReadonlyMap<string, readonly string[]> = new Map([
+  ['/v1/graphql/schema', GET], ['/v1/nativeql', POST], ['/v1/admin/restore', POST], ['/v1/explain', POST],
+  ['/v1/insert', POST], ['/v1/graphql/bounded', POST], ['/v1/graphql', POST], ['/v1/branches', GET],
+  ['/v1/records/put-batch', POST], ['/v1/admin/snapshot', POST], ['/v1/records/put', POST],
+  ['/v1/metrics/public-safe', GET], ['/v1/ready', GET], ['/v1/records/get', POST], ['/v1/admin/branch-state', POST],
+  ['/v1/openapi.json', GET], ['/metrics', GET],
 ]);
 
 export const GATEWAY_SERVICE_NAME = 'braid-gateway';
@@ -183,7 +194,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   instrumentHttp(app, registry, 'braid_gateway_', (request) => {
     if (isConsoleRequest(request)) return CONSOLE_PATH;
     const pathname = request.url.split('?', 1)[0]!;
-    return KNOWN_PATHS.has(pathname) ? pathname : 'other';
+    return API_METHODS.has(pathname) ? pathname : 'other';
   });
   const upstreamDuration = new client.Histogram({
     name: 'braid_gateway_upstream_request_duration_seconds',
@@ -265,8 +276,14 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       throw err;
     }
     tokenOf.set(request, auth);
-    // GraphQL documents are scoped by what they run, once the body is read (proxy)
     const pathname = request.url.split('?', 1)[0]!;
+    const methods = API_METHODS.get(pathname);
+    if (methods && !methods.includes(request.method)) {
+      reply.header('allow', methods.join(', '));
+      throw new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${methods.join(' or ')}`);
+    }
+    checkBranchHeaders(request.headers);
+    // GraphQL documents are scoped by what they run, once the body is read (proxy)
     if (!(request.method === 'POST' && pathname === GRAPHQL_PATH)) {
       requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
     }
@@ -448,6 +465,15 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       service: GATEWAY_SERVICE_NAME,
       ...(r.ready ? {} : { code: r.code ?? 'not_ready' }),
     };
+  });
+
+  // The engine's OpenAPI document, declaring the bearer token every request
+  // through the gateway needs (an engine without tokens does not declare it).
+  app.get('/v1/openapi.json', async (request, reply) => {
+    const route = await routeFor(request);
+    const res = await getFromEngine(upstreamOf(route), route, '/v1/openapi.json', upstreamHeaders(request, route));
+    if (res.status !== 200 || !isObject(res.body)) return relayError(reply, route, res);
+    return securedDocument(res.body);
   });
 
   /** Everything else goes to the engine: status, headers and body stream back. */

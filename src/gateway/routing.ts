@@ -6,8 +6,7 @@
 import { BraidError } from '../errors.js';
 import { DEFAULT_BRANCH, type Catalog, type CatalogBranch } from './config.js';
 
-export const DATABASE_HEADER = 'x-braid-database';
-export const BRANCH_HEADER = 'x-braid-branch';
+export { BRANCH_HEADER, DATABASE_HEADER } from '../names.js';
 
 /** Where a request goes: the catalog names, the engine's names and the endpoint. */
 export interface Route {

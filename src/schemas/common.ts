@@ -16,7 +16,9 @@ const err = (description: string) => Type.Object({ code: Type.String(), error: T
 export const errorResponses = {
   400: err('bad request or validation failure'),
   401: err('missing or wrong bearer token'),
+  403: err('the bearer token lacks the scope the request needs'),
   404: err('route or resource not found'),
+  415: err('a Content-Encoding other than identity'),
   429: err('rate limit exceeded'),
   500: err('engine failure'),
   502: err('gateway upstream failure'),
