@@ -38,7 +38,7 @@ use crate::index::text::{ScopeImage, TextStats};
 use crate::index::vector::VectorIndex;
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
-use crate::storage::records::{self, RecordFiles, RecordLoc};
+use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
     key_string, KeyEntry, Row, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore,
 };
@@ -98,23 +98,13 @@ struct Image {
     invalid_vectors: u64,
     /// Sealed record files.
     record_files: Vec<u32>,
-    rows: Vec<RowImage>,
+    rows: Vec<Row>,
     keys: Vec<KeyImage>,
     /// JSON: schemas and receipts hold JSON values, which postcard cannot
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
     tables: Vec<TableImage>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct RowImage {
-    key: u32,
-    version_id: u32,
-    epoch: u64,
-    superseded_at: u64,
-    deleted: bool,
-    loc: RecordLoc,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -237,18 +227,7 @@ pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> 
 pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8>> {
     let mut record_files = state.records.sealed();
     record_files.push(state.records.open_gen());
-    let rows = state
-        .rows
-        .iter()
-        .map(|r| RowImage {
-            key: r.key,
-            version_id: r.version_id,
-            epoch: r.epoch,
-            superseded_at: r.superseded_at,
-            deleted: r.deleted,
-            loc: r.loc,
-        })
-        .collect();
+    let rows = state.rows.clone();
     let keys = state
         .keys
         .iter()
@@ -374,18 +353,7 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     state.durable_epoch = image.latest_epoch;
     state.horizon = image.horizon;
     state.invalid_vectors = image.invalid_vectors;
-    state.rows = image
-        .rows
-        .into_iter()
-        .map(|r| Row {
-            key: r.key,
-            version_id: r.version_id,
-            epoch: r.epoch,
-            superseded_at: r.superseded_at,
-            deleted: r.deleted,
-            loc: r.loc,
-        })
-        .collect();
+    state.rows = image.rows;
     state.key_index.reserve(image.keys.len());
     for (i, k) in image.keys.into_iter().enumerate() {
         state.key_index.insert(key_string(&k.table, &k.tenant, &k.id), i as u32);

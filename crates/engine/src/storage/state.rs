@@ -31,7 +31,7 @@ use crate::storage::records::{RecordFiles, RecordLoc};
 
 pub const NOT_SUPERSEDED: u64 = u64::MAX;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     pub key: u32,
     pub version_id: u32,
