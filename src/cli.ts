@@ -517,7 +517,7 @@ export function buildCli(): Command {
         checkpointBytes: opts.checkpointBytes ?? env.checkpointBytes,
         logLevel: opts.logLevel ?? env.logLevel,
       };
-      // files the index libraries create (tantivy, hnsw_rs) are owner-only too
+      // files the index libraries create (tantivy, the vector graphs) are owner-only too
       process.umask(0o077);
       // the server and gateway load lazily, so the client commands start fast
       const { exitOnSignals, startServer } = await import('./server.js');

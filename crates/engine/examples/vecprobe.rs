@@ -4,7 +4,6 @@
 //!
 //! `cargo run --release --example vecprobe -p braid-engine -- [rows] [dim] [ef]`
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Instant;
 
 use braid_engine::index::vector::{self, VectorIndex};
@@ -22,22 +21,23 @@ fn main() {
     let (rows, dim, ef) = (arg(1, 30_000), arg(2, 384), arg(3, 320));
     let mut rng = StdRng::seed_from_u64(7);
     let centres: Vec<Vec<f32>> = (0..50).map(|_| (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect()).collect();
-    let data: Vec<(u32, Arc<[f32]>)> = (0..rows)
+    let data: Vec<(u32, Vec<f32>)> = (0..rows)
         .map(|i| {
             let c = &centres[rng.gen_range(0..centres.len())];
             let v = c.iter().map(|x| x + rng.gen_range(-0.5..0.5)).collect();
-            (i as u32, Arc::from(vector::prepare(Metric::Cosine, v)))
+            (i as u32, vector::prepare(Metric::Cosine, v))
         })
         .collect();
-    // the exact scan reads the same store the engine keeps (vectors back to back in row order)
+    // the exact scan and the graph read the same store the engine keeps
     let mut store = VectorStore::new(dim as u32);
     for (row, v) in &data {
         store.insert(*row, v);
     }
-    let index = VectorIndex::new(Metric::Cosine, dim as u32, rows);
+    let index = VectorIndex::new(Metric::Cosine, dim as u32, store.arena());
     let t = Instant::now();
-    for chunk in data.chunks(1000) {
-        index.insert_many(chunk);
+    // in rounds of 4,096 rows, as the indexer links them
+    for end in (4096..rows + 4096).step_by(4096) {
+        index.insert_below_row(end as u32);
     }
     println!("built {rows} x {dim} in {:.1} s", t.elapsed().as_secs_f64());
     let queries: Vec<Vec<f32>> = (0..50).map(|i| data[(i * 7919) % rows].1.to_vec()).collect();

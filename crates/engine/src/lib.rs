@@ -25,7 +25,7 @@ pub fn module_versions() -> Vec<String> {
         format!("braid-engine/{}", env!("CARGO_PKG_VERSION")),
         format!("wal/{}", storage::wal::FORMAT_VERSION),
         "tantivy/0.27".to_string(),
-        "hnsw_rs/0.3".to_string(),
+        "hnsw/1".to_string(),
         "fusion/rrf-60+relative_score".to_string(),
         "cursor/1".to_string(),
     ]

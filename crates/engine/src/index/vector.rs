@@ -1,35 +1,28 @@
-//! Vector similarity over hnsw_rs, one graph per (table, vector column).
+//! Vector similarity: one graph per (table, vector column) over the
+//! column's [`VectorArena`], which holds each vector once.
 //!
-//! Every version's vector is inserted under its row id, so a read at an older
-//! epoch finds the vectors it had; which rows may be returned is decided by a
-//! filter over the eligible-row bitmap inside the graph search. Small eligible
-//! sets and rows the graph has not reached yet are scored exactly instead.
+//! Every version's vector has its own slot, so a read at an older epoch
+//! finds the vectors it had; which rows may be returned is decided by a
+//! filter over the eligible-row bitmap inside the graph search. Small
+//! eligible sets and rows the graph has not reached yet are scored exactly
+//! instead.
 //!
 //! Scores are similarities, higher is better: cosine similarity for `cosine`
 //! (vectors are normalised on the way in), the dot product for `dot`, and
 //! `1 / (1 + euclidean distance)` for `l2`.
 
+use std::io::{BufReader, BufWriter};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
-use hnsw_rs::anndists::dist::distances::Distance;
-use hnsw_rs::prelude::{AnnT, Hnsw, HnswIo};
 use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
 
+use super::arena::VectorArena;
+use super::hnsw::{self, Hnsw};
 use crate::error::{Error, Result};
 use crate::schema::Metric;
-
-pub const MAX_NB_CONNECTION: usize = 16;
-pub const EF_CONSTRUCTION: usize = 200;
-pub const MAX_LAYER: usize = 16;
-
-/// The distance hnsw_rs orders by: lower is closer, and never negative
-/// (hnsw_rs asserts that). Cosine is `1 - cos` clamped at 0; the dot product
-/// maps through a strictly decreasing positive function so the graph sees
-/// the same order. Never panics on odd input (zero vectors are orthogonal).
-#[derive(Debug, Clone, Copy)]
-pub struct MetricDist(pub Metric);
 
 /// Lanes of the distance kernels. f32 addition is not associative, so a
 /// plain `.sum()` compiles to one scalar chain; sixteen independent
@@ -88,7 +81,7 @@ fn kernel() -> bool {
     false
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if kernel() {
         // SAFETY: the CPU has AVX2 (checked just above); the function is
@@ -98,39 +91,13 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_lanes(a, b)
 }
 
-fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if kernel() {
         // SAFETY: as in `dot`.
         return unsafe { l2_squared_avx2(a, b) };
     }
     l2_squared_lanes(a, b)
-}
-
-impl Distance<f32> for MetricDist {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        let d = match self.0 {
-            Metric::Cosine => 1.0 - dot(a, b),
-            Metric::Dot => dot_distance(dot(a, b)),
-            Metric::L2 => l2_squared(a, b).sqrt(),
-        };
-        // finite inputs can still overflow (1e30 * 1e30); hnsw_rs panics on
-        // NaN, so an undefined distance is the farthest one
-        if d.is_nan() {
-            f32::MAX
-        } else {
-            d.max(0.0)
-        }
-    }
-}
-
-/// Strictly decreasing in the dot product, positive, continuous at 0 (= 1).
-fn dot_distance(d: f32) -> f32 {
-    if d >= 0.0 {
-        1.0 / (1.0 + d)
-    } else {
-        1.0 - d
-    }
 }
 
 /// Puts a vector in the form the index stores: unit length for cosine.
@@ -144,25 +111,26 @@ pub fn prepare(metric: Metric, mut v: Vec<f32>) -> Vec<f32> {
     v
 }
 
-/// Similarity (higher is better) from a distance of [`MetricDist`].
+/// Similarity (higher is better) from a graph distance ([`hnsw::distance`]).
 pub fn similarity_from_distance(metric: Metric, distance: f32) -> f32 {
     match metric {
-        Metric::Cosine => 1.0 - distance,
-        Metric::Dot if distance <= 1.0 => 1.0 / distance.max(f32::MIN_POSITIVE) - 1.0,
-        Metric::Dot => 1.0 - distance,
-        Metric::L2 => 1.0 / (1.0 + distance),
+        Metric::Cosine => (1.0 - distance).clamp(-1.0, 1.0),
+        Metric::Dot => -distance,
+        Metric::L2 => 1.0 / (1.0 + distance.max(0.0).sqrt()),
     }
 }
 
+/// The similarity the exact scan gives; the graph's hits carry the same
+/// value for the same pair (both go through [`hnsw::distance`]).
 pub fn similarity(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
-    similarity_from_distance(metric, MetricDist(metric).eval(a, b))
+    similarity_from_distance(metric, hnsw::distance(metric, a, b))
 }
 
 pub struct VectorIndex {
     pub metric: Metric,
     pub dim: u32,
-    hnsw: Hnsw<'static, f32, MetricDist>,
-    inserted: AtomicUsize,
+    graph: Hnsw,
+    arena: Arc<VectorArena>,
     /// Every row below this id that has a vector in this column is in the graph.
     watermark: AtomicU32,
     /// Watermark of the last dump on disk.
@@ -170,7 +138,7 @@ pub struct VectorIndex {
 }
 
 /// Sidecar of a dumped graph: which generation of files holds it and up to
-/// which row. Written (atomically) after the graph files, so it never points
+/// which row. Written (atomically) after the graph file, so it never points
 /// at a partial dump.
 #[derive(Debug, Serialize, Deserialize)]
 struct DumpMeta {
@@ -182,13 +150,12 @@ struct DumpMeta {
 }
 
 impl VectorIndex {
-    pub fn new(metric: Metric, dim: u32, expected: usize) -> VectorIndex {
-        let hnsw = Hnsw::new(MAX_NB_CONNECTION, expected.max(1024), MAX_LAYER, EF_CONSTRUCTION, MetricDist(metric));
+    pub fn new(metric: Metric, dim: u32, arena: Arc<VectorArena>) -> VectorIndex {
         VectorIndex {
             metric,
             dim,
-            hnsw,
-            inserted: AtomicUsize::new(0),
+            graph: Hnsw::new(metric, arena.clone()),
+            arena,
             watermark: AtomicU32::new(0),
             dumped: AtomicU32::new(0),
         }
@@ -202,36 +169,38 @@ impl VectorIndex {
         self.watermark.fetch_max(upto, Ordering::AcqRel);
     }
 
-    /// Loads the graph dumped under `name` in `dir`, if there is a usable one
-    /// covering at most `max_rows` rows. A missing, stale or damaged dump
-    /// gives `None` and the caller rebuilds from the log.
-    pub fn load(dir: &Path, name: &str, metric: Metric, dim: u32, max_rows: u32) -> Option<VectorIndex> {
+    /// Rows of the graph's last dump on disk.
+    pub fn dumped(&self) -> u32 {
+        self.dumped.load(Ordering::Acquire)
+    }
+
+    /// Loads the graph dumped under `name` in `dir` over `arena`, if there is
+    /// a usable one covering at most `max_rows` rows. A missing, stale or
+    /// damaged dump gives `None` and the caller rebuilds from the vectors.
+    pub fn load(dir: &Path, name: &str, metric: Metric, arena: Arc<VectorArena>, max_rows: u32) -> Option<VectorIndex> {
+        let dim = arena.dim() as u32;
         let meta: DumpMeta = serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.json"))).ok()?).ok()?;
         if meta.metric != metric || meta.dim != dim || meta.watermark > max_rows {
             return None;
         }
-        let basename = format!("{name}.g{}", meta.generation);
-        let loaded = std::panic::catch_unwind(|| {
-            // hnsw_rs ties the graph's lifetime to its reader; the reader is
-            // small and lives as long as the graph, so it is leaked once per load
-            let io: &'static HnswIo = Box::leak(Box::new(HnswIo::new(dir, &basename)));
-            io.load_hnsw_with_dist::<f32, MetricDist>(MetricDist(metric)).ok()
-        })
-        .ok()
-        .flatten()?;
-        let count = loaded.get_nb_point();
+        let file = std::fs::File::open(dir.join(graph_file(name, meta.generation))).ok()?;
+        let graph = Hnsw::read_from(metric, arena.clone(), &mut BufReader::new(file))?;
+        if graph.len() != meta.count {
+            return None;
+        }
         Some(VectorIndex {
             metric,
             dim,
-            hnsw: loaded,
-            inserted: AtomicUsize::new(count),
+            graph,
+            arena,
             watermark: AtomicU32::new(meta.watermark),
             dumped: AtomicU32::new(meta.watermark),
         })
     }
 
-    /// Dumps the graph when it has grown since the last dump. Must not run
-    /// concurrently with inserts (the indexer is stopped or is the caller).
+    /// Dumps the graph's links when it has grown since the last dump. Must
+    /// not run concurrently with inserts (the indexer is stopped or is the
+    /// caller).
     pub fn dump(&self, dir: &Path, name: &str) -> Result<()> {
         let watermark = self.watermark();
         if watermark == self.dumped.load(Ordering::Acquire) || self.is_empty() {
@@ -241,11 +210,10 @@ impl VectorIndex {
         let meta_path = dir.join(format!("{name}.json"));
         let previous: Option<DumpMeta> = std::fs::read(&meta_path).ok().and_then(|b| serde_json::from_slice(&b).ok());
         let generation = previous.as_ref().map_or(1, |m| m.generation + 1);
-        let basename = format!("{name}.g{generation}");
-        self.hnsw.file_dump(dir, &basename).map_err(|e| Error::storage(format!("vector dump: {e}")))?;
-        for ext in ["hnsw.graph", "hnsw.data"] {
-            std::fs::File::open(dir.join(format!("{basename}.{ext}")))?.sync_all()?;
-        }
+        let path = dir.join(graph_file(name, generation));
+        let mut out = BufWriter::new(std::fs::File::create(&path)?);
+        self.graph.write_to(&mut out).map_err(|e| Error::storage(format!("vector dump: {e}")))?;
+        out.into_inner().map_err(|e| Error::storage(format!("vector dump: {e}")))?.sync_all()?;
         let meta = DumpMeta { generation, watermark, metric: self.metric, dim: self.dim, count: self.len() };
         let tmp = dir.join(format!("{name}.json.tmp"));
         std::fs::write(&tmp, serde_json::to_vec(&meta).expect("meta serialises"))?;
@@ -253,31 +221,34 @@ impl VectorIndex {
         std::fs::rename(&tmp, &meta_path)?;
         crate::storage::wal::sync_dir(&meta_path)?;
         if let Some(old) = previous {
-            for ext in ["hnsw.graph", "hnsw.data"] {
-                let _ = std::fs::remove_file(dir.join(format!("{name}.g{}.{ext}", old.generation)));
-            }
+            let _ = std::fs::remove_file(dir.join(graph_file(name, old.generation)));
         }
         self.dumped.store(watermark, Ordering::Release);
         Ok(())
     }
 
-    /// Inserts a prepared vector under its row id.
-    pub fn insert(&self, row: u32, v: &[f32]) {
-        fail::fail_point!("vector::insert");
-        self.hnsw.insert_slice((v, row as usize));
-        self.inserted.fetch_add(1, Ordering::Relaxed);
+    /// Links the arena's vectors of rows below `upto` into the graph, on all
+    /// cores; returns how many could not be linked.
+    pub fn insert_below_row(&self, upto: u32) -> u64 {
+        // slots are given in row order, so the rows below `upto` are a prefix
+        let (mut lo, mut hi) = (self.graph_slots(), self.arena.len() as u32);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.arena.row(mid) {
+                Some(row) if row < upto => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        self.graph.insert_upto(lo)
     }
 
-    /// Inserts many prepared vectors using hnsw_rs's parallel insert.
-    pub fn insert_many(&self, items: &[(u32, std::sync::Arc<[f32]>)]) {
-        fail::fail_point!("vector::insert");
-        let data: Vec<(&[f32], usize)> = items.iter().map(|(r, v)| (&v[..], *r as usize)).collect();
-        self.hnsw.parallel_insert_slice(&data);
-        self.inserted.fetch_add(items.len(), Ordering::Relaxed);
+    fn graph_slots(&self) -> u32 {
+        self.graph.len() as u32
     }
 
+    /// Vectors in the graph.
     pub fn len(&self) -> usize {
-        self.inserted.load(Ordering::Relaxed)
+        self.graph.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -286,10 +257,17 @@ impl VectorIndex {
 
     /// Approximate top-`k` among eligible rows: (row, similarity), best first.
     pub fn search(&self, query: &[f32], k: usize, ef: usize, eligible: &RoaringBitmap) -> Vec<(u32, f32)> {
-        let filter = |id: &usize| eligible.contains(*id as u32);
-        let hits = self.hnsw.search_filter(query, k, ef.max(k), Some(&filter));
-        hits.into_iter().map(|n| (n.d_id as u32, similarity_from_distance(self.metric, n.distance))).collect()
+        let arena = &self.arena;
+        let accept = |slot: u32| arena.row(slot).is_some_and(|row| eligible.contains(row));
+        let hits = self.graph.search(query, k, ef.max(k), &accept);
+        hits.into_iter()
+            .filter_map(|(slot, d)| Some((arena.row(slot)?, similarity_from_distance(self.metric, d))))
+            .collect()
     }
+}
+
+fn graph_file(name: &str, generation: u64) -> String {
+    format!("{name}.g{generation}.graph")
 }
 
 #[cfg(test)]
@@ -324,25 +302,31 @@ mod tests {
         assert!((similarity(Metric::Dot, &[1.0, 2.0], &[3.0, 4.0]) - 11.0).abs() < 1e-4);
         assert!((similarity(Metric::Dot, &[1.0, 2.0], &[-3.0, -4.0]) + 11.0).abs() < 1e-4);
         assert!(similarity(Metric::Dot, &[1.0], &[2.0]) > similarity(Metric::Dot, &[1.0], &[1.0]));
-        for m in [Metric::Cosine, Metric::Dot, Metric::L2] {
-            let (a, b) = (prepare(m, vec![0.3, 0.7, 0.1]), prepare(m, vec![-5.0, 2.0, 9.0]));
-            assert!(MetricDist(m).eval(&a, &a) >= 0.0 && MetricDist(m).eval(&a, &b) >= 0.0);
-        }
         // zero vectors must not panic
         let z = prepare(Metric::Cosine, vec![0.0, 0.0]);
         assert_eq!(similarity(Metric::Cosine, &z, &a), 0.0);
+        // overflowing products are the least similar, never NaN
+        for m in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            let s = similarity(m, &[1e30, -1e30], &[1e30, 1e30]);
+            assert!(!s.is_nan(), "{m:?}");
+        }
+    }
+
+    fn index_of(metric: Metric, points: &[Vec<f32>]) -> VectorIndex {
+        let arena = Arc::new(VectorArena::new(points[0].len()));
+        for (row, p) in points.iter().enumerate() {
+            arena.push(row as u32, &prepare(metric, p.clone()));
+        }
+        VectorIndex::new(metric, points[0].len() as u32, arena)
     }
 
     #[test]
     fn graphs_of_every_metric_build_on_awkward_data() {
-        // regression: hnsw_rs asserts non-negative distances; near-identical
-        // cosine vectors and negative dot products used to panic the indexer
         for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
-            let index = VectorIndex::new(metric, 3, 100);
-            let items: Vec<(u32, std::sync::Arc<[f32]>)> = (0..2000u32)
-                .map(|i| (i, std::sync::Arc::from(prepare(metric, vec![(i % 7) as f32, (i % 11) as f32 - 5.0, 1.0]))))
-                .collect();
-            index.insert_many(&items);
+            let points: Vec<Vec<f32>> =
+                (0..2000u32).map(|i| vec![(i % 7) as f32, (i % 11) as f32 - 5.0, 1.0]).collect();
+            let index = index_of(metric, &points);
+            assert_eq!(index.insert_below_row(2000), 0);
             let mut all = RoaringBitmap::new();
             all.insert_range(0..2000);
             let q = prepare(metric, vec![3.0, -2.0, 1.0]);
@@ -351,40 +335,50 @@ mod tests {
     }
 
     #[test]
+    fn inserts_stop_at_the_row_asked_for() {
+        let points: Vec<Vec<f32>> = (0..100u32).map(|i| vec![i as f32, 1.0]).collect();
+        let index = index_of(Metric::L2, &points);
+        index.insert_below_row(40);
+        assert_eq!(index.len(), 40);
+        index.insert_below_row(1000);
+        assert_eq!(index.len(), 100);
+    }
+
+    #[test]
     fn dump_and_load_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let index = VectorIndex::new(Metric::L2, 2, 100);
-        for i in 0..200u32 {
-            index.insert(i, &[i as f32, (i % 7) as f32]);
-        }
+        let points: Vec<Vec<f32>> = (0..201u32).map(|i| vec![i as f32, (i % 7) as f32]).collect();
+        let index = index_of(Metric::L2, &points[..200]);
+        let arena = index.arena.clone();
+        index.insert_below_row(200);
         index.set_watermark(200);
         index.dump(dir.path(), "t.emb").unwrap();
         // a second dump after growth replaces the first generation
-        index.insert(200, &[500.0, 0.0]);
+        arena.push(200, &[500.0, 0.0]);
+        index.insert_below_row(201);
         index.set_watermark(201);
         index.dump(dir.path(), "t.emb").unwrap();
-        assert!(!dir.path().join("t.emb.g1.hnsw.graph").exists());
-        let loaded = VectorIndex::load(dir.path(), "t.emb", Metric::L2, 2, 1000).expect("loads");
+        assert!(!dir.path().join("t.emb.g1.graph").exists());
+        let loaded = VectorIndex::load(dir.path(), "t.emb", Metric::L2, arena.clone(), 1000).expect("loads");
         assert_eq!(loaded.watermark(), 201);
         assert_eq!(loaded.len(), 201);
         let mut all = RoaringBitmap::new();
         all.insert_range(0..1000);
         assert_eq!(loaded.search(&[500.0, 0.0], 1, 64, &all)[0].0, 200);
         // stale or mismatched dumps are refused
-        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, 2, 100).is_none());
-        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::Cosine, 2, 1000).is_none());
-        assert!(VectorIndex::load(dir.path(), "missing", Metric::L2, 2, 1000).is_none());
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, arena.clone(), 100).is_none());
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::Cosine, arena.clone(), 1000).is_none());
+        assert!(VectorIndex::load(dir.path(), "missing", Metric::L2, arena.clone(), 1000).is_none());
         // a damaged dump is refused, not a panic
-        std::fs::write(dir.path().join("t.emb.g2.hnsw.data"), b"garbage").unwrap();
-        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, 2, 1000).is_none());
+        std::fs::write(dir.path().join("t.emb.g2.graph"), b"garbage").unwrap();
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, arena, 1000).is_none());
     }
 
     #[test]
     fn filtered_search_respects_eligibility() {
-        let index = VectorIndex::new(Metric::L2, 2, 100);
-        for i in 0..100u32 {
-            index.insert(i, &[i as f32, 0.0]);
-        }
+        let points: Vec<Vec<f32>> = (0..100u32).map(|i| vec![i as f32, 0.0]).collect();
+        let index = index_of(Metric::L2, &points);
+        index.insert_below_row(100);
         let mut eligible = RoaringBitmap::new();
         eligible.insert_range(50..100);
         let hits = index.search(&[0.0, 0.0], 3, 64, &eligible);

@@ -202,8 +202,8 @@ fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
     let mut from = rows;
     for (table, data) in state.tables.iter_mut() {
         for (column, vc) in data.vectors.iter_mut() {
-            let (metric, dim) = (vc.index.metric, vc.index.dim);
-            if let Some(loaded) = VectorIndex::load(dir, &graph_name(table, column), metric, dim, rows) {
+            let metric = vc.index.metric;
+            if let Some(loaded) = VectorIndex::load(dir, &graph_name(table, column), metric, vc.data.arena(), rows) {
                 vc.index = Arc::new(loaded);
             }
             from = from.min(vc.index.watermark());
@@ -292,9 +292,10 @@ impl Branch {
         };
         let indexer = {
             let (state, shared, text, config) = (state.clone(), shared.clone(), text.clone(), config.clone());
+            let graphs_dir = dir.join(VECTOR_DIR);
             std::thread::Builder::new()
                 .name("braid-index".into())
-                .spawn(move || run_indexer(state, shared, text, &config))?
+                .spawn(move || run_indexer(state, shared, text, &config, &graphs_dir))?
         };
         Ok(Branch {
             dir: dir.to_path_buf(),
@@ -931,7 +932,9 @@ fn commit_group(
 struct IndexBatch {
     upto: u32,
     text: Vec<TextFeature>,
-    vectors: Vec<VectorBatch>,
+    /// Graphs with rows below `upto` to link, by dump name (their vectors
+    /// are read from the column's arena, not copied).
+    vectors: Vec<(String, Arc<VectorIndex>)>,
     /// Rows whose fields could not be read from the record files.
     unreadable: u64,
 }
@@ -945,9 +948,6 @@ struct TextFeature {
     text: String,
 }
 
-/// Rows to insert into one vector graph.
-type VectorBatch = (Arc<VectorIndex>, Vec<(u32, Arc<[f32]>)>);
-
 const INDEX_ROUND_ROWS: u32 = 4096;
 
 fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
@@ -956,7 +956,13 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
     let upto = total.min(start.saturating_add(INDEX_ROUND_ROWS));
     let mut text = Vec::new();
     let mut unreadable = 0;
-    let mut by_index: HashMap<*const VectorIndex, VectorBatch> = HashMap::new();
+    let vectors = state
+        .tables
+        .iter()
+        .flat_map(|(table, t)| t.vectors.iter().map(move |(column, vc)| (graph_name(table, column), vc)))
+        .filter(|(_, vc)| vc.index.watermark() < upto && from_vec < upto)
+        .map(|(name, vc)| (name, vc.index.clone()))
+        .collect();
     for row_id in start..upto {
         let row = &state.rows[row_id as usize];
         if row.deleted {
@@ -985,31 +991,8 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
                 }
             }
         }
-        if row_id >= from_vec {
-            if let Some(table) = state.tables.get(&*key.table) {
-                for vc in table.vectors.values().filter(|vc| row_id >= vc.index.watermark()) {
-                    if let Some(v) = vc.data.get(row_id) {
-                        by_index
-                            .entry(Arc::as_ptr(&vc.index))
-                            .or_insert_with(|| (vc.index.clone(), Vec::new()))
-                            .1
-                            .push((row_id, Arc::from(v)));
-                    }
-                }
-            }
-        }
     }
-    IndexBatch { upto, text, vectors: by_index.into_values().collect(), unreadable }
-}
-
-/// Inserts a batch into a graph; when the graph panics on the batch, inserts
-/// its rows one by one so only the rows it fails on are lost (and counted).
-fn insert_vectors(index: &VectorIndex, items: &[(u32, Arc<[f32]>)]) -> u64 {
-    let guarded = |f: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
-    if items.len() > 64 && guarded(&|| index.insert_many(items)) {
-        return 0;
-    }
-    items.iter().filter(|(row, v)| !guarded(&|| index.insert(*row, v))).count() as u64
+    IndexBatch { upto, text, vectors, unreadable }
 }
 
 /// Marks the indexer stopped when its thread ends, however it ends.
@@ -1030,7 +1013,18 @@ fn expire_receipts(state: &RwLock<State>, retention_ms: u64) {
     }
 }
 
-fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextIndex>, config: &BranchConfig) {
+/// Rows a graph grows by before the indexer dumps it again: a quarter of
+/// what its last dump held, at least this many. A crash then rebuilds at
+/// most that share of a graph, and dumps cost little next to the inserts.
+const GRAPH_DUMP_ROWS: u32 = 65_536;
+
+fn run_indexer(
+    state: Arc<RwLock<State>>,
+    shared: Arc<Shared>,
+    text: Arc<TextIndex>,
+    config: &BranchConfig,
+    graphs_dir: &Path,
+) {
     let _alive = AliveGuard(shared.clone());
     let interval = config.text_commit_interval;
     let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
@@ -1051,14 +1045,22 @@ fn run_indexer(state: Arc<RwLock<State>>, shared: Arc<Shared>, text: Arc<TextInd
         if from_text < total || from_vec < total {
             let batch = collect_batch(&state.read(), from_text, from_vec);
             let mut failed = batch.unreadable;
-            for (index, items) in &batch.vectors {
-                // a panic inside the graph library must not kill the indexer
-                // nor drop other rows of the batch (other tenants' included);
-                // the rows it failed on are counted in failed_feature_count
-                failed += insert_vectors(index, items);
+            for (_, index) in &batch.vectors {
+                // a row the graph fails on (a panic while linking it) is
+                // counted in failed_feature_count; the others go in
+                failed += index.insert_below_row(batch.upto);
             }
             for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
                 vc.index.set_watermark(batch.upto);
+            }
+            for (name, index) in &batch.vectors {
+                // this thread is the only inserter, so the graph holds still
+                let dumped = index.dumped();
+                if index.watermark() - dumped >= GRAPH_DUMP_ROWS.max(dumped / 4) {
+                    // a failed dump leaves the previous one; a restart
+                    // rebuilds what it lacks
+                    let _ = index.dump(graphs_dir, name);
+                }
             }
             shared.vector_watermark.store(batch.upto.max(from_vec), Ordering::Release);
             for f in &batch.text {

@@ -35,7 +35,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Code, Error, Result};
 use crate::index::text::{ScopeImage, TextStats};
-use crate::index::vector::VectorIndex;
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
 use crate::storage::records::{self, RecordFiles};
@@ -169,15 +168,16 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
     let mut bytes: Vec<u8> = Vec::new();
     for (table, data) in &state.tables {
         for (column, vc) in &data.vectors {
-            let tail = vc.data.tail();
-            if tail.is_empty() {
+            if vc.data.unsealed_len() == 0 {
                 continue;
             }
             let offset = bytes.len() as u64;
-            for x in tail {
-                bytes.extend_from_slice(&x.to_le_bytes());
+            for v in vc.data.unsealed() {
+                for x in v {
+                    bytes.extend_from_slice(&x.to_le_bytes());
+                }
             }
-            placed.insert((table.clone(), column.clone()), (offset, (tail.len() / vc.data.dim()) as u64));
+            placed.insert((table.clone(), column.clone()), (offset, vc.data.unsealed_len() as u64));
         }
     }
     if bytes.is_empty() {
@@ -202,14 +202,14 @@ fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     Ok(Arc::new(map))
 }
 
-/// Replaces each vector column's tail with its sealed copy.
+/// Records each vector column's unsealed vectors as sealed in the file.
 pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> {
     let Some(path) = &sealed.path else { return Ok(()) };
     let map = map_file(path)?;
     for (table, data) in state.tables.iter_mut() {
         for (column, vc) in data.vectors.iter_mut() {
             if let Some((offset, count)) = sealed.placed.get(&(table.clone(), column.clone())) {
-                vc.data.seal_tail(VectorChunk {
+                vc.data.seal(VectorChunk {
                     map: map.clone(),
                     offset: *offset as usize,
                     count: *count as usize,
@@ -408,14 +408,10 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
                 }
                 chunks.push(VectorChunk { map, offset: c.offset as usize, count: c.count as usize, gen: c.gen });
             }
-            data.vectors.insert(
-                v.column.clone(),
-                VectorColumn {
-                    index: Arc::new(VectorIndex::new(metric, dim, 1024)),
-                    data: VectorStore::restored(dim, v.slots, chunks),
-                    rows: bitmap(&v.rows)?,
-                },
-            );
+            let store = VectorStore::restored(dim, v.slots, chunks).ok_or_else(|| {
+                Error::storage(format!("checkpoint vectors of {}.{} do not match their slots", t.name, v.column))
+            })?;
+            data.vectors.insert(v.column.clone(), VectorColumn::over(metric, store, bitmap(&v.rows)?));
         }
         state.tables.insert(t.name, data);
     }

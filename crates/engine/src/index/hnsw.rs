@@ -1,0 +1,621 @@
+//! A hierarchical navigable small-world graph (Malkov and Yashunin, 2016)
+//! over the vectors of a [`VectorArena`].
+//!
+//! Nodes are the arena's slots and the graph stores only their ids, so each
+//! vector is held once, by the arena. Layout and rules follow hnswlib: layer
+//! 0 keeps up to `2 * M` links per node, upper layers `M`; new links are
+//! chosen with the diversity heuristic; a node's links change under its own
+//! lock, while searches read them without locks (ids are atomics, so a
+//! concurrent reader sees an old or a new list, never a torn id). Inserts run
+//! on all cores with rayon. A filtered search walks every node but returns
+//! only accepted ones, and stops like the unfiltered one once it holds `ef`
+//! accepted nodes nearer than every unexplored candidate.
+
+use std::cell::RefCell;
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use rayon::prelude::*;
+
+use super::arena::{Paged, VectorArena};
+use super::vector::{dot, l2_squared};
+use crate::schema::Metric;
+
+/// Links per node above layer 0.
+pub const M: usize = 16;
+/// Links per node in layer 0.
+pub const M0: usize = 2 * M;
+/// Candidates kept while linking a new node.
+pub const EF_CONSTRUCTION: usize = 200;
+const MAX_LEVEL: u8 = 16;
+
+/// A node id with its distance to the point being searched for.
+#[derive(Clone, Copy, Debug)]
+struct Near {
+    dist: f32,
+    id: u32,
+}
+
+impl PartialEq for Near {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Near {}
+impl PartialOrd for Near {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Near {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.dist.total_cmp(&other.dist).then(self.id.cmp(&other.id))
+    }
+}
+
+struct Node {
+    level: u8,
+    lock: Mutex<()>,
+    /// Layer 0: the count, then up to `M0` ids.
+    links0: [AtomicU32; M0 + 1],
+    /// Layers 1..=level, each the count then up to `M` ids.
+    upper: Box<[AtomicU32]>,
+}
+
+impl Node {
+    fn new(level: u8) -> Node {
+        Node {
+            level,
+            lock: Mutex::new(()),
+            links0: std::array::from_fn(|_| AtomicU32::new(0)),
+            upper: (0..level as usize * (M + 1)).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    fn links(&self, layer: u8) -> &[AtomicU32] {
+        match layer {
+            0 => &self.links0,
+            l => &self.upper[(l as usize - 1) * (M + 1)..l as usize * (M + 1)],
+        }
+    }
+
+    /// Appends the node's links at `layer` to `out`.
+    fn neighbours(&self, layer: u8, out: &mut Vec<u32>) {
+        out.clear();
+        if layer > self.level {
+            return;
+        }
+        let links = self.links(layer);
+        let count = (links[0].load(Ordering::Acquire) as usize).min(links.len() - 1);
+        out.extend(links[1..=count].iter().map(|id| id.load(Ordering::Relaxed)));
+    }
+
+    /// Replaces the links at `layer` (the caller holds the node's lock).
+    fn set(&self, layer: u8, ids: &[u32]) {
+        let links = self.links(layer);
+        let count = ids.len().min(links.len() - 1);
+        for (slot, id) in links[1..=count].iter().zip(ids) {
+            slot.store(*id, Ordering::Relaxed);
+        }
+        links[0].store(count as u32, Ordering::Release);
+    }
+}
+
+/// Marks of visited nodes, reused by every search on a thread: a node is
+/// visited when its mark equals the current stamp, so starting a search
+/// costs one increment instead of clearing.
+struct Visited {
+    marks: Vec<u16>,
+    stamp: u16,
+}
+
+impl Visited {
+    fn begin(&mut self, nodes: usize) {
+        if self.marks.len() < nodes {
+            self.marks.resize(nodes, 0);
+        }
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.marks.fill(0);
+            self.stamp = 1;
+        }
+    }
+
+    /// True the first time `id` is seen in this search.
+    #[inline]
+    fn first_visit(&mut self, id: u32) -> bool {
+        let id = id as usize;
+        if id >= self.marks.len() {
+            self.marks.resize(id + 1, 0);
+        }
+        let fresh = self.marks[id] != self.stamp;
+        self.marks[id] = self.stamp;
+        fresh
+    }
+}
+
+thread_local! {
+    static VISITED: RefCell<Visited> = const { RefCell::new(Visited { marks: Vec::new(), stamp: 0 }) };
+}
+
+/// The graph's distance: lower is nearer. Cosine vectors are unit length
+/// (see `vector::prepare`), so cosine is `1 - dot`; the dot product is
+/// negated; L2 is squared (same order). An undefined distance is the
+/// farthest.
+#[inline]
+pub fn distance(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
+    let d = match metric {
+        Metric::Cosine => 1.0 - dot(a, b),
+        Metric::Dot => -dot(a, b),
+        Metric::L2 => l2_squared(a, b),
+    };
+    if d.is_nan() {
+        f32::INFINITY
+    } else {
+        d
+    }
+}
+
+/// A level drawn from the node's id with the exponential distribution of
+/// the paper (`mL = 1 / ln M`), so a rebuild draws the same levels.
+fn level_of(id: u32) -> u8 {
+    // splitmix64 of the id
+    let mut z = (id as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let uniform = ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let level = -uniform.ln() / (M as f64).ln();
+    level.min(MAX_LEVEL as f64) as u8
+}
+
+pub struct Hnsw {
+    metric: Metric,
+    arena: Arc<VectorArena>,
+    nodes: Paged<Node>,
+    /// The top node and its level; `None` while the graph is empty.
+    entry: RwLock<Option<(u32, u8)>>,
+    /// Nodes fully linked (a prefix of the slots).
+    linked: AtomicU32,
+}
+
+impl Hnsw {
+    pub fn new(metric: Metric, arena: Arc<VectorArena>) -> Hnsw {
+        Hnsw { metric, arena, nodes: Paged::default(), entry: RwLock::new(None), linked: AtomicU32::new(0) }
+    }
+
+    /// Nodes linked into the graph.
+    pub fn len(&self) -> usize {
+        self.linked.load(Ordering::Acquire) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    fn dist_to(&self, query: &[f32], id: u32) -> f32 {
+        match self.arena.vector(id) {
+            Some(v) => distance(self.metric, query, v),
+            None => f32::INFINITY,
+        }
+    }
+
+    /// Links the arena's slots from the graph's length up to `end` (on all
+    /// cores); returns how many could not be linked (`insert` panicked).
+    pub fn insert_upto(&self, end: u32) -> u64 {
+        let start = self.nodes.len() as u32;
+        let end = end.min(self.arena.len() as u32);
+        if end <= start {
+            return 0;
+        }
+        for id in start..end {
+            self.nodes.push(Node::new(level_of(id)));
+        }
+        let failed = std::sync::atomic::AtomicU64::new(0);
+        let link = |id: u32| {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.insert(id))).is_ok();
+            if !ok {
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        // the first nodes of an empty graph go in one by one, so the
+        // parallel inserts start from a graph with some structure
+        let serial_end = if start < 64 { end.min(64) } else { start };
+        (start..serial_end).for_each(link);
+        (serial_end..end).into_par_iter().for_each(link);
+        self.linked.store(end, Ordering::Release);
+        failed.into_inner()
+    }
+
+    fn insert(&self, id: u32) {
+        fail::fail_point!("vector::insert");
+        let node = self.nodes.get(id as usize).expect("nodes are created before they are linked");
+        let Some(query) = self.arena.vector(id) else { return };
+        let entry = *self.entry.read();
+        let (top, top_level) = match entry {
+            Some(e) => e,
+            None => {
+                let mut e = self.entry.write();
+                match *e {
+                    Some(existing) => existing,
+                    None => {
+                        *e = Some((id, node.level));
+                        return;
+                    }
+                }
+            }
+        };
+        let mut nearest = Near { dist: self.dist_to(query, top), id: top };
+        let mut buf = Vec::with_capacity(M0);
+        for layer in (node.level.saturating_add(1)..=top_level).rev() {
+            nearest = self.greedy(query, nearest, layer, &mut buf);
+        }
+        let mut entries = vec![nearest];
+        VISITED.with_borrow_mut(|visited| {
+            for layer in (0..=node.level.min(top_level)).rev() {
+                let found = self.search_layer(query, &entries, EF_CONSTRUCTION, layer, None, visited, &mut buf);
+                let found = found.into_sorted_vec();
+                let chosen = self.diverse(&found, M);
+                {
+                    let _lock = node.lock.lock();
+                    let ids: Vec<u32> = chosen.iter().map(|n| n.id).collect();
+                    node.set(layer, &ids);
+                }
+                let cap = if layer == 0 { M0 } else { M };
+                for n in &chosen {
+                    self.link_back(n.id, id, layer, cap, &mut buf);
+                }
+                entries = found;
+            }
+        });
+        if node.level > top_level {
+            let mut e = self.entry.write();
+            if e.is_none_or(|(_, level)| node.level > level) {
+                *e = Some((id, node.level));
+            }
+        }
+    }
+
+    /// Adds `new` to `id`'s links at `layer`, pruning them with the
+    /// heuristic when they are full.
+    fn link_back(&self, id: u32, new: u32, layer: u8, cap: usize, buf: &mut Vec<u32>) {
+        let Some(node) = self.nodes.get(id as usize) else { return };
+        if layer > node.level {
+            return;
+        }
+        let _lock = node.lock.lock();
+        node.neighbours(layer, buf);
+        if buf.contains(&new) {
+            return;
+        }
+        if buf.len() < cap {
+            buf.push(new);
+            node.set(layer, buf);
+            return;
+        }
+        let Some(base) = self.arena.vector(id) else { return };
+        let mut candidates: Vec<Near> =
+            buf.iter().chain([&new]).map(|&n| Near { dist: self.dist_to(base, n), id: n }).collect();
+        candidates.sort_unstable();
+        let kept: Vec<u32> = self.diverse(&candidates, cap).iter().map(|n| n.id).collect();
+        node.set(layer, &kept);
+    }
+
+    /// The heuristic of the paper (algorithm 4, as in hnswlib): from
+    /// candidates sorted nearest first, keep one only when it is nearer to
+    /// the base point than to every one kept, up to `m`.
+    fn diverse(&self, sorted: &[Near], m: usize) -> Vec<Near> {
+        if sorted.len() <= m {
+            return sorted.to_vec();
+        }
+        let mut kept: Vec<Near> = Vec::with_capacity(m);
+        for c in sorted {
+            if kept.len() >= m {
+                break;
+            }
+            let Some(cv) = self.arena.vector(c.id) else { continue };
+            if kept.iter().all(|k| self.dist_to(cv, k.id) > c.dist) {
+                kept.push(*c);
+            }
+        }
+        kept
+    }
+
+    /// Moves to nearer nodes at `layer` until none of the current node's
+    /// links is nearer.
+    fn greedy(&self, query: &[f32], mut nearest: Near, layer: u8, buf: &mut Vec<u32>) -> Near {
+        loop {
+            let Some(node) = self.nodes.get(nearest.id as usize) else { return nearest };
+            node.neighbours(layer, buf);
+            let mut moved = false;
+            for &n in buf.iter() {
+                let d = self.dist_to(query, n);
+                if d < nearest.dist {
+                    nearest = Near { dist: d, id: n };
+                    moved = true;
+                }
+            }
+            if !moved {
+                return nearest;
+            }
+        }
+    }
+
+    /// The `ef` nearest accepted nodes reachable at `layer` from `entries`
+    /// (a max-heap, farthest on top).
+    #[allow(clippy::too_many_arguments)]
+    fn search_layer(
+        &self,
+        query: &[f32],
+        entries: &[Near],
+        ef: usize,
+        layer: u8,
+        accept: Option<&dyn Fn(u32) -> bool>,
+        visited: &mut Visited,
+        buf: &mut Vec<u32>,
+    ) -> BinaryHeap<Near> {
+        let accepted = |id: u32| accept.is_none_or(|f| f(id));
+        visited.begin(self.nodes.len());
+        let mut candidates: BinaryHeap<Reverse<Near>> = BinaryHeap::with_capacity(ef * 2);
+        let mut found: BinaryHeap<Near> = BinaryHeap::with_capacity(ef + 1);
+        for e in entries {
+            if visited.first_visit(e.id) {
+                candidates.push(Reverse(*e));
+                if accepted(e.id) {
+                    found.push(*e);
+                }
+            }
+        }
+        while found.len() > ef {
+            found.pop();
+        }
+        let mut bound = found.peek().map_or(f32::INFINITY, |f| f.dist);
+        while let Some(Reverse(c)) = candidates.pop() {
+            if c.dist > bound && found.len() >= ef {
+                break;
+            }
+            let Some(node) = self.nodes.get(c.id as usize) else { continue };
+            node.neighbours(layer, buf);
+            for &n in buf.iter() {
+                if !visited.first_visit(n) {
+                    continue;
+                }
+                let d = self.dist_to(query, n);
+                if found.len() < ef || d < bound {
+                    candidates.push(Reverse(Near { dist: d, id: n }));
+                    if accepted(n) {
+                        found.push(Near { dist: d, id: n });
+                        if found.len() > ef {
+                            found.pop();
+                        }
+                        bound = found.peek().map_or(f32::INFINITY, |f| f.dist);
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// The `k` nearest linked nodes whose slot `accept` takes, nearest
+    /// first, as (slot, distance); `ef` candidates are kept during the walk.
+    pub fn search(&self, query: &[f32], k: usize, ef: usize, accept: &dyn Fn(u32) -> bool) -> Vec<(u32, f32)> {
+        let Some((top, top_level)) = *self.entry.read() else { return Vec::new() };
+        let mut buf = Vec::with_capacity(M0);
+        let mut nearest = Near { dist: self.dist_to(query, top), id: top };
+        for layer in (1..=top_level).rev() {
+            nearest = self.greedy(query, nearest, layer, &mut buf);
+        }
+        let linked = self.len() as u32;
+        let accept = |id: u32| id < linked && accept(id);
+        let found = VISITED.with_borrow_mut(|visited| {
+            self.search_layer(query, &[nearest], ef.max(k), 0, Some(&accept), visited, &mut buf)
+        });
+        found.into_sorted_vec().into_iter().take(k).map(|n| (n.id, n.dist)).collect()
+    }
+
+    /// Writes the graph's links (not its vectors, which are the arena's):
+    /// magic, format, node count, entry, then each node's level and links
+    /// per layer, and a CRC-32 of everything before it.
+    pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let count = self.len() as u32;
+        let mut body = Vec::with_capacity(count as usize * (M0 + 2) * 4 + 32);
+        body.extend_from_slice(GRAPH_MAGIC);
+        body.extend_from_slice(&GRAPH_FORMAT.to_le_bytes());
+        body.extend_from_slice(&count.to_le_bytes());
+        let (entry, entry_level) = self.entry.read().filter(|(e, _)| *e < count).unwrap_or((u32::MAX, 0));
+        body.extend_from_slice(&entry.to_le_bytes());
+        body.push(entry_level);
+        let mut buf = Vec::with_capacity(M0);
+        for id in 0..count {
+            let node = self.nodes.get(id as usize).expect("linked nodes exist");
+            body.push(node.level);
+            for layer in 0..=node.level {
+                node.neighbours(layer, &mut buf);
+                buf.retain(|n| *n < count);
+                body.push(buf.len() as u8);
+                for n in &buf {
+                    body.extend_from_slice(&n.to_le_bytes());
+                }
+            }
+        }
+        let crc = crc32fast::hash(&body);
+        out.write_all(&body)?;
+        out.write_all(&crc.to_le_bytes())
+    }
+
+    /// Reads a graph written by [`Hnsw::write_to`] over `arena`; `None` when
+    /// the bytes are damaged or name slots the arena does not have.
+    pub fn read_from(metric: Metric, arena: Arc<VectorArena>, input: &mut impl Read) -> Option<Hnsw> {
+        let mut bytes = Vec::new();
+        input.read_to_end(&mut bytes).ok()?;
+        let (body, crc) = bytes.split_at(bytes.len().checked_sub(4)?);
+        if crc32fast::hash(body).to_le_bytes() != crc || !body.starts_with(GRAPH_MAGIC) {
+            return None;
+        }
+        let mut r = &body[GRAPH_MAGIC.len()..];
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let (head, rest) = r.split_at_checked(n)?;
+            r = rest;
+            Some(head)
+        };
+        let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("four bytes"));
+        if u32_of(take(4)?) != GRAPH_FORMAT {
+            return None;
+        }
+        let count = u32_of(take(4)?);
+        let entry = u32_of(take(4)?);
+        let entry_level = take(1)?[0];
+        if count as usize > arena.len() || (count > 0 && entry >= count) {
+            return None;
+        }
+        let graph = Hnsw::new(metric, arena);
+        let mut ids = Vec::with_capacity(M0);
+        for _ in 0..count {
+            let level = take(1)?[0];
+            if level > MAX_LEVEL {
+                return None;
+            }
+            let node = Node::new(level);
+            for layer in 0..=level {
+                let n = take(1)?[0] as usize;
+                if n > if layer == 0 { M0 } else { M } {
+                    return None;
+                }
+                ids.clear();
+                for b in take(n * 4)?.chunks_exact(4) {
+                    let id = u32_of(b);
+                    if id >= count {
+                        return None;
+                    }
+                    ids.push(id);
+                }
+                node.set(layer, &ids);
+            }
+            graph.nodes.push(node);
+        }
+        if count > 0 {
+            *graph.entry.write() = Some((entry, entry_level));
+        }
+        graph.linked.store(count, Ordering::Release);
+        Some(graph)
+    }
+}
+
+const GRAPH_MAGIC: &[u8] = b"BRAIDHNSW";
+const GRAPH_FORMAT: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn arena_of(points: &[Vec<f32>]) -> Arc<VectorArena> {
+        let arena = Arc::new(VectorArena::new(points[0].len()));
+        for (i, p) in points.iter().enumerate() {
+            arena.push(i as u32 * 3, p);
+        }
+        arena
+    }
+
+    fn random_unit(rng: &mut impl Rng, n: usize, dim: usize) -> Vec<Vec<f32>> {
+        (0..n)
+            .map(|_| {
+                let v: Vec<f32> = (0..dim).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.into_iter().map(|x| x / norm).collect()
+            })
+            .collect()
+    }
+
+    fn exact(points: &[Vec<f32>], q: &[f32], k: usize, keep: impl Fn(u32) -> bool) -> Vec<u32> {
+        let mut all: Vec<Near> = (0..points.len() as u32)
+            .filter(|i| keep(*i))
+            .map(|i| Near { dist: distance(Metric::Cosine, q, &points[i as usize]), id: i })
+            .collect();
+        all.sort_unstable();
+        all.into_iter().take(k).map(|n| n.id).collect()
+    }
+
+    #[test]
+    fn recall_against_an_exact_scan_with_and_without_a_filter() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let points = random_unit(&mut rng, 3000, 24);
+        let graph = Hnsw::new(Metric::Cosine, arena_of(&points));
+        // in two rounds, as the indexer does
+        assert_eq!(graph.insert_upto(1200), 0);
+        assert_eq!(graph.insert_upto(3000), 0);
+        assert_eq!(graph.len(), 3000);
+        let (mut hits, mut hits_filtered, mut total) = (0, 0, 0);
+        for q in random_unit(&mut rng, 50, 24) {
+            let want = exact(&points, &q, 10, |_| true);
+            let got: Vec<u32> = graph.search(&q, 10, 100, &|_| true).into_iter().map(|h| h.0).collect();
+            hits += got.iter().filter(|g| want.contains(g)).count();
+            let want = exact(&points, &q, 10, |i| i % 3 == 0);
+            let got = graph.search(&q, 10, 100, &|i| i % 3 == 0);
+            assert!(got.iter().all(|(i, _)| i % 3 == 0), "only accepted nodes come back");
+            assert!(got.windows(2).all(|w| w[0].1 <= w[1].1), "nearest first");
+            hits_filtered += got.iter().filter(|g| want.contains(&g.0)).count();
+            total += 10;
+        }
+        let (recall, recall_filtered) = (hits as f64 / total as f64, hits_filtered as f64 / total as f64);
+        assert!(recall >= 0.95, "recall {recall}");
+        assert!(recall_filtered >= 0.95, "filtered recall {recall_filtered}");
+    }
+
+    #[test]
+    fn searches_run_while_nodes_are_linked() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let points = random_unit(&mut rng, 4000, 8);
+        let graph = Arc::new(Hnsw::new(Metric::Cosine, arena_of(&points)));
+        let searcher = {
+            let graph = graph.clone();
+            let q = points[5].clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    for (id, d) in graph.search(&q, 5, 32, &|_| true) {
+                        assert!((id as usize) < 4000 && d.is_finite());
+                    }
+                }
+            })
+        };
+        for end in (500..=4000).step_by(500) {
+            graph.insert_upto(end);
+        }
+        searcher.join().unwrap();
+        assert_eq!(graph.search(&points[5], 1, 64, &|_| true)[0].0, 5);
+    }
+
+    #[test]
+    fn a_written_graph_reads_back_and_damage_is_refused() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let points = random_unit(&mut rng, 500, 6);
+        let arena = arena_of(&points);
+        let graph = Hnsw::new(Metric::Cosine, arena.clone());
+        graph.insert_upto(500);
+        let mut bytes = Vec::new();
+        graph.write_to(&mut bytes).unwrap();
+        let back = Hnsw::read_from(Metric::Cosine, arena.clone(), &mut &bytes[..]).expect("reads back");
+        assert_eq!(back.len(), 500);
+        for q in points.iter().take(20) {
+            assert_eq!(back.search(q, 5, 50, &|_| true), graph.search(q, 5, 50, &|_| true));
+        }
+        let mut damaged = bytes.clone();
+        damaged[40] ^= 1;
+        assert!(Hnsw::read_from(Metric::Cosine, arena, &mut &damaged[..]).is_none());
+        // a graph naming slots a smaller arena lacks is refused
+        assert!(Hnsw::read_from(Metric::Cosine, arena_of(&points[..100]), &mut &bytes[..]).is_none());
+    }
+
+    #[test]
+    fn levels_follow_the_exponential_distribution() {
+        let levels: Vec<u8> = (0..100_000).map(level_of).collect();
+        let above = levels.iter().filter(|l| **l >= 1).count() as f64 / 100_000.0;
+        assert!((above - 1.0 / M as f64).abs() < 0.01, "{above}");
+        assert_eq!(level_of(42), level_of(42));
+    }
+}
