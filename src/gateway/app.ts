@@ -12,8 +12,7 @@ import { BraidError, isErrorCode } from '../errors.js';
 import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
 import { TokenSet, tokenId } from './auth.js';
 import { graphqlScope, requireScope, routeScope, type Scope } from '../auth.js';
-import { parse as parseGraphQL } from 'graphql';
-import { MAX_TOKENS } from '../graphql/bounds.js';
+import { parseDocument } from '../graphql/bounds.js';
 import type { GatewayConfig } from './config.js';
 import { BRANCH_HEADER, DATABASE_HEADER, Router, headerValue, parsePutBody, type Route } from './routing.js';
 import { Upstream, upstreamFailure } from './upstream.js';
@@ -141,7 +140,7 @@ function graphqlDocumentScope(bytes: Buffer): Scope {
   if (!isObject(body) || typeof body.query !== 'string') return 'read';
   try {
     const operationName = typeof body.operationName === 'string' ? body.operationName : undefined;
-    return graphqlScope(parseGraphQL(body.query, { maxTokens: MAX_TOKENS }), operationName);
+    return graphqlScope(parseDocument(body.query), operationName);
   } catch {
     return 'read';
   }
