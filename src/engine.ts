@@ -6,6 +6,7 @@
  */
 import type { Static } from 'typebox';
 import { BraidError, isErrorCode } from './errors.js';
+import { encodeRequestJson } from './json.js';
 import type { HybridExplain as HybridExplainSchema } from './schemas/query.js';
 import { loadNative, type NativeEngineHandle } from './native/index.js';
 import { parseNativeQuery } from './ql/index.js';
@@ -278,12 +279,12 @@ export class Braid {
 
   private async call<T>(op: string, payload: unknown): Promise<T> {
     if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
-    return unwrap<T>(await this.native.call(op, JSON.stringify(payload)));
+    return unwrap<T>(await this.native.call(op, encodeRequestJson(payload)));
   }
 
   private callSync<T>(op: string, payload: unknown): T {
     if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
-    return unwrap<T>(this.native.callSync(op, JSON.stringify(payload)));
+    return unwrap<T>(this.native.callSync(op, encodeRequestJson(payload)));
   }
 
   /** Full replacement write of one record; resolves once it is durable. */

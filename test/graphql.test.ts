@@ -325,7 +325,7 @@ describe('POST /v1/graphql: errors', () => {
   it('graphql-request surfaces the code through ClientError', async () => {
     const err = await client.request(gql`{ search(table: "docs", tenant_id: "t1", top_k: 5000) { next_cursor } }`).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ClientError);
-    expect((err as ClientError).response.errors?.[0]?.extensions).toEqual({ code: 'top_k_out_of_range' });
+    expect((err as ClientError).response.errors?.[0]?.extensions).toEqual({ code: 'top_k_out_of_range', classification: 'BAD_REQUEST' });
   });
 
   it('a put_batch error names the failing record in extensions.index', async () => {

@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
 import { CLI, ROOT, request, spawnServer, startTestServer, tempDir, type ChildServer, type TestServer } from './helpers.js';
 
 /** The WAL segment a branch is writing (the newest `wal-<generation>.log`). */
@@ -336,6 +337,28 @@ describe('error bodies always carry a code', () => {
     expect(res.body).toMatchObject({ code: 'shutting_down' });
     other.app.braid.closing = false;
     await other.destroy();
+  });
+
+  // fastify's own drain answer (return503OnClosing) is {error, message, statusCode}, without a code
+  it('so does the gateway: 503 shutting_down with a code, its keep-alive connection closed', async () => {
+    const gateway = await startGateway(resolveGatewayConfig({ engine: s.url, token: ['good'], port: 0, logLevel: 'error' }, {}));
+    const auth = { authorization: 'Bearer good' };
+    expect((await request(`${gateway.url}/v1/branches`, 'GET', undefined, auth)).status).toBe(200);
+    gateway.app.gateway.closing = true;
+    for (const [method, route] of [['GET', '/v1/branches'], ['POST', '/v1/records/get'], ['POST', '/v1/graphql']] as const) {
+      const res = await request(`${gateway.url}${route}`, method, method === 'POST' ? { table: 't', tenant_id: 'a', id: 'x' } : undefined, auth);
+      expect(res.status, route).toBe(503);
+      expect(res.body, route).toEqual({ code: 'shutting_down', error: expect.stringContaining('shutting down') });
+      expect(res.headers.get('connection'), route).toBe('close');
+    }
+    // readiness says so in its own shape, for load balancers
+    const ready = await request(`${gateway.url}/v1/ready`, 'GET', undefined, auth);
+    expect(ready.status).toBe(503);
+    expect(ready.body).toMatchObject({ ready: false, ok: false, code: 'shutting_down', error: 'gateway is shutting down', service: expect.any(String) });
+    gateway.app.gateway.closing = false;
+    await gateway.close();
+    // close() is what sets it
+    expect(gateway.app.gateway.closing).toBe(true);
   });
 });
 

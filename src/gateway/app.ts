@@ -12,8 +12,7 @@ import { BraidError, isErrorCode } from '../errors.js';
 import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
 import { TokenSet, tokenId } from './auth.js';
 import { graphqlScope, requireScope, routeScope, type Scope } from '../auth.js';
-import { parse as parseGraphQL } from 'graphql';
-import { MAX_TOKENS } from '../graphql/bounds.js';
+import { parseDocument } from '../graphql/bounds.js';
 import type { GatewayConfig } from './config.js';
 import { BRANCH_HEADER, DATABASE_HEADER, Router, headerValue, parsePutBody, type Route } from './routing.js';
 import { Upstream, upstreamFailure } from './upstream.js';
@@ -57,6 +56,8 @@ export interface GatewayState {
   requests: number;
   /** Requests with a valid token, counted against that token's rate limit. */
   metered: number;
+  /** Set once close() starts: requests still arriving get 503 shutting_down. */
+  closing: boolean;
 }
 
 declare module 'fastify' {
@@ -141,7 +142,7 @@ function graphqlDocumentScope(bytes: Buffer): Scope {
   if (!isObject(body) || typeof body.query !== 'string') return 'read';
   try {
     const operationName = typeof body.operationName === 'string' ? body.operationName : undefined;
-    return graphqlScope(parseGraphQL(body.query, { maxTokens: MAX_TOKENS }), operationName);
+    return graphqlScope(parseDocument(body.query), operationName);
   } catch {
     return 'read';
   }
@@ -155,13 +156,17 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: config.bodyLimitBytes,
-    return503OnClosing: true,
+    // fastify's own drain answer has no `code`; the first onRequest hook
+    // below answers 503 shutting_down instead
+    return503OnClosing: false,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     // the client's X-Request-Id when it is a plain token, else a new one; the
     // engine gets it too, so one id names the request in both logs
     genReqId: requestId,
   });
   app.addHook('onSend', async (request, reply, payload) => {
+    // draining: keep-alive connections close after their response, so close() ends
+    if (state.closing) reply.header('connection', 'close');
     reply.header(REQUEST_ID_HEADER, request.id);
     return payload;
   });
@@ -183,7 +188,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       probeAuthorization: engineAuthorization ?? `Bearer ${config.tokens[0]!.token}`,
     }));
   }
-  const state: GatewayState = { config, router, upstreams, requests: 0, metered: 0 };
+  const state: GatewayState = { config, router, upstreams, requests: 0, metered: 0, closing: false };
   app.decorate('gateway', state);
   const upstreamOf = (route: Route): Upstream => upstreams.get(route.endpoint)!;
 
@@ -223,6 +228,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   app.addHook('onReady', async () => {
     for (const up of upstreams.values()) up.start();
   });
+  app.addHook('preClose', async () => {
+    state.closing = true;
+  });
   app.addHook('onClose', async () => {
     await Promise.all([...upstreams.values()].map((up) => up.close()));
   });
@@ -252,6 +260,11 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const failures = new Map<string, { count: number; until: number }>();
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
+    // readiness answers not ready itself, in its own shape
+    if (state.closing && request.url.split('?', 1)[0] !== '/v1/ready') {
+      reply.header('connection', 'close');
+      throw new BraidError('shutting_down', 'the gateway is shutting down; retry against another gateway or after the restart');
+    }
     // the console's files hold no data and a browser cannot send a token to load a page;
     // the page sends its token with each API call, which is checked here like any other
     if (isConsoleRequest(request)) return;
@@ -305,7 +318,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
 
   app.setErrorHandler((err, request, reply) => {
     const braidErr = toBraidError(err);
-    if (braidErr.status >= 500 && braidErr.code !== 'upstream_unreachable' && braidErr.code !== 'not_ready') {
+    if (braidErr.status >= 500 && braidErr.code !== 'upstream_unreachable' && braidErr.code !== 'not_ready' && braidErr.code !== 'shutting_down') {
       request.log.error({ err }, 'gateway request failed');
     }
     return reply.status(braidErr.status).send(braidErr.toBody());
@@ -447,7 +460,10 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   }, async (request, reply) => {
     const route = await routeFor(request);
     const up = upstreamOf(route);
-    const r = await up.check(route, engineAuthorization ?? headerValue(request.headers.authorization));
+    // draining: not ready, whatever the engine says (its last known state, no new check)
+    const r = state.closing
+      ? { ...up.readiness, ready: false, error: 'gateway is shutting down', code: 'shutting_down' }
+      : await up.check(route, engineAuthorization ?? headerValue(request.headers.authorization));
     const body = r.body ?? {};
     reply.status(r.ready ? 200 : 503);
     return {

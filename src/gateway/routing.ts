@@ -4,6 +4,7 @@
  * branch_id) and rewrites what the engine receives.
  */
 import { BraidError } from '../errors.js';
+import { encodeRequestJson } from '../json.js';
 import { DEFAULT_BRANCH, type Catalog, type CatalogBranch } from './config.js';
 
 export { BRANCH_HEADER, DATABASE_HEADER } from '../names.js';
@@ -147,7 +148,7 @@ export function parsePutBody(raw: Buffer): ParsedPut | undefined {
       const wrapper: Record<string, unknown> = isWrapper ? { ...obj } : { record: obj };
       wrapper.database_id = route.upstreamDatabaseId;
       wrapper.branch_id = route.upstreamBranchId;
-      return Buffer.from(JSON.stringify(wrapper), 'utf8');
+      return Buffer.from(encodeRequestJson(wrapper), 'utf8');
     },
   };
 }

@@ -18,9 +18,21 @@
  * it again. A document of fragments that each spread the previous one twice
  * (2^40 expansions from 400 tokens) is costed in time linear in its size,
  * and rejected by the cost limit, before validation ever sees it.
+ *
+ * - nesting: before the document is parsed, its tokens are read (without
+ *   recursion) and the braces, brackets and parentheses counted: over
+ *   `MAX_NESTING` levels is graphql_too_deep. graphql-js parses, validates
+ *   and executes by recursion, so a document of a few thousand nested
+ *   selection sets, list or object values or list types, well under
+ *   `MAX_TOKENS`, would otherwise overflow the stack.
  */
 import {
+  GraphQLError,
   Kind,
+  Lexer,
+  Source,
+  TokenKind,
+  parse,
   SchemaMetaFieldDef,
   TypeMetaFieldDef,
   TypeNameMetaFieldDef,
@@ -64,6 +76,58 @@ export const BOUNDED_LIMITS: Limits = { ...DEFAULT_LIMITS, maxDepth: 4, maxCost:
 
 /** Upper bound on the tokens of a document (parse option maxTokens). */
 export const MAX_TOKENS = 20_000;
+
+/**
+ * Upper bound on the nesting of braces, brackets and parentheses in a
+ * document: far above what the depth limits let a selection reach, and as
+ * deep as the engine reads a JSON value (128 levels).
+ */
+export const MAX_NESTING = 128;
+
+/**
+ * Throws graphql_too_deep when the document's braces, brackets and
+ * parentheses nest deeper than MAX_NESTING. A lexical error or a document of
+ * more than MAX_TOKENS tokens ends the scan: parse() reports those.
+ */
+function checkNesting(query: string): void {
+  const lexer = new Lexer(new Source(query));
+  let depth = 0;
+  try {
+    for (let tokens = 0; tokens < MAX_TOKENS; tokens++) {
+      const token = lexer.advance();
+      if (token.kind === TokenKind.EOF) return;
+      if (token.kind === TokenKind.BRACE_L || token.kind === TokenKind.BRACKET_L || token.kind === TokenKind.PAREN_L) {
+        depth += 1;
+        if (depth > MAX_NESTING) {
+          throw new BraidError(
+            'graphql_too_deep',
+            `the document nests braces, brackets and parentheses more than ${MAX_NESTING} levels deep (line ${token.line}, column ${token.column})`,
+          );
+        }
+      } else if (token.kind === TokenKind.BRACE_R || token.kind === TokenKind.BRACKET_R || token.kind === TokenKind.PAREN_R) {
+        depth -= 1;
+      }
+    }
+  } catch (err) {
+    if (!(err instanceof GraphQLError)) throw err;
+  }
+}
+
+/**
+ * Parses a GraphQL document within the nesting and token bounds: a document
+ * nested too deeply is graphql_too_deep, one that does not parse (or has too
+ * many tokens) graphql_bad_request with the line and column.
+ */
+export function parseDocument(query: string): DocumentNode {
+  checkNesting(query);
+  try {
+    return parse(query, { maxTokens: MAX_TOKENS });
+  } catch (err) {
+    if (!(err instanceof GraphQLError)) throw err;
+    const loc = err.locations?.[0];
+    throw new BraidError('graphql_bad_request', loc ? `${err.message} (line ${loc.line}, column ${loc.column})` : err.message);
+  }
+}
 
 const DEFAULT_TOP_K = 10;
 const MAX_TOP_K = 1000;

@@ -1,12 +1,35 @@
-/** GraphQL errors in the 200 body of route 7: {message, locations?, path?, extensions: {code, index?}}. */
+/**
+ * GraphQL errors in the 200 body of route 7:
+ * {message, locations?, path?, extensions: {code, classification, index?}}.
+ */
 import { GraphQLError } from 'graphql';
-import { BraidError } from '../errors.js';
+import { BraidError, statusOf } from '../errors.js';
+
+/**
+ * Who an error is on, for tools that know nothing of Braid's codes:
+ * BAD_REQUEST when the request cannot be served as sent (the code's REST
+ * status is 4xx: a bad name or argument, a missing table or snapshot, a
+ * conflict, a limit), INTERNAL_ERROR when the server failed (5xx). The two
+ * values are those of graphql-java's and Spring for GraphQL's `ErrorType`.
+ */
+export type GraphQlErrorClassification = 'BAD_REQUEST' | 'INTERNAL_ERROR';
+
+export function classificationOf(code: string): GraphQlErrorClassification {
+  return statusOf(code) < 500 ? 'BAD_REQUEST' : 'INTERNAL_ERROR';
+}
 
 export interface GraphQlErrorBody {
   message: string;
   locations?: { line: number; column: number }[];
   path?: (string | number)[];
-  extensions: { code: string; index?: number };
+  extensions: { code: string; classification: GraphQlErrorClassification; index?: number };
+}
+
+/** A BraidError as a GraphQL error: its code, and the classification of that code. */
+export function braidGraphQLError(err: BraidError): GraphQlErrorBody {
+  const extensions: GraphQlErrorBody['extensions'] = { code: err.code, classification: classificationOf(err.code) };
+  if (err.index !== undefined) extensions.index = err.index;
+  return { message: err.message, extensions };
 }
 
 /**
@@ -18,15 +41,18 @@ export interface GraphQlErrorBody {
 export function formatGraphQLError(err: GraphQLError): GraphQlErrorBody {
   let original: unknown = err.originalError;
   while (original instanceof GraphQLError && original.originalError) original = original.originalError;
-  const extensions: GraphQlErrorBody['extensions'] = { code: 'graphql_validation_failed' };
+  let code = 'graphql_validation_failed';
+  let index: number | undefined;
   if (original instanceof BraidError) {
-    extensions.code = original.code;
-    if (original.index !== undefined) extensions.index = original.index;
+    code = original.code;
+    index = original.index;
   } else if (typeof err.extensions?.code === 'string') {
-    extensions.code = err.extensions.code;
+    code = err.extensions.code;
   } else if (original && !(original instanceof GraphQLError)) {
-    extensions.code = 'internal_error';
+    code = 'internal_error';
   }
+  const extensions: GraphQlErrorBody['extensions'] = { code, classification: classificationOf(code) };
+  if (index !== undefined) extensions.index = index;
   const body: GraphQlErrorBody = { message: err.message, extensions };
   if (err.locations?.length) body.locations = err.locations.map((l) => ({ line: l.line, column: l.column }));
   if (err.path?.length) body.path = [...err.path];

@@ -20,6 +20,9 @@ export const GraphQlError = Type.Object({
   extensions: Type.Object(
     {
       code: Type.String({ description: 'stable code (docs/errors.md, docs/graphql.md)' }),
+      classification: Type.Union([Type.Literal('BAD_REQUEST'), Type.Literal('INTERNAL_ERROR')], {
+        description: 'BAD_REQUEST when the request cannot be served as sent (the code is a 4xx on REST), INTERNAL_ERROR when the server failed (5xx)',
+      }),
       index: Type.Optional(Type.Integer({ description: 'position of the offending record in put_batch' })),
     },
     { additionalProperties: true },

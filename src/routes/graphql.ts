@@ -9,7 +9,6 @@ import {
   KnownFragmentNamesRule,
   NoFragmentCyclesRule,
   execute,
-  parse,
   printSchema,
   validate,
   version,
@@ -23,8 +22,8 @@ import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { QueryResponse } from '../schemas/query.js';
 import { compile, validationError } from '../validation.js';
 import { BOUNDED_ADAPTER, boundedQuery, boundedSchema } from '../graphql/bounded.js';
-import { BOUNDED_LIMITS, DEFAULT_LIMITS, MAX_TOKENS, checkLimits, selectOperation, type Limits } from '../graphql/bounds.js';
-import { formatGraphQLError, type GraphQlErrorBody } from '../graphql/errors.js';
+import { BOUNDED_LIMITS, DEFAULT_LIMITS, checkLimits, parseDocument, selectOperation, type Limits } from '../graphql/bounds.js';
+import { braidGraphQLError, formatGraphQLError, type GraphQlErrorBody } from '../graphql/errors.js';
 import { GraphQlQueryRequest, GraphQlResponse, GraphQlSchemaResponse } from '../graphql/http.js';
 import { SchemaCache } from '../graphql/schema.js';
 import type { GraphQLContext } from '../graphql/types.js';
@@ -57,17 +56,7 @@ function fragmentErrors(schema: GraphQLSchema, document: DocumentNode): readonly
 
 /** A request-level failure of route 7 in its 200 body (spec 4.3.3). */
 function graphqlFailure(err: BraidError): { errors: GraphQlErrorBody[] } {
-  return { errors: [{ message: err.message, extensions: { code: err.code } }] };
-}
-
-function parseDocument(query: string): DocumentNode {
-  try {
-    return parse(query, { maxTokens: MAX_TOKENS });
-  } catch (err) {
-    if (!(err instanceof GraphQLError)) throw err;
-    const loc = err.locations?.[0];
-    throw new BraidError('graphql_bad_request', loc ? `${err.message} (line ${loc.line}, column ${loc.column})` : err.message);
-  }
+  return { errors: [braidGraphQLError(err)] };
 }
 
 export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRouteOptions = {}): Promise<void> {
