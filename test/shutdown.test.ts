@@ -22,13 +22,23 @@ describe('SIGTERM', () => {
     const inFlight = Array.from({ length: 4 }, (_, b) =>
       request(`${server.url}/v1/records/put-batch`, 'POST', { records: records.slice(b * 1250, (b + 1) * 1250) }),
     );
-    // let the requests reach the server, then ask it to stop
-    await new Promise((r) => setTimeout(r, 50));
+    // ask it to stop once the server holds the four requests (its in-flight
+    // gauge counts them, and the scrape itself), or once they are answered
+    let settled = 0;
+    const count = (): void => void (settled += 1);
+    for (const p of inFlight) p.then(count, count);
+    for (;;) {
+      const scrape = await request(`${server.url}/metrics`, 'GET');
+      const inFlightNow = Number(/^braid_http_requests_in_flight (\d+)/m.exec(String(scrape.body))?.[1] ?? 0);
+      if (inFlightNow >= 5 || settled === inFlight.length) break;
+    }
     server.child.kill('SIGTERM');
     const results = await Promise.allSettled(inFlight);
     const code = await server.exited;
     expect(code).toBe(0);
     const acked = results.filter((r) => r.status === 'fulfilled' && r.value.status === 200).length;
+    // every request the server had received when it was told to stop finished
+    expect(acked).toBe(inFlight.length);
 
     const again = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
     children.push(again);
