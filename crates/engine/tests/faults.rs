@@ -71,6 +71,14 @@ fn short_write() {
     check_write_fault("wal::append", "return(short)");
 }
 
+/// The WAL took the group but the record file did not: the group is cut
+/// from the log again, so it is neither acknowledged nor visible, now or
+/// after a restart.
+#[test]
+fn record_file_write_error() {
+    check_write_fault("records::write", "return(eio)");
+}
+
 #[test]
 fn a_read_only_data_directory_refuses_to_open_with_a_clear_error() {
     let scenario = FailScenario::setup();

@@ -896,17 +896,28 @@ fn commit_group(
     let apply_started = Instant::now();
     let applied = {
         let mut st = state.write();
-        pending.iter().zip(&ends).try_for_each(|((_, commit, ..), end)| st.apply(commit, *end))
+        let commits: Vec<&Commit> = pending.iter().map(|(_, commit, ..)| commit).collect();
+        st.write_records(&commits).map(|locs| {
+            for ((commit, end), locs) in commits.iter().zip(&ends).zip(&locs) {
+                st.apply_written(commit, *end, locs);
+            }
+        })
     };
     if let Err(err) = applied {
-        // the group is in the log (a restart brings it back) but memory could
-        // not take it: refuse writes until a restart rebuilds the state
+        // the record file could not take the group's fields, so none of it
+        // was applied: as after a failed fsync, cut its frames from the log so
+        // a restart cannot bring back a write that was never acknowledged,
+        // and refuse writes until a restart re-reads the log
         shared.failed.store(true, Ordering::Release);
+        let cut = match wal.rollback(durable_end) {
+            Ok(()) => "its frames were cut from the log".to_string(),
+            Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
+        };
         let err = Error::new(
             Code::StorageFailure,
             format!(
-                "the write is in the write-ahead log but the record files could not take it ({}); it becomes \
-                 visible when the engine restarts, and the branch refuses writes until then",
+                "the record file could not take the write ({}); the write was not applied and {cut}; the \
+                 branch refuses writes until the engine restarts",
                 err.message
             ),
         );

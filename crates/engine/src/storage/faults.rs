@@ -12,7 +12,9 @@
 //! | `wal::copy`    | copying a log prefix (snapshot, restore) |
 //! | `catalog::save`| the atomic rewrite of catalog.json       |
 //! | `text::commit` | the tantivy commit of the indexer        |
-//! | `vector::insert` | one HNSW insert (use `panic` to test the indexer) |
+//! | `records::write` | writing a commit group's fields to the open record file |
+//! | `checkpoint::records`, `checkpoint::vectors`, `checkpoint::write`, `checkpoint::rename` | the steps of a checkpoint |
+//! | `vector::insert` | linking one row into an HNSW graph (use `panic` to test the indexer) |
 //! | `indexer::round` | one indexer round, outside its guards (`panic` ends the thread) |
 //!
 //! Arguments: `eio` (default), `enospc`, `erofs`, `short`.

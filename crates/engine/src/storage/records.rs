@@ -104,16 +104,20 @@ impl RecordFiles {
     }
 
     /// Writes the staged entries to the open file (page cache; durability
-    /// comes from the WAL until a checkpoint fsyncs the file).
+    /// comes from the WAL until a checkpoint fsyncs the file). On failure
+    /// the staged entries are dropped, as if never staged (the branch stops
+    /// taking writes, and a restart rebuilds the open file from the log).
     pub fn flush(&mut self) -> Result<()> {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        faults::check("records::write")?;
-        let file = &self.files[&self.open_gen];
-        (&**file).write_all(&self.buffer)?;
+        let written =
+            faults::check("records::write").and_then(|()| (&*self.files[&self.open_gen]).write_all(&self.buffer));
+        if written.is_err() {
+            self.open_len -= self.buffer.len() as u64;
+        }
         self.buffer.clear();
-        Ok(())
+        Ok(written?)
     }
 
     /// Reads a version's entry bytes (checksum verified).

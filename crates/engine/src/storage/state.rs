@@ -330,9 +330,26 @@ impl State {
         &self.keys[self.rows[row as usize].key as usize]
     }
 
-    /// Applies one durable commit. Fails only when the record file cannot
-    /// be written; the branch then stops taking writes.
+    /// Applies one durable commit (replay at open). Fails only when the
+    /// record file cannot take its fields; nothing is applied then.
     pub fn apply(&mut self, commit: &Commit, wal_end: u64) -> Result<()> {
+        let locs = self.write_records(&[commit])?;
+        self.apply_written(commit, wal_end, &locs[0]);
+        Ok(())
+    }
+
+    /// Writes the fields of every row of `commits` to the open record file,
+    /// before any of them is applied, and returns where each row's went. On
+    /// failure nothing is written nor applied, so the committer can refuse
+    /// the whole group.
+    pub fn write_records(&mut self, commits: &[&Commit]) -> Result<Vec<Vec<RecordLoc>>> {
+        let locs = commits.iter().map(|c| c.rows.iter().map(|r| self.records.stage(&r.fields)).collect()).collect();
+        self.records.flush()?;
+        Ok(locs)
+    }
+
+    /// Applies a commit whose fields [`State::write_records`] wrote to `locs`.
+    pub fn apply_written(&mut self, commit: &Commit, wal_end: u64, locs: &[RecordLoc]) {
         if !commit.schemas.is_empty() {
             self.schema_epoch += 1;
             for schema in &commit.schemas {
@@ -343,7 +360,7 @@ impl State {
                 self.schemas.insert(schema.name.clone(), schema.clone());
             }
         }
-        for wal_row in &commit.rows {
+        for (wal_row, loc) in commit.rows.iter().zip(locs) {
             let key_str = key_string(&wal_row.table, &wal_row.tenant_id, &wal_row.id);
             let key = match self.key_index.get(&key_str) {
                 Some(k) => *k,
@@ -364,7 +381,7 @@ impl State {
                 self.retire(prev, commit.epoch);
             }
             self.keys[key as usize].rows.push(row_id);
-            let loc = self.records.stage(&wal_row.fields);
+            let loc = *loc;
             self.rows.push(Row {
                 key,
                 version_id: wal_row.version_id,
@@ -381,7 +398,6 @@ impl State {
         self.latest_epoch = self.latest_epoch.max(commit.epoch);
         self.durable_epoch = self.latest_epoch;
         self.wal_end = wal_end;
-        self.records.flush()
     }
 
     /// Indexes a new row in the structures kept inside the commit.
