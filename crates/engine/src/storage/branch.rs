@@ -49,6 +49,10 @@ pub struct BranchConfig {
     /// Checkpoint when the branch closes cleanly, so the next start replays
     /// nothing. (Off only in tests that need a log to inspect.)
     pub checkpoint_on_close: bool,
+    /// The indexer dumps a vector graph once it has grown by this many rows
+    /// and by a quarter since its last dump, so a crash rebuilds at most
+    /// that much of it.
+    pub graph_dump_rows: u32,
 }
 
 impl Default for BranchConfig {
@@ -63,6 +67,7 @@ impl Default for BranchConfig {
             checkpoint_wal_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(300),
             checkpoint_on_close: true,
+            graph_dump_rows: 65_536,
         }
     }
 }
@@ -1024,11 +1029,6 @@ fn expire_receipts(state: &RwLock<State>, retention_ms: u64) {
     }
 }
 
-/// Rows a graph grows by before the indexer dumps it again: a quarter of
-/// what its last dump held, at least this many. A crash then rebuilds at
-/// most that share of a graph, and dumps cost little next to the inserts.
-const GRAPH_DUMP_ROWS: u32 = 65_536;
-
 fn run_indexer(
     state: Arc<RwLock<State>>,
     shared: Arc<Shared>,
@@ -1067,7 +1067,9 @@ fn run_indexer(
             for (name, index) in &batch.vectors {
                 // this thread is the only inserter, so the graph holds still
                 let dumped = index.dumped();
-                if index.watermark() - dumped >= GRAPH_DUMP_ROWS.max(dumped / 4) {
+                // a quarter of its last dump, at least graph_dump_rows: dumps
+                // cost little next to the inserts between them
+                if index.watermark() - dumped >= config.graph_dump_rows.max(dumped / 4) {
                     // a failed dump leaves the previous one; a restart
                     // rebuilds what it lacks
                     let _ = index.dump(graphs_dir, name);
