@@ -15,6 +15,7 @@ import { ajv, validationError } from './validation.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
 import { prometheusRoutes } from './prometheus.js';
+import { pollEngineEvents } from './engine-events.js';
 import fp from './idempotency/plugin.js';
 import { queryRoutes } from './routes/query.js';
 import { graphqlRoutes } from './routes/graphql.js';
@@ -171,6 +172,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   };
   // first, so its timings and counts cover every request, refused ones included
   await app.register(fp(prometheusRoutes), { engine: options.engine });
+  // the engine's own events (recovery, checkpoints, indexer, faults) in this log
+  pollEngineEvents(app, options.engine);
 
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;

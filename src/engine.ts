@@ -183,7 +183,74 @@ export interface EngineMetrics {
   failed_feature_count: number;
   /** Idempotency receipts held in memory (expired ones are dropped). */
   receipt_count: number;
+  // Counted by the engine for `GET /metrics` (src/prometheus.ts); route 12 does not carry them.
+  wal: {
+    /** Bytes of the WAL segment being written. */
+    segment_bytes: number;
+    /** WAL bytes appended and fsynced since the engine opened the branch. */
+    appended_bytes: number;
+    fsync_seconds: EngineHistogram;
+    /** Write requests per fsync group. */
+    group_commit_writes: EngineHistogram;
+  };
+  checkpoints: {
+    /** Checkpoints taken since open. */
+    count: number;
+    failures: number;
+    duration_seconds: EngineHistogram;
+    last_bytes: number;
+    /** When the newest checkpoint was written (also one loaded at open); null while there is none. */
+    last_unix_seconds: number | null;
+    age_seconds: number | null;
+  };
+  /** Rows committed but not yet searchable in the text index / the vector graphs. */
+  index_lag: { text_rows: number; vector_rows: number };
+  vector_graphs: { graphs: number; points: number; max_points: number };
+  /** Estimated heap bytes per structure (element counts x sizes; crates/engine/src/storage/stats.rs). */
+  memory: { rows: number; keys: number; vectors: number; vector_graphs: number; receipts: number };
 }
+
+/** A histogram counted in the engine: cumulative counts per upper bound, as Prometheus reads them. */
+export interface EngineHistogram {
+  bounds: number[];
+  cumulative: number[];
+  count: number;
+  sum: number;
+}
+
+export type CheckpointTrigger = 'wal_bytes' | 'interval' | 'request' | 'snapshot' | 'close';
+
+/**
+ * Something a branch did that belongs in the operator's log
+ * (crates/engine/src/storage/events.rs; docs/operations.md, "Engine events").
+ * Counts, sizes, durations and error messages only, never record contents.
+ */
+export type EngineEvent = {
+  database_id: string;
+  branch_id: string;
+  /** When the engine recorded it (unix ms). */
+  at_ms: number;
+  level: 'info' | 'warn' | 'error';
+} & (
+  | {
+      event: 'recovery';
+      checkpoint_generation: number | null;
+      checkpoint_epoch: number | null;
+      segments_replayed: number;
+      commits_replayed: number;
+      truncated_bytes: number;
+      latest_epoch: number;
+      index_backlog_rows: number;
+      duration_ms: number;
+    }
+  | { event: 'checkpoint'; trigger: CheckpointTrigger; generation: number; epoch: number; bytes: number; duration_ms: number }
+  | { event: 'checkpoint_failed'; trigger: CheckpointTrigger; error: string }
+  | { event: 'index_caught_up'; backlog_rows: number; duration_ms: number }
+  | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number }
+  | { event: 'indexer_stopped'; failed_features_total: number }
+  | { event: 'storage_failed'; stage: 'wal' | 'apply'; error: string }
+  | { event: 'events_dropped'; count: number }
+);
 
 /** What `braid doctor` found in one write-ahead log (docs/operations.md). */
 export interface LogReport {
@@ -366,6 +433,16 @@ export class Braid {
 
   metrics(options?: BranchRef): EngineMetrics {
     return this.callSync('metrics', route(options));
+  }
+
+  /**
+   * The engine's events since the last call, oldest first: recovery at
+   * open, checkpoints, index catch-up and failures, storage faults. The
+   * server logs them; embedded users may read them here (each branch keeps
+   * the latest 256). Readable after `close`, whose checkpoint is an event too.
+   */
+  events(): EngineEvent[] {
+    return unwrap<{ events: EngineEvent[] }>(this.native.callSync('events', '{}')).events;
   }
 
   /** A live idempotency receipt by its scoped key. */

@@ -8,13 +8,17 @@
  *   sets stay bounded whatever clients send.
  * - Engine: per branch (database, branch: a handful, never tenants or
  *   records), read from the engine at scrape time: epochs, records and
- *   versions, indexes, text segments, receipts, indexer state and failures.
+ *   versions, indexes, text segments, receipts, indexer state and failures;
+ *   and what the engine counts itself: WAL bytes, the fsync and group-commit
+ *   histograms, checkpoints, index lag, vector graph sizes and memory
+ *   estimates by structure. Other labels (`state`, `structure`) take a fixed
+ *   set of values.
  * - The Node process: prom-client's default metrics (resident memory, heap,
  *   event-loop lag, CPU), prefixed `braid_`.
  */
 import client from 'prom-client';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Braid } from './engine.js';
+import type { Braid, EngineHistogram, EngineMetrics } from './engine.js';
 
 export const HTTP_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const INDEXER_STATES = ['running', 'failing', 'stopped'] as const;
@@ -60,6 +64,50 @@ export function instrumentHttp(app: FastifyInstance, registry: client.Registry, 
   });
 }
 
+type Labels = Record<string, string>;
+
+/**
+ * A counter or histogram counted inside the engine. prom-client's own
+ * classes can only be incremented or observed here, not set, so this hands
+ * the registry the samples read at scrape time (a histogram's `_bucket`,
+ * `_sum` and `_count`) and prom-client formats them like its own.
+ */
+class EngineSeries {
+  readonly aggregator = 'sum';
+  private values: Array<{ metricName?: string; labels: Labels; value: number }> = [];
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly type: 'counter' | 'histogram',
+    registry: client.Registry,
+  ) {
+    // the registry formats any metric with a name, help, type and get(); its typings name only prom-client's classes
+    registry.registerMetric(this as unknown as client.Metric);
+  }
+
+  reset(): void {
+    this.values = [];
+  }
+
+  add(labels: Labels, value: number): void {
+    this.values.push({ labels, value });
+  }
+
+  addHistogram(labels: Labels, h: EngineHistogram): void {
+    h.bounds.forEach((le, i) => this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: String(le) }, value: h.cumulative[i]! }));
+    this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: '+Inf' }, value: h.count });
+    this.values.push({ metricName: `${this.name}_sum`, labels, value: h.sum });
+    this.values.push({ metricName: `${this.name}_count`, labels, value: h.count });
+  }
+
+  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: EngineSeries['values'] }> {
+    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values: this.values };
+  }
+}
+
+const MEMORY_STRUCTURES = ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts'] as const;
+
 export async function prometheusRoutes(app: FastifyInstance, options: { engine: Braid }): Promise<void> {
   const { engine } = options;
   const registry = createRegistry('braid_');
@@ -81,11 +129,57 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     failed: gauge('braid_branch_index_failed_features', 'Features (row x indexed column) an index could not take since the engine started'),
     indexer: gauge('braid_branch_indexer_state', '1 for the state the branch indexer is in (running, failing, stopped), else 0', ['state']),
     recovered: gauge('braid_branch_recovered_truncated_bytes', 'Bytes of a torn log tail cut at the last open'),
+    walSegment: gauge('braid_branch_wal_segment_bytes', 'Bytes of the WAL segment being written (a checkpoint starts a new one)'),
+    textLag: gauge('braid_branch_text_index_lag_rows', 'Rows committed but not yet searchable in the text index (covered by the hot overlay meanwhile)'),
+    vectorLag: gauge('braid_branch_vector_index_lag_rows', 'Rows committed but not yet in the vector graphs (covered by an exact scan meanwhile)'),
+    graphs: gauge('braid_branch_vector_graphs', 'HNSW graphs of the branch (one per vector column)'),
+    graphPoints: gauge('braid_branch_vector_graph_points', 'Points in all HNSW graphs of the branch'),
+    graphPointsMax: gauge('braid_branch_vector_graph_points_max', 'Points in the largest HNSW graph of the branch'),
+    checkpointAge: gauge('braid_branch_checkpoint_age_seconds', 'Seconds since the newest checkpoint was written; absent while the branch has none'),
+    checkpointTime: gauge('braid_branch_last_checkpoint_timestamp_seconds', 'Unix time the newest checkpoint was written; absent while the branch has none'),
+    checkpointBytes: gauge('braid_branch_last_checkpoint_bytes', 'Image bytes of the newest checkpoint taken since the engine started'),
+    memory: gauge(
+      'braid_branch_memory_bytes',
+      'Estimated heap bytes of the branch state by structure (rows, keys, vectors, vector_graphs, receipts): element counts x sizes, not measured; vector_graphs counts the vector copies in the HNSW graphs, not their links',
+      ['structure'],
+    ),
+  };
+  const series = (name: string, help: string, type: 'counter' | 'histogram') => new EngineSeries(name, help, type, registry);
+  const engineSeries = {
+    walAppended: series('braid_branch_wal_appended_bytes_total', 'WAL bytes appended and fsynced since the engine started', 'counter'),
+    fsync: series('braid_branch_wal_fsync_duration_seconds', 'Duration of the committer\'s fsync of the WAL, one per group commit', 'histogram'),
+    group: series('braid_branch_group_commit_writes', 'Write requests that shared one WAL fsync (group commit)', 'histogram'),
+    checkpoints: series('braid_branch_checkpoints_total', 'Checkpoints taken since the engine started', 'counter'),
+    checkpointFailures: series('braid_branch_checkpoint_failures_total', 'Checkpoints that failed since the engine started (retried; the WAL keeps everything)', 'counter'),
+    checkpointDuration: series('braid_branch_checkpoint_duration_seconds', 'Duration of a checkpoint', 'histogram'),
+  };
+
+  /** The figures the engine counts itself. */
+  const setCounted = (labels: Labels, m: EngineMetrics): void => {
+    engineGauges.walSegment.set(labels, m.wal.segment_bytes);
+    engineGauges.textLag.set(labels, m.index_lag.text_rows);
+    engineGauges.vectorLag.set(labels, m.index_lag.vector_rows);
+    engineGauges.graphs.set(labels, m.vector_graphs.graphs);
+    engineGauges.graphPoints.set(labels, m.vector_graphs.points);
+    engineGauges.graphPointsMax.set(labels, m.vector_graphs.max_points);
+    if (m.checkpoints.age_seconds !== null) engineGauges.checkpointAge.set(labels, m.checkpoints.age_seconds);
+    if (m.checkpoints.last_unix_seconds !== null) engineGauges.checkpointTime.set(labels, m.checkpoints.last_unix_seconds);
+    engineGauges.checkpointBytes.set(labels, m.checkpoints.last_bytes);
+    for (const structure of MEMORY_STRUCTURES) engineGauges.memory.set({ ...labels, structure }, m.memory[structure]);
+    engineSeries.walAppended.add(labels, m.wal.appended_bytes);
+    engineSeries.fsync.addHistogram(labels, m.wal.fsync_seconds);
+    engineSeries.group.addHistogram(labels, m.wal.group_commit_writes);
+    engineSeries.checkpoints.add(labels, m.checkpoints.count);
+    engineSeries.checkpointFailures.add(labels, m.checkpoints.failures);
+    engineSeries.checkpointDuration.addHistogram(labels, m.checkpoints.duration_seconds);
   };
 
   app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {
+    const branches = await engine.branches();
+    // from here to the registry's read nothing awaits, so concurrent scrapes do not mix
     for (const g of Object.values(engineGauges)) g.reset();
-    for (const b of await engine.branches()) {
+    for (const s of Object.values(engineSeries)) s.reset();
+    for (const b of branches) {
       const labels = { database: b.database_id, branch: b.branch_id };
       const m = engine.metrics({ databaseId: b.database_id, branchId: b.branch_id });
       engineGauges.latest.set(labels, m.latest_epoch);
@@ -99,6 +193,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
       engineGauges.failed.set(labels, m.failed_feature_count);
       engineGauges.recovered.set(labels, m.recovered_truncated_bytes);
       for (const state of INDEXER_STATES) engineGauges.indexer.set({ ...labels, state }, m.indexer_state === state ? 1 : 0);
+      setCounted(labels, m);
     }
     return reply.type(registry.contentType).send(await registry.metrics());
   });

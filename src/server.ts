@@ -6,6 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { Braid } from './engine.js';
+import { logEngineEvents } from './engine-events.js';
 import type { ServerConfig } from './config.js';
 
 export interface RunningServer {
@@ -44,6 +45,8 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
         clearInterval(reaper);
       }
       engine.close();
+      // the close's own checkpoint, after the app stopped reading events
+      logEngineEvents(app.log, engine.events());
     })();
     return closing;
   };

@@ -10,7 +10,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
 import { GatewayConfigError, parsePutBody, resolveGatewayConfig, Router, TokenSet } from '../src/gateway/index.js';
-import { request, spawnServer, tempDir, type ChildServer, type HttpResult } from './helpers.js';
+import { request, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
 const OTHER = { authorization: 'Bearer other' };
@@ -31,16 +31,6 @@ async function stopChild(child: ChildServer, signal: NodeJS.Signals = 'SIGTERM')
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Polls until `check` returns true (or throws when it never does). */
-async function waitFor(what: string, check: () => Promise<boolean>, limitMs = 30_000): Promise<void> {
-  const deadline = Date.now() + limitMs;
-  for (;;) {
-    if (await check().catch(() => false)) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 const get = (base: string, route: string, headers: Record<string, string> = {}) => request(base + route, 'GET', undefined, headers);
 const post = (base: string, route: string, body: unknown, headers: Record<string, string> = {}) =>

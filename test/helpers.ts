@@ -19,6 +19,18 @@ export function tempDir(prefix = 'braid-test-'): string {
   return mkdtempSync(path.join(tmpdir(), prefix));
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls until `check` returns true (or throws when it never does). */
+export async function waitFor(what: string, check: () => Promise<boolean> | boolean, limitMs = 30_000): Promise<void> {
+  const deadline = Date.now() + limitMs;
+  for (;;) {
+    if (await Promise.resolve().then(check).catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
 export interface TestServer {
   url: string;
   app: FastifyInstance;

@@ -1,21 +1,30 @@
 // Structured logs (issue 15 item 2, engine side): a request id echoed in
-// X-Request-Id (the client's when it is a plain token), and one JSON line per
-// request with its id, route, status and duration, without bodies or tokens.
+// X-Request-Id (the client's when it is a plain token), one JSON line per
+// request with its id, route, status and duration, without bodies or tokens,
+// and the engine's events (recovery, checkpoints, storage faults).
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Braid } from '../src/engine.js';
 import { buildApp } from '../src/app.js';
-import { request, tempDir } from './helpers.js';
-import { rmSync } from 'node:fs';
+import { request, tempDir, waitFor } from './helpers.js';
+import { appendFileSync, readdirSync, rmSync } from 'node:fs';
+import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 
-const lines: Array<Record<string, unknown>> = [];
-const sink = new Writable({
-  write(chunk, _encoding, done) {
-    for (const line of String(chunk).split('\n')) if (line.trim()) lines.push(JSON.parse(line));
-    done();
-  },
-});
+type Line = Record<string, unknown>;
+
+/** A pino destination that parses each line into `out`. */
+function sinkInto(out: Line[]): Writable {
+  return new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of String(chunk).split('\n')) if (line.trim()) out.push(JSON.parse(line));
+      done();
+    },
+  });
+}
+
+const lines: Line[] = [];
+const sink = sinkInto(lines);
 
 let app: FastifyInstance;
 let engine: Braid;
@@ -62,5 +71,69 @@ describe('request ids and request log lines', () => {
     expect(all).not.toContain('do-not-log');
     expect(all).not.toContain('s3cret-token');
     expect(all).not.toContain('wrong-token');
+  });
+});
+
+describe('engine events in the log', () => {
+  const PINO = { info: 30, warn: 40, error: 50 };
+  const dir = tempDir();
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** An engine and its server on `dir`, checkpointing every 32 KiB of WAL, logging into `out`. */
+  async function start(out: Line[]): Promise<{ engine: Braid; app: FastifyInstance; url: string }> {
+    const engine = Braid.open({ dataDir: dir, checkpointBytes: 32768 });
+    const app = await buildApp({ engine, config: { dataDir: dir }, logger: { level: 'info', stream: sinkInto(out) } });
+    return { engine, app, url: await app.listen({ host: '127.0.0.1', port: 0 }) };
+  }
+  const event = (out: Line[], name: string) => out.find((l) => l.msg === name);
+
+  it('logs the recovery at open, each checkpoint, a torn tail cut at the next open, and a storage fault', async () => {
+    const first: Line[] = [];
+    const a = await start(first);
+    expect(event(first, 'recovery')).toMatchObject({ level: PINO.info, event: 'recovery', database: 'default', branch: 'main', checkpoint_generation: null, commits_replayed: 0 });
+    for (let i = 0; i < 40; i++) {
+      const put = await request(`${a.url}/v1/records/put`, 'POST', { table: 'docs', tenant_id: 'acme', id: `r${i}`, fields: { body: `do-not-log-body ${'x'.repeat(1000)}` } });
+      expect(put.status).toBe(200);
+    }
+    await waitFor('a checkpoint log line', () => event(first, 'checkpoint') !== undefined);
+    expect(event(first, 'checkpoint')).toMatchObject({
+      level: PINO.info,
+      event: 'checkpoint',
+      database: 'default',
+      branch: 'main',
+      trigger: 'wal_bytes',
+      generation: 1,
+      epoch: expect.any(Number),
+      bytes: expect.any(Number),
+      duration_ms: expect.any(Number),
+      at_ms: expect.any(Number),
+    });
+    await a.app.close();
+    a.engine.close();
+
+    // a torn tail: bytes after the last frame of the newest WAL segment (the
+    // close checkpoint started it), as a crash mid-append leaves them
+    const branchDir = path.join(dir, 'db', 'default', 'main');
+    const newest = readdirSync(branchDir).filter((f) => /^wal-\d+\.log$/.test(f)).sort().at(-1)!;
+    appendFileSync(path.join(branchDir, newest), Buffer.alloc(40, 0xab));
+    const second: Line[] = [];
+    const b = await start(second);
+    try {
+      await waitFor('a recovery log line', () => event(second, 'recovery') !== undefined);
+      const recovery = event(second, 'recovery')!;
+      expect(recovery).toMatchObject({ level: PINO.warn, truncated_bytes: 40, segments_replayed: 1, latest_epoch: 40 });
+      expect(recovery.checkpoint_generation).toBeGreaterThanOrEqual(2);
+
+      await b.engine.faultForTest('wal::sync', 'return(eio)');
+      const failed = await request(`${b.url}/v1/records/put`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'lost', fields: { body: 'do-not-log-body' } });
+      await b.engine.faultForTest('wal::sync', 'off');
+      expect(failed.body.code).toBe('storage_failure');
+      await waitFor('a storage fault log line', () => event(second, 'storage_failed') !== undefined);
+      expect(event(second, 'storage_failed')).toMatchObject({ level: PINO.error, stage: 'wal', error: expect.stringContaining('injected at wal::sync') });
+    } finally {
+      await b.app.close();
+      b.engine.close();
+    }
+    expect(JSON.stringify([...first, ...second])).not.toContain('do-not-log-body');
   });
 });

@@ -1,8 +1,10 @@
 // GET /metrics (Prometheus text format, issue 15 item 1, engine side):
 // scraped through real HTTP from a real engine; names, types and labels are
-// checked, and the counters and engine gauges move with what was done.
+// checked, and the counters and engine gauges move with what was done,
+// including what the engine counts itself (WAL, fsyncs, group commits,
+// checkpoints, index lag, vector graphs, memory estimates).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from './helpers.js';
+import { startTestServer, waitFor, type TestServer } from './helpers.js';
 
 let s: TestServer;
 
@@ -96,6 +98,116 @@ describe('GET /metrics', () => {
       expect(sample(ok.text, 'braid_http_requests_total', { route: '/metrics', status: '401' })).toBe(1);
     } finally {
       await secured.destroy();
+    }
+  });
+});
+
+describe('engine figures in GET /metrics', () => {
+  let e: TestServer;
+  const main = { database: 'default', branch: 'main' };
+  const value = (text: string, name: string, labels: Record<string, string> = {}) => sample(text, name, { ...main, ...labels });
+
+  beforeAll(async () => {
+    // the engine option behind `braid serve --checkpoint-bytes 32768`: checkpoints come often
+    e = await startTestServer({ engine: { checkpointBytes: 32768 } });
+  });
+  afterAll(async () => e.destroy());
+
+  it('are exposed with their types, and a fresh branch has no checkpoint age', async () => {
+    const m = (await scrape(e)).text;
+    for (const [name, type] of [
+      ['braid_branch_wal_segment_bytes', 'gauge'],
+      ['braid_branch_wal_appended_bytes_total', 'counter'],
+      ['braid_branch_wal_fsync_duration_seconds', 'histogram'],
+      ['braid_branch_group_commit_writes', 'histogram'],
+      ['braid_branch_text_index_lag_rows', 'gauge'],
+      ['braid_branch_vector_index_lag_rows', 'gauge'],
+      ['braid_branch_vector_graphs', 'gauge'],
+      ['braid_branch_vector_graph_points', 'gauge'],
+      ['braid_branch_vector_graph_points_max', 'gauge'],
+      ['braid_branch_checkpoints_total', 'counter'],
+      ['braid_branch_checkpoint_failures_total', 'counter'],
+      ['braid_branch_checkpoint_duration_seconds', 'histogram'],
+      ['braid_branch_checkpoint_age_seconds', 'gauge'],
+      ['braid_branch_last_checkpoint_timestamp_seconds', 'gauge'],
+      ['braid_branch_last_checkpoint_bytes', 'gauge'],
+      ['braid_branch_memory_bytes', 'gauge'],
+    ]) {
+      expect(m, name).toContain(`# TYPE ${name} ${type}`);
+    }
+    expect(value(m, 'braid_branch_checkpoints_total')).toBe(0);
+    expect(value(m, 'braid_branch_checkpoint_age_seconds')).toBeUndefined();
+    expect(value(m, 'braid_branch_wal_fsync_duration_seconds_count')).toBe(0);
+    expect(value(m, 'braid_branch_wal_fsync_duration_seconds_bucket', { le: '0.00005' })).toBe(0);
+    for (const structure of ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts']) {
+      expect(value(m, 'braid_branch_memory_bytes', { structure }), structure).toBeGreaterThanOrEqual(0);
+    }
+  });
+
+  it('WAL bytes, the fsync histogram and the group-commit histogram move with writes', async () => {
+    const before = (await scrape(e)).text;
+    const rec = (id: string) => ({ table: 'notes', tenant_id: 't1', id, fields: { body: `note ${id}` } });
+    for (const id of ['w1', 'w2', 'w3']) expect((await e.post('/v1/records/put', rec(id))).status).toBe(200);
+    const concurrent = await Promise.all(['c1', 'c2', 'c3', 'c4', 'c5', 'c6'].map((id) => e.post('/v1/records/put', rec(id))));
+    expect(concurrent.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect((await e.post('/v1/records/put-batch', { records: [rec('b1'), rec('b2')] })).status).toBe(200);
+    const after = (await scrape(e)).text;
+    const moved = (name: string, labels: Record<string, string> = {}) => value(after, name, labels)! - value(before, name, labels)!;
+
+    expect(moved('braid_branch_wal_appended_bytes_total')).toBeGreaterThan(0);
+    expect(value(after, 'braid_branch_wal_segment_bytes')).toBeGreaterThan(0);
+    // ten write requests, each in exactly one group; one fsync per group
+    expect(moved('braid_branch_group_commit_writes_sum')).toBe(10);
+    const groups = moved('braid_branch_group_commit_writes_count');
+    expect(groups).toBeGreaterThanOrEqual(1);
+    expect(groups).toBeLessThanOrEqual(10);
+    expect(moved('braid_branch_wal_fsync_duration_seconds_count')).toBe(groups);
+    expect(value(after, 'braid_branch_wal_fsync_duration_seconds_sum')).toBeGreaterThan(0);
+    // buckets are cumulative and +Inf is the count
+    for (const name of ['braid_branch_wal_fsync_duration_seconds', 'braid_branch_group_commit_writes']) {
+      expect(value(after, `${name}_bucket`, { le: '+Inf' }), name).toBe(value(after, `${name}_count`));
+    }
+    expect(value(after, 'braid_branch_group_commit_writes_bucket', { le: '1' })).toBeLessThanOrEqual(value(after, 'braid_branch_group_commit_writes_bucket', { le: '2' })!);
+    expect(after).not.toContain('t1');
+  });
+
+  it('index lag returns to 0 once indexed, and the vector graphs hold every vector', async () => {
+    const vectors = Array.from({ length: 20 }, (_, i) => ({ table: 'points', tenant_id: 't1', id: `p${i}`, fields: { label: `point ${i}`, emb: [1, i, 0.5] } }));
+    expect((await e.post('/v1/records/put-batch', { records: vectors })).status).toBe(200);
+    expect(await e.engine.waitIndexed()).toBe(true);
+    const m = (await scrape(e)).text;
+    expect(value(m, 'braid_branch_text_index_lag_rows')).toBe(0);
+    expect(value(m, 'braid_branch_vector_index_lag_rows')).toBe(0);
+    expect(value(m, 'braid_branch_vector_graphs')).toBe(1);
+    expect(value(m, 'braid_branch_vector_graph_points')).toBe(20);
+    expect(value(m, 'braid_branch_vector_graph_points_max')).toBe(20);
+    expect(value(m, 'braid_branch_memory_bytes', { structure: 'vector_graphs' })).toBe(20 * 3 * 4);
+    expect(value(m, 'braid_branch_memory_bytes', { structure: 'rows' })).toBeGreaterThan(0);
+    expect(value(m, 'braid_branch_memory_bytes', { structure: 'keys' })).toBeGreaterThan(0);
+  });
+
+  it('a checkpoint moves the checkpoint counter and resets its age', async () => {
+    const body = 'x'.repeat(1024);
+    for (let round = 0; round < 2; round++) {
+      const before = (await scrape(e)).text;
+      const count = value(before, 'braid_branch_checkpoints_total')!;
+      const since = Date.now();
+      // more than --checkpoint-bytes of WAL
+      for (let i = 0; i < 40; i++) {
+        expect((await e.post('/v1/records/put', { table: 'notes', tenant_id: 't1', id: `big${round}-${i}`, fields: { body } })).status).toBe(200);
+      }
+      let after = '';
+      await waitFor('a checkpoint', async () => {
+        after = (await scrape(e)).text;
+        return value(after, 'braid_branch_checkpoints_total')! > count;
+      });
+      const elapsed = (Date.now() - since) / 1000;
+      // the newest checkpoint was written after `since`: its age is within the time since
+      expect(value(after, 'braid_branch_checkpoint_age_seconds')).toBeLessThanOrEqual(elapsed + 0.001);
+      expect(value(after, 'braid_branch_last_checkpoint_timestamp_seconds')).toBeGreaterThanOrEqual(Math.floor(since / 1000));
+      expect(value(after, 'braid_branch_last_checkpoint_bytes')).toBeGreaterThan(0);
+      expect(value(after, 'braid_branch_checkpoint_duration_seconds_count')).toBe(value(after, 'braid_branch_checkpoints_total'));
+      expect(value(after, 'braid_branch_checkpoint_failures_total')).toBe(0);
     }
   });
 });

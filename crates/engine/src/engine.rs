@@ -31,7 +31,9 @@ use crate::query::plan::{self, HybridQuery, QueryContext, QueryResponse, RankedC
 use crate::schema::{Column, ColumnDeclaration, TableSchema};
 use crate::storage::branch::{CheckpointInfo, WAL_FILE};
 use crate::storage::commit::now_ms;
+use crate::storage::events::Recorded;
 use crate::storage::lock::DirLock;
+use crate::storage::stats::{self, CheckpointFigures, IndexLag, MemoryEstimate, VectorGraphs, WalFigures};
 use crate::storage::wal;
 use crate::storage::{Branch, BranchConfig, ReceiptDraft, WriteOp, WriteResult};
 
@@ -165,6 +167,22 @@ pub struct Metrics {
     pub failed_feature_count: u64,
     /// Idempotency receipts held in memory.
     pub receipt_count: u64,
+    // The figures below feed `GET /metrics` only; route 12 (whose fields the
+    // spec fixes) does not carry them.
+    pub wal: WalFigures,
+    pub checkpoints: CheckpointFigures,
+    pub index_lag: IndexLag,
+    pub vector_graphs: VectorGraphs,
+    pub memory: MemoryEstimate,
+}
+
+/// An event of one branch (storage/events.rs).
+#[derive(Debug, Clone, Serialize)]
+pub struct BranchEvent {
+    pub database_id: String,
+    pub branch_id: String,
+    #[serde(flatten)]
+    pub event: Recorded,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -566,7 +584,8 @@ impl Engine {
             .collect()
     }
 
-    /// Metrics of one branch (epochs, schemas, indexes) plus engine-wide counts.
+    /// Metrics of one branch (epochs, schemas, indexes, the committer's
+    /// counters, index lag, memory estimates) plus engine-wide counts.
     pub fn metrics(&self, database: Option<&str>, branch: Option<&str>) -> Result<Metrics> {
         let handle = self.branch(database, branch)?;
         let branch_count = self.branches.read().len() as u64;
@@ -575,6 +594,11 @@ impl Engine {
         let scalar_indexes: u64 = state.tables.values().map(|t| t.scalar.len() as u64).sum();
         // per table: tenant masks and the text index scope, plus vector graphs and scalar bitmaps
         let index_count = state.tables.len() as u64 * 2 + vector_indexes + scalar_indexes;
+        let rows = state.rows.len() as u32;
+        let index_lag = IndexLag {
+            text_rows: u64::from(rows.saturating_sub(handle.text.watermark())),
+            vector_rows: u64::from(rows.saturating_sub(handle.vector_watermark())),
+        };
         let recovery_state = if handle.is_failed() {
             "failed"
         } else if handle.recovered_truncated_bytes > 0 {
@@ -599,7 +623,29 @@ impl Engine {
             failed_feature_count: handle.shared.failed_features.load(std::sync::atomic::Ordering::Relaxed)
                 + state.invalid_vectors,
             receipt_count: state.receipts.len() as u64,
+            wal: handle.stats().wal(),
+            checkpoints: handle.stats().checkpoints(now_ms()),
+            index_lag,
+            vector_graphs: stats::vector_graphs(&state),
+            memory: stats::memory(&state, handle.stats()),
         })
+    }
+
+    /// Drains the events every branch recorded since the last call (recovery,
+    /// checkpoints, indexer catch-up and failures, storage faults), oldest
+    /// first. Works after `close`, so the events of the close are not lost.
+    pub fn events(&self) -> Vec<BranchEvent> {
+        let mut out: Vec<BranchEvent> = Vec::new();
+        for ((database_id, branch_id), branch) in self.branches.read().iter() {
+            out.extend(branch.drain_events().into_iter().map(|event| BranchEvent {
+                database_id: database_id.clone(),
+                branch_id: branch_id.clone(),
+                event,
+            }));
+        }
+        // stable: a branch's events keep their order within one millisecond
+        out.sort_by_key(|e| e.event.at_ms);
+        out
     }
 
     /// Makes `next` the catalog: on disk first, then in memory, so a failed

@@ -15,7 +15,7 @@ pub mod query;
 pub mod schema;
 pub mod storage;
 
-pub use engine::{BranchSummary, Engine, EngineConfig, Metrics, RestoreOutcome};
+pub use engine::{BranchEvent, BranchSummary, Engine, EngineConfig, Metrics, RestoreOutcome};
 pub use error::{Code, Error, Result};
 pub use model::{RecordInput, RecordKey, RecordOutput};
 

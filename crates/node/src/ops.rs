@@ -265,6 +265,7 @@ fn run(engine: &Engine, op: &str, payload: &str) -> Result<Value, Error> {
             let p: Route = parse(payload)?;
             json!(engine.metrics(p.database_id.as_deref(), p.branch_id.as_deref())?)
         }
+        "events" => json!({ "events": engine.events() }),
         "wait_indexed" => {
             let p: WaitIndexed = parse(payload)?;
             json!({ "indexed": engine.wait_indexed(Duration::from_millis(p.timeout_ms)) })

@@ -197,6 +197,13 @@ impl Hnsw {
         self.len() == 0
     }
 
+    /// Bytes of the graph's nodes and links (its vectors are the arena's).
+    pub fn heap_bytes(&self) -> usize {
+        let nodes = self.nodes.len();
+        let upper: usize = (0..nodes).filter_map(|i| self.nodes.get(i)).map(|n| n.upper.len() * 4).sum();
+        nodes * std::mem::size_of::<Node>() + upper
+    }
+
     #[inline]
     fn dist_to(&self, query: &[f32], id: u32) -> f32 {
         match self.arena.vector(id) {

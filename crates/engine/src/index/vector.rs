@@ -246,6 +246,11 @@ impl VectorIndex {
         self.graph.len() as u32
     }
 
+    /// Bytes of the graph's nodes and links.
+    pub fn heap_bytes(&self) -> usize {
+        self.graph.heap_bytes()
+    }
+
     /// Vectors in the graph.
     pub fn len(&self) -> usize {
         self.graph.len()

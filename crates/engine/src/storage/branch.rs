@@ -8,6 +8,11 @@
 //! epoch each), calls `fdatasync` once for the group, applies the commits to
 //! memory and only then answers each writer. A job that fails validation
 //! writes nothing and does not disturb the others.
+//!
+//! The committer counts what it does in the branch's `BranchStats`
+//! (storage/stats.rs: WAL bytes, fsyncs, group sizes, checkpoints); both
+//! threads record what an operator should read in the branch's event queue
+//! (storage/events.rs).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -29,8 +34,10 @@ use crate::names;
 use crate::schema::{Column, TableSchema};
 use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft, WalRow};
+use crate::storage::events::{CheckpointTrigger, Event, EventQueue, FaultStage, Recorded};
 use crate::storage::records::RecordFiles;
 use crate::storage::state::{key_string, State};
+use crate::storage::stats::BranchStats;
 use crate::storage::wal::{self, Wal};
 
 #[derive(Debug, Clone)]
@@ -153,6 +160,8 @@ pub(crate) struct Shared {
     pub indexer_alive: AtomicBool,
     /// Indexer rounds in a row in which some feature failed.
     pub failing_rounds: AtomicU32,
+    pub stats: BranchStats,
+    pub events: EventQueue,
 }
 
 /// Rounds in a row with failures after which the indexer counts as failing.
@@ -219,6 +228,7 @@ fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
 
 impl Branch {
     pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
+        let started = Instant::now();
         wal::create_private_dir(dir)?;
         let ckpt = checkpoint::latest(dir)?;
         let legacy = dir.join(WAL_FILE);
@@ -239,6 +249,7 @@ impl Branch {
             Some(gen) => checkpoint::load(dir, gen)?,
             None => State::new(RecordFiles::open(dir, &[], 0)?),
         };
+        let checkpoint_epoch = ckpt.map(|_| state.latest_epoch);
         // replay every segment from the checkpoint on; the last one stays
         // open for appends
         let mut segments = checkpoint::wal_generations(dir)?;
@@ -246,10 +257,12 @@ impl Branch {
             segments.push(base);
         }
         let mut truncated = 0;
+        let mut commits_replayed = 0;
         let mut open_wal = None;
         for (i, gen) in segments.iter().enumerate() {
             let (wal, replay) = Wal::open(&dir.join(checkpoint::wal_name(*gen)))?;
             truncated += replay.truncated;
+            commits_replayed += replay.payloads.len() as u64;
             state.wal_end = wal.end();
             for (payload, end) in &replay.payloads {
                 let commit: Commit = serde_json::from_slice(payload)
@@ -284,6 +297,23 @@ impl Branch {
             failed_features: Default::default(),
             indexer_alive: AtomicBool::new(true),
             failing_rounds: AtomicU32::new(0),
+            stats: BranchStats::default(),
+            events: EventQueue::default(),
+        });
+        shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
+        shared.stats.add_keys(&state.keys);
+        if let Some(gen) = ckpt {
+            shared.stats.last_checkpoint_ms.store(written_ms(&dir.join(checkpoint::file_name(gen))), Ordering::Relaxed);
+        }
+        shared.events.push(Event::Recovery {
+            checkpoint_generation: ckpt,
+            checkpoint_epoch,
+            segments_replayed: segments.len() as u64,
+            commits_replayed,
+            truncated_bytes: truncated,
+            latest_epoch: state.latest_epoch,
+            index_backlog_rows: u64::from(rows.saturating_sub(vector_watermark.min(text.watermark()))),
+            duration_ms: ms(started.elapsed()),
         });
         let state = Arc::new(RwLock::new(state));
         let text = Arc::new(text);
@@ -363,6 +393,16 @@ impl Branch {
 
     pub fn vector_watermark(&self) -> u32 {
         self.shared.vector_watermark.load(Ordering::Acquire)
+    }
+
+    /// The counters the committer keeps (storage/stats.rs).
+    pub fn stats(&self) -> &BranchStats {
+        &self.shared.stats
+    }
+
+    /// The events recorded since the last call, oldest first (storage/events.rs).
+    pub fn drain_events(&self) -> Vec<Recorded> {
+        self.shared.events.drain()
     }
 
     /// Blocks until the text and vector indexes cover every applied row.
@@ -665,6 +705,43 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// When a file was last written, in unix ms (now when unknown).
+fn written_ms(path: &Path) -> u64 {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let since_epoch = modified.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    since_epoch.map_or_else(now_ms, |d| d.as_millis() as u64)
+}
+
+/// Takes a checkpoint and records it (or its failure) in the branch's
+/// counters and events.
+fn take_checkpoint(
+    log: &mut Log,
+    state: &RwLock<State>,
+    shared: &Shared,
+    export: Option<&Path>,
+    trigger: CheckpointTrigger,
+) -> Result<CheckpointInfo> {
+    let started = Instant::now();
+    let taken = log.checkpoint(state, export);
+    match &taken {
+        Ok(info) => {
+            shared.stats.record_checkpoint(now_ms(), info.bytes, started.elapsed(), log.wal.end());
+            shared.events.push(Event::Checkpoint {
+                trigger,
+                generation: info.gen,
+                epoch: info.epoch,
+                bytes: info.bytes,
+                duration_ms: info.duration_ms,
+            });
+        }
+        Err(err) => {
+            shared.stats.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+            shared.events.push(Event::CheckpointFailed { trigger, error: err.message.clone() });
+        }
+    }
+    taken
+}
+
 /// The committer's WAL segment and what it needs to take checkpoints.
 struct Log {
     wal: Wal,
@@ -758,15 +835,22 @@ fn run_committer(
             }
         }
         for job in checkpoints.drain(..) {
-            let done = log.checkpoint(&state, job.export.as_deref());
+            let trigger = if job.export.is_some() { CheckpointTrigger::Snapshot } else { CheckpointTrigger::Request };
+            let done = take_checkpoint(&mut log, &state, &shared, job.export.as_deref(), trigger);
             if done.is_err() {
                 retry_at = Instant::now() + Duration::from_secs(1);
             }
             let _ = job.reply.send(done);
         }
         let due = log.due(&config) && Instant::now() >= retry_at && !shared.failed.load(Ordering::Acquire);
-        if due && log.checkpoint(&state, None).is_err() {
-            retry_at = Instant::now() + Duration::from_secs(5);
+        if due {
+            let trigger = match log.wal.end() >= config.checkpoint_wal_bytes {
+                true => CheckpointTrigger::WalBytes,
+                false => CheckpointTrigger::Interval,
+            };
+            if take_checkpoint(&mut log, &state, &shared, None, trigger).is_err() {
+                retry_at = Instant::now() + Duration::from_secs(5);
+            }
         }
         let first = match deferred.pop_front() {
             Some(job) => job,
@@ -802,7 +886,7 @@ fn run_committer(
     }
     // a clean close checkpoints, so the next start replays nothing
     if config.checkpoint_on_close && !shared.failed.load(Ordering::Acquire) && log.wal.end() > wal::HEADER_LEN {
-        let _ = log.checkpoint(&state, None);
+        let _ = take_checkpoint(&mut log, &state, &shared, None, CheckpointTrigger::Close);
     }
 }
 
@@ -873,7 +957,14 @@ fn commit_group(
         timing.encode_ms = ms(started.elapsed());
     }
     let fsync_started = Instant::now();
-    let durable = wal.append(&frames).and_then(|_| wal.sync());
+    // the write timing covers append and fsync; the histogram the fsync alone
+    let mut sync_took = Duration::ZERO;
+    let durable = wal.append(&frames).and_then(|_| {
+        let sync_started = Instant::now();
+        let synced = wal.sync();
+        sync_took = sync_started.elapsed();
+        synced
+    });
     let fsync_ms = ms(fsync_started.elapsed());
     if let Err(err) = durable {
         // PostgreSQL's lesson: after a failed write or fsync nothing about
@@ -881,10 +972,12 @@ fn commit_group(
         // acknowledged or applied; cut the tail so a restart cannot bring
         // it back, and refuse writes until a restart re-reads the log.
         shared.failed.store(true, Ordering::Release);
+        shared.events.push(Event::StorageFailed { stage: FaultStage::Wal, error: err.message.clone() });
         let cut = match wal.rollback(durable_end) {
             Ok(()) => "its frames were cut from the log".to_string(),
             Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
         };
+        shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
         let err = Error::new(
             Code::StorageFailure,
             format!(
@@ -898,15 +991,19 @@ fn commit_group(
         }
         return;
     }
+    shared.stats.record_group(wal.end() - durable_end, wal.end(), sync_took, pending.len());
     let apply_started = Instant::now();
     let applied = {
         let mut st = state.write();
+        let known_keys = st.keys.len();
         let commits: Vec<&Commit> = pending.iter().map(|(_, commit, ..)| commit).collect();
-        st.write_records(&commits).map(|locs| {
+        let applied = st.write_records(&commits).map(|locs| {
             for ((commit, end), locs) in commits.iter().zip(&ends).zip(&locs) {
                 st.apply_written(commit, *end, locs);
             }
-        })
+        });
+        shared.stats.add_keys(&st.keys[known_keys..]);
+        applied
     };
     if let Err(err) = applied {
         // the record file could not take the group's fields, so none of it
@@ -914,10 +1011,12 @@ fn commit_group(
         // a restart cannot bring back a write that was never acknowledged,
         // and refuse writes until a restart re-reads the log
         shared.failed.store(true, Ordering::Release);
+        shared.events.push(Event::StorageFailed { stage: FaultStage::Apply, error: err.message.clone() });
         let cut = match wal.rollback(durable_end) {
             Ok(()) => "its frames were cut from the log".to_string(),
             Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
         };
+        shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
         let err = Error::new(
             Code::StorageFailure,
             format!(
@@ -1017,6 +1116,34 @@ struct AliveGuard(Arc<Shared>);
 impl Drop for AliveGuard {
     fn drop(&mut self) {
         self.0.indexer_alive.store(false, Ordering::Release);
+        if !self.0.stop.load(Ordering::Acquire) {
+            let failed_features_total = self.0.failed_features.load(Ordering::Relaxed);
+            self.0.events.push(Event::IndexerStopped { failed_features_total });
+        }
+    }
+}
+
+/// A backlog of the indexer: more rows behind than one round takes. It ends,
+/// with an `index_caught_up` event, when the indexes cover every row again.
+#[derive(Default)]
+struct Backlog {
+    /// When it started and the most rows it had.
+    open: Option<(Instant, u64)>,
+}
+
+impl Backlog {
+    /// Notes how many rows the indexes are behind.
+    fn note(&mut self, behind: u32, events: &EventQueue) {
+        let behind = u64::from(behind);
+        match &mut self.open {
+            None if behind > u64::from(INDEX_ROUND_ROWS) => self.open = Some((Instant::now(), behind)),
+            Some((since, peak)) if behind == 0 => {
+                events.push(Event::IndexCaughtUp { backlog_rows: *peak, duration_ms: ms(since.elapsed()) });
+                self.open = None;
+            }
+            Some((_, peak)) => *peak = (*peak).max(behind),
+            None => {}
+        }
     }
 }
 
@@ -1041,8 +1168,10 @@ fn run_indexer(
     let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
     let mut last_sweep = Instant::now();
     let mut last_commit = Instant::now();
+    let mut backlog = Backlog::default();
     loop {
         fail::fail_point!("indexer::round");
+        let failed_before = shared.failed_features.load(Ordering::Relaxed);
         if last_sweep.elapsed() >= sweep_every {
             expire_receipts(&state, config.receipt_retention_ms);
             last_sweep = Instant::now();
@@ -1051,6 +1180,7 @@ fn run_indexer(
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);
         let total = state.read().rows.len() as u32;
+        backlog.note(total.saturating_sub(text.watermark().min(from_vec)), &shared.events);
         // None: nothing was attempted this round; Some(true): something failed
         let mut round_failed: Option<bool> = None;
         if from_text < total || from_vec < total {
@@ -1087,10 +1217,12 @@ fn run_indexer(
             round_failed = Some(failed > 0);
         }
         let lagging = text.pending_upto() > text.watermark();
+        let mut text_commit_failed = false;
         if lagging && (stopping || last_commit.elapsed() >= interval) {
             // a failed commit keeps its documents in the writer for the next
             // one; failing again and again shows in readiness
             let committed = text.commit().is_ok();
+            text_commit_failed = !committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
             last_commit = Instant::now();
             if stopping && !committed {
@@ -1102,6 +1234,16 @@ fn run_indexer(
             Some(false) => shared.failing_rounds.store(0, Ordering::Relaxed),
             None => {}
         }
+        if round_failed == Some(true) {
+            let failed_features_total = shared.failed_features.load(Ordering::Relaxed);
+            shared.events.push(Event::IndexRoundFailed {
+                failed_features: failed_features_total - failed_before,
+                text_commit_failed,
+                failed_features_total,
+            });
+        }
+        let indexed = text.watermark().min(shared.vector_watermark.load(Ordering::Acquire));
+        backlog.note((state.read().rows.len() as u32).saturating_sub(indexed), &shared.events);
         if stopping {
             let total = state.read().rows.len() as u32;
             if text.pending_upto() >= total && text.watermark() >= text.pending_upto() {

@@ -1,15 +1,18 @@
 //! Durable storage of one branch: the WAL, the record files, checkpoints,
 //! the MVCC state loaded from them, group commit, and the indexer that feeds
-//! the text and vector indexes behind the writes.
+//! the text and vector indexes behind the writes, and the counters and events
+//! they report.
 
 pub mod branch;
 pub mod checkpoint;
 pub mod codec;
 pub mod commit;
+pub mod events;
 pub mod faults;
 pub mod lock;
 pub mod records;
 pub mod state;
+pub mod stats;
 pub mod wal;
 
 pub use branch::{Branch, BranchConfig, WriteOp, WriteOutcome, WriteResult, WriteTiming};
