@@ -275,3 +275,44 @@ fn snapshots_restore_from_checkpoint_files() {
     let main_r1 = get(&engine, "r1", None).unwrap();
     assert_eq!(main_r1["meta"]["v"], 1);
 }
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The indexer dumps a vector graph as it grows, not only at a clean close,
+/// so a crash does not rebuild the whole graph; a copy of the running data
+/// directory (what a crash leaves behind) opens with the dump and answers.
+#[test]
+fn graphs_are_dumped_as_they_grow_and_a_crash_image_loads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config_without_checkpoints(dir.path());
+    config.branch.graph_dump_rows = 100;
+    let engine = Engine::open(config).unwrap();
+    for chunk in 0..5 {
+        engine.put(None, None, (chunk * 100..chunk * 100 + 100).map(|i| doc(i, 0)).collect(), None).unwrap();
+        assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
+    }
+    let graphs = main_dir(dir.path()).join("vectors");
+    let meta: Value = serde_json::from_slice(&std::fs::read(graphs.join("docs.emb.json")).unwrap()).unwrap();
+    assert!(meta["watermark"].as_u64().unwrap() >= 400, "dumped while running: {meta}");
+    assert!(graphs.join(format!("docs.emb.g{}.graph", meta["generation"])).exists());
+    let probe = json!({"table": "docs", "tenant_id": "acme", "vector": vec![0.5; 8], "top_k": 5});
+    let want = query(&engine, probe.clone());
+
+    let crashed = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), crashed.path());
+    drop(engine);
+    let engine = open_without_checkpoints(crashed.path());
+    assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
+    assert_eq!(query(&engine, probe), want);
+}
