@@ -169,7 +169,17 @@ struct WaitIndexed {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(payload: &str) -> Result<T, Error> {
-    serde_json::from_str(payload).map_err(|e| Error::new(Code::InvalidRecord, e.to_string()))
+    serde_json::from_str(payload).map_err(|e| {
+        // serde_json stops at 128 levels; say so in the words the service
+        // uses when its own encoder gives up first (src/json.ts)
+        let message = match e.to_string() {
+            m if m.starts_with("recursion limit exceeded") => {
+                format!("the request's values nest too deeply (more than 128 levels): {m}")
+            }
+            m => m,
+        };
+        Error::new(Code::InvalidRecord, message)
+    })
 }
 
 fn write_result(result: WriteResult) -> Value {
