@@ -968,28 +968,9 @@ fn commit_group(
     let fsync_ms = ms(fsync_started.elapsed());
     if let Err(err) = durable {
         // PostgreSQL's lesson: after a failed write or fsync nothing about
-        // the file's tail can be trusted. None of the group is
-        // acknowledged or applied; cut the tail so a restart cannot bring
-        // it back, and refuse writes until a restart re-reads the log.
-        shared.failed.store(true, Ordering::Release);
-        shared.events.push(Event::StorageFailed { stage: FaultStage::Wal, error: err.message.clone() });
-        let cut = match wal.rollback(durable_end) {
-            Ok(()) => "its frames were cut from the log".to_string(),
-            Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
-        };
-        shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
-        let err = Error::new(
-            Code::StorageFailure,
-            format!(
-                "the write-ahead log could not be made durable ({}); the write was not applied and {cut}; the \
-                 branch refuses writes until the engine restarts",
-                err.message
-            ),
-        );
-        for (job, ..) in pending {
-            let _ = job.reply.send(Err(err.clone()));
-        }
-        return;
+        // the file's tail can be trusted
+        let what = format!("the write-ahead log could not be made durable ({})", err.message);
+        return refuse_group(wal, durable_end, pending, shared, FaultStage::Wal, err, what);
     }
     shared.stats.record_group(wal.end() - durable_end, wal.end(), sync_took, pending.len());
     let apply_started = Instant::now();
@@ -1007,28 +988,9 @@ fn commit_group(
     };
     if let Err(err) = applied {
         // the record file could not take the group's fields, so none of it
-        // was applied: as after a failed fsync, cut its frames from the log so
-        // a restart cannot bring back a write that was never acknowledged,
-        // and refuse writes until a restart re-reads the log
-        shared.failed.store(true, Ordering::Release);
-        shared.events.push(Event::StorageFailed { stage: FaultStage::Apply, error: err.message.clone() });
-        let cut = match wal.rollback(durable_end) {
-            Ok(()) => "its frames were cut from the log".to_string(),
-            Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
-        };
-        shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
-        let err = Error::new(
-            Code::StorageFailure,
-            format!(
-                "the record file could not take the write ({}); the write was not applied and {cut}; the \
-                 branch refuses writes until the engine restarts",
-                err.message
-            ),
-        );
-        for (job, ..) in pending {
-            let _ = job.reply.send(Err(err.clone()));
-        }
-        return;
+        // was applied: refused like a failed fsync
+        let what = format!("the record file could not take the write ({})", err.message);
+        return refuse_group(wal, durable_end, pending, shared, FaultStage::Apply, err, what);
     }
     let apply_ms = ms(apply_started.elapsed());
     *shared.wake.lock() = true;
@@ -1040,6 +1002,35 @@ fn commit_group(
         timing.group_size = group_size;
         let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
         let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+    }
+}
+
+/// Refuses a whole group after a storage failure: none of it is
+/// acknowledged or applied; its frames are cut from the log so a restart
+/// cannot bring back a write that was never acknowledged; and the branch
+/// refuses writes until a restart re-reads the log.
+fn refuse_group(
+    wal: &mut Wal,
+    durable_end: u64,
+    pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)>,
+    shared: &Shared,
+    stage: FaultStage,
+    err: Error,
+    what: String,
+) {
+    shared.failed.store(true, Ordering::Release);
+    shared.events.push(Event::StorageFailed { stage, error: err.message.clone() });
+    let cut = match wal.rollback(durable_end) {
+        Ok(()) => "its frames were cut from the log".to_string(),
+        Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
+    };
+    shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
+    let err = Error::new(
+        Code::StorageFailure,
+        format!("{what}; the write was not applied and {cut}; the branch refuses writes until the engine restarts"),
+    );
+    for (job, ..) in pending {
+        let _ = job.reply.send(Err(err.clone()));
     }
 }
 
