@@ -837,3 +837,4 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.NativeEngine = nativeBinding.NativeEngine
 module.exports.doctor = nativeBinding.doctor
+module.exports.errorCodes = nativeBinding.errorCodes

@@ -4,7 +4,7 @@
 // benchmarks); `--force` rebuilds regardless. Skipped where there are no
 // crates (an installed package uses its prebuilt platform package).
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -23,7 +23,7 @@ function newestSource(dir) {
     if (entry.name === 'target' || entry.name.startsWith('.')) continue;
     const full = path.join(dir, entry.name);
     if (entry.isDirectory()) newest = Math.max(newest, newestSource(full));
-    else if (/\.(rs|toml)$/.test(entry.name)) newest = Math.max(newest, statSync(full).mtimeMs);
+    else if (/\.(rs|toml|d\.ts)$/.test(entry.name)) newest = Math.max(newest, statSync(full).mtimeMs);
   }
   return newest;
 }
@@ -40,6 +40,9 @@ export function buildNative({ force = false, release = false } = {}) {
     napi, 'build', '--platform',
     '--manifest-path', 'crates/node/Cargo.toml',
     '--output-dir', outDir, '--js', 'index.cjs', '--dts', 'index.d.ts',
+    // the engine's figures, events and doctor report, which cross as serde
+    // JSON, are typed in this header; everything else is generated
+    '--dts-header', readFileSync(path.join(root, 'crates', 'node', 'index-header.d.ts'), 'utf8'),
     ...(release ? ['--release'] : []),
   ];
   console.error(`building the native addon (${release ? 'release' : 'dev'} profile) with cargo...`);

@@ -3,275 +3,96 @@
  * same class, so there is one path to the engine. Every method runs off the
  * JS thread and throws `BraidError` with the same stable codes as the HTTP
  * layer.
+ *
+ * The types are the binding's (`native/index.d.ts`, generated from
+ * crates/node/src/types.rs): records and queries cross to the engine as
+ * objects, vectors as numbers or a `Float32Array`, never as JSON text.
  */
-import type { Static } from 'typebox';
 import { BraidError, isErrorCode } from './errors.js';
-import { encodeRequestJson } from './json.js';
-import type { HybridExplain as HybridExplainSchema } from './schemas/query.js';
-import { loadNative, type NativeEngineHandle } from './native/index.js';
+import { loadNative, type NativeEngine, type Native } from './native/index.js';
 import { parseNativeQuery } from './ql/index.js';
 import { checkFieldNames } from './names.js';
 
+export type {
+  AccessPathExplain,
+  AccessPathTiming,
+  BranchSummary,
+  ColumnDeclaration,
+  ColumnSchema,
+  Committed,
+  DoctorReport,
+  EngineEvent,
+  EngineHistogram,
+  EngineMetrics,
+  CheckpointTrigger,
+  HybridExplain,
+  HybridQuery,
+  HybridRow,
+  LogReport,
+  OpenOptions,
+  PhaseTiming,
+  PlannerCandidate,
+  QueryResponse,
+  ReceiptDraft,
+  RecordInput,
+  RecordKey,
+  RecordOutput,
+  Replayed,
+  RequestKey,
+  RestoreOutcome,
+  ScoreComponents,
+  SnapshotInfo,
+  StoredReceipt,
+  TableSchema,
+  WriteTiming,
+} from './native/index.js';
+
+type BranchRef = Native.BranchRef;
+export type { BranchRef };
+
 export type Fields = Record<string, unknown>;
 
-export interface RecordInput {
-  table: string;
-  tenant_id: string;
-  id: string;
-  fields?: Fields;
-}
-
-export interface RecordKey {
-  table: string;
-  tenant_id: string;
-  id: string;
-}
-
-export interface RecordOutput {
-  fields: Fields;
-  id: string;
-  table: string;
-  tenant_id: string;
-  version_id: number;
-}
-
-export interface BranchRef {
-  databaseId?: string;
-  branchId?: string;
-}
-
-/** What the service asks the engine to store with a keyed write. */
-export interface ReceiptDraft {
-  key: string;
-  body_hash: string;
-  status: number;
-  body: unknown;
-}
-
-export interface WriteTiming {
-  queue_ms: number;
-  validate_ms: number;
-  encode_ms: number;
-  wal_fsync_ms: number;
-  apply_ms: number;
-  group_size: number;
-}
-
-export interface Committed {
-  epoch: number;
-  record_count: number;
-  changed: boolean;
-  timing: WriteTiming;
-}
-
-export type WriteResult = { committed: Committed; replayed?: undefined } | { replayed: { status: number; body: unknown }; committed?: undefined };
-
-export interface HybridQuery {
-  table?: string;
-  tenant_id?: string;
-  text?: string | null;
-  text_field?: string | null;
-  vector?: number[] | null;
-  vector_field?: string | null;
-  scalar_eq?: Record<string, unknown>;
-  graph_seed?: string | null;
-  temporal_as_of?: number | null;
-  freshness?: string;
-  top_k?: number;
-  cursor?: string | null;
-  explain?: boolean;
-  fusion?: string;
-  fusion_weights?: { lexical?: number; vector?: number; relational?: number };
-  candidate_budget?: number;
-  graph_depth?: number;
-  /** The fields each result carries (default every field; `[]` none). */
-  return_fields?: string[];
-}
-
-export interface ScoreComponents {
-  final_score: number;
-  freshness_penalty: number | null;
-  lexical: number | null;
-  relational: number | null;
-  vector: number | null;
-}
-
-export interface HybridRow {
-  fields: Fields;
-  record_id: string;
-  score: ScoreComponents;
-  tenant_id: string;
-  version_id: number;
-}
-
-/** Every field of the spec's HybridExplain; meanings in docs/query.md. */
-export type HybridExplain = Static<typeof HybridExplainSchema>;
-
-export interface QueryResponse {
-  explain: HybridExplain;
-  next_cursor: string | null;
-  results: HybridRow[];
-}
-
-export interface ColumnDeclaration {
-  type: 'string' | 'text' | 'number' | 'bool' | 'vector' | 'edges' | 'json';
-  dim?: number;
-  metric?: 'cosine' | 'dot' | 'l2';
-  text?: boolean;
-  scalar?: boolean;
-}
-
-export interface TableSchema {
-  name: string;
-  columns: Record<string, { type: string; dim?: number; metric?: string; text: boolean; scalar: boolean }>;
-}
-
-export interface SnapshotInfo {
-  name: string;
-  database_id: string;
-  branch_id: string;
-  epoch: number;
-  wal_bytes: number;
-  created_ms: number;
-}
+/** A write's outcome: committed now, or the stored reply of the same keyed write. */
+export type WriteResult =
+  | { committed: Native.Committed; replayed?: undefined }
+  | { replayed: Native.Replayed; committed?: undefined };
 
 /**
- * The idempotency key (scoped by the service) and body hash of a keyed
- * snapshot or restore; the engine writes it with what the request creates.
+ * The binding rejects with a JavaScript Error carrying the engine's stable
+ * `code` (and `index` for a batch); that becomes a `BraidError`. Anything
+ * else the binding throws is an argument its types refuse (a number where a
+ * string belongs), which only an embedded caller can send: invalid_request.
  */
-export interface RequestKey {
-  key: string;
-  body_hash: string;
+function braidError(err: unknown): BraidError {
+  if (err instanceof BraidError) return err;
+  const e = err as { code?: unknown; message?: unknown; index?: unknown };
+  const message = typeof e?.message === 'string' ? e.message : String(err);
+  const index = typeof e?.index === 'number' ? e.index : undefined;
+  if (typeof e?.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, message, index);
+  return new BraidError('invalid_request', message);
 }
 
-export interface RestoreOutcome {
-  restored: boolean;
-  source: string;
-  target: string;
-  epoch: number;
-  /** With `verify`: the record as the restored branch holds it, or null. */
-  verified?: RecordOutput | null;
-  /** True when the same keyed request had already run (its first result). */
-  replayed: boolean;
+async function settle<T>(promise: () => Promise<T>): Promise<T> {
+  try {
+    return await promise();
+  } catch (err) {
+    throw braidError(err);
+  }
 }
 
-export interface BranchSummary {
-  branch_id: string;
-  database_id: string;
-  endpoint: string;
-  latest_epoch: number;
-  parent_branch_id: string | null;
-  state: string;
+function settleSync<T>(call: () => T): T {
+  try {
+    return call();
+  } catch (err) {
+    throw braidError(err);
+  }
 }
 
-export interface EngineMetrics {
-  durable_epoch: number;
-  latest_epoch: number;
-  index_count: number;
-  module_count: number;
-  schema_count: number;
-  schema_epoch: number;
-  segment_count: number;
-  record_count: number;
-  version_count: number;
-  branch_count: number;
-  recovery_state: string;
-  recovered_truncated_bytes: number;
-  /** `running`, `failing` (recent index rounds kept failing) or `stopped`. */
-  indexer_state: 'running' | 'failing' | 'stopped';
-  /** Features (row x indexed column) an index could not take. */
-  failed_feature_count: number;
-  /** Idempotency receipts held in memory (expired ones are dropped). */
-  receipt_count: number;
-  // Counted by the engine for `GET /metrics` (src/prometheus.ts); route 12 does not carry them.
-  wal: {
-    /** Bytes of the WAL segment being written. */
-    segment_bytes: number;
-    /** WAL bytes appended and fsynced since the engine opened the branch. */
-    appended_bytes: number;
-    fsync_seconds: EngineHistogram;
-    /** Write requests per fsync group. */
-    group_commit_writes: EngineHistogram;
-  };
-  checkpoints: {
-    /** Checkpoints taken since open. */
-    count: number;
-    failures: number;
-    duration_seconds: EngineHistogram;
-    last_bytes: number;
-    /** When the newest checkpoint was written (also one loaded at open); null while there is none. */
-    last_unix_seconds: number | null;
-    age_seconds: number | null;
-  };
-  /** Rows committed but not yet searchable in the text index / the vector graphs. */
-  index_lag: { text_rows: number; vector_rows: number };
-  vector_graphs: { graphs: number; points: number; max_points: number };
-  /** Estimated heap bytes per structure (element counts x sizes; crates/engine/src/storage/stats.rs). */
-  memory: { rows: number; keys: number; vectors: number; vector_graphs: number; receipts: number };
-}
-
-/** A histogram counted in the engine: cumulative counts per upper bound, as Prometheus reads them. */
-export interface EngineHistogram {
-  bounds: number[];
-  cumulative: number[];
-  count: number;
-  sum: number;
-}
-
-export type CheckpointTrigger = 'wal_bytes' | 'interval' | 'request' | 'snapshot' | 'close';
-
-/**
- * Something a branch did that belongs in the operator's log
- * (crates/engine/src/storage/events.rs; docs/operations.md, "Engine events").
- * Counts, sizes, durations and error messages only, never record contents.
- */
-export type EngineEvent = {
-  database_id: string;
-  branch_id: string;
-  /** When the engine recorded it (unix ms). */
-  at_ms: number;
-  level: 'info' | 'warn' | 'error';
-} & (
-  | {
-      event: 'recovery';
-      checkpoint_generation: number | null;
-      checkpoint_epoch: number | null;
-      segments_replayed: number;
-      commits_replayed: number;
-      truncated_bytes: number;
-      latest_epoch: number;
-      index_backlog_rows: number;
-      duration_ms: number;
-    }
-  | { event: 'checkpoint'; trigger: CheckpointTrigger; generation: number; epoch: number; bytes: number; duration_ms: number }
-  | { event: 'checkpoint_failed'; trigger: CheckpointTrigger; error: string }
-  | { event: 'index_caught_up'; backlog_rows: number; duration_ms: number }
-  | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number }
-  | { event: 'indexer_stopped'; failed_features_total: number }
-  | { event: 'storage_failed'; stage: 'wal' | 'apply'; error: string }
-  | { event: 'events_dropped'; count: number }
-);
-
-/** What `braid doctor` found in one write-ahead log (docs/operations.md). */
-export interface LogReport {
-  owner: string;
-  path: string;
-  format_version: number;
-  bytes: number;
-  frames: number;
-  good_end: number;
-  end:
-    | { kind: 'clean' }
-    | { kind: 'torn_tail'; offset: number; bytes: number }
-    | { kind: 'corrupt'; offset: number; seq: number; resumes_at: number; frames_after: number };
-  action: 'none' | 'salvaged';
-  backup: string | null;
-}
-
-export interface DoctorReport {
-  data_dir: string;
-  healthy: boolean;
-  logs: LogReport[];
+/** The binding's write result as the union it is: exactly one side is set. */
+function writeResult(result: Native.WriteResult): WriteResult {
+  if (result.committed) return { committed: result.committed };
+  if (result.replayed) return { replayed: result.replayed };
+  throw new BraidError('internal_error', 'the engine answered a write with neither a commit nor a replay');
 }
 
 /**
@@ -279,138 +100,98 @@ export interface DoctorReport {
  * each corrupt log at its first damaged frame after copying it aside; salvage
  * needs the directory unlocked (no server running on it).
  */
-export function doctor(dataDir: string, options: { salvage?: boolean } = {}): DoctorReport {
-  return unwrap<DoctorReport>(loadNative().doctor(dataDir, options.salvage ?? false));
+export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Native.DoctorReport {
+  return settleSync(() => loadNative().doctor(dataDir, options.salvage ?? false));
 }
 
-export interface OpenOptions {
-  /** Directory holding the catalog, branches and snapshots. */
-  dataDir: string;
-  maxVectorDim?: number;
-  maxBatch?: number;
-  receiptRetentionMs?: number;
-  /** Epochs of history kept readable by temporal queries; unlimited when unset. */
-  historyEpochs?: number;
-  textCommitIntervalMs?: number;
-  /** A checkpoint is taken once a branch's WAL segment holds this many bytes (default 64 MiB)... */
-  checkpointBytes?: number;
-  /** ...or this long after the last one when anything was written (default 5 minutes). */
-  checkpointIntervalMs?: number;
-}
-
-type Envelope<T> = { ok: T } | { err: { code: string; message: string; index: number | null } };
-
-function route(ref: BranchRef | undefined): { database_id?: string; branch_id?: string } {
-  return { database_id: ref?.databaseId, branch_id: ref?.branchId };
-}
-
-export function unwrap<T>(raw: string): T {
-  const envelope = JSON.parse(raw) as Envelope<T>;
-  if ('ok' in envelope) return envelope.ok;
-  const { code, message, index } = envelope.err;
-  throw new BraidError(isErrorCode(code) ? code : 'internal_error', message, index ?? undefined);
-}
+type Receipted = BranchRef & { receipt?: Native.ReceiptDraft };
 
 export class Braid {
   readonly dataDir: string;
-  private readonly native: NativeEngineHandle;
+  private readonly native: NativeEngine;
   private closed = false;
 
-  private constructor(native: NativeEngineHandle, dataDir: string) {
+  private constructor(native: NativeEngine, dataDir: string) {
     this.native = native;
     this.dataDir = dataDir;
   }
 
   /** Opens (or creates) a Braid data directory. */
-  static open(options: OpenOptions): Braid {
-    const config = {
-      data_dir: options.dataDir,
-      max_vector_dim: options.maxVectorDim,
-      max_batch: options.maxBatch,
-      receipt_retention_ms: options.receiptRetentionMs,
-      history_epochs: options.historyEpochs,
-      text_commit_interval_ms: options.textCommitIntervalMs,
-      checkpoint_bytes: options.checkpointBytes,
-      checkpoint_interval_ms: options.checkpointIntervalMs,
-    };
-    let native: NativeEngineHandle;
+  static open(options: Native.OpenOptions): Braid {
+    let native: NativeEngine;
     try {
-      native = loadNative().NativeEngine.open(JSON.stringify(config));
+      native = loadNative().NativeEngine.open(options);
     } catch (err) {
-      const message = (err as Error).message;
-      const code = message.split(':')[0] ?? '';
-      throw new BraidError(isErrorCode(code) ? code : 'storage_failure', `cannot open ${options.dataDir}: ${message}`);
+      const e = braidError(err);
+      // an engine that cannot open is a store that cannot serve
+      const code = e.code === 'invalid_request' ? 'storage_failure' : e.code;
+      throw new BraidError(code, `cannot open ${options.dataDir}: ${e.message}`);
     }
     return new Braid(native, options.dataDir);
   }
 
-  private async call<T>(op: string, payload: unknown): Promise<T> {
+  private get engine(): NativeEngine {
     if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
-    return unwrap<T>(await this.native.call(op, encodeRequestJson(payload)));
-  }
-
-  private callSync<T>(op: string, payload: unknown): T {
-    if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
-    return unwrap<T>(this.native.callSync(op, encodeRequestJson(payload)));
+    return this.native;
   }
 
   /** Full replacement write of one record; resolves once it is durable. */
-  put(record: RecordInput, options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+  put(record: Native.RecordInput, options?: Receipted): Promise<WriteResult> {
     return this.putBatch([record], options);
   }
 
   /** Atomic write of many records at one epoch. */
-  async putBatch(records: RecordInput[], options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
+  async putBatch(records: Native.RecordInput[], options?: Receipted): Promise<WriteResult> {
     checkFieldNames(records);
-    return this.call('put', { ...route(options), records, receipt: options?.receipt });
+    return writeResult(await settle(() => this.engine.put(options, records, options?.receipt)));
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
-  delete(key: RecordKey, options?: BranchRef & { receipt?: ReceiptDraft }): Promise<WriteResult> {
-    return this.call('delete', { ...route(options), ...key, receipt: options?.receipt });
+  async delete(key: Native.RecordKey, options?: Receipted): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.delete(options, key, options?.receipt)));
   }
 
   /** The visible version of a record, at the latest epoch or at `epoch`. */
-  async get(key: RecordKey, options?: BranchRef & { epoch?: number }): Promise<RecordOutput | null> {
-    const out = await this.call<{ record: RecordOutput | null }>('get', { ...route(options), ...key, epoch: options?.epoch });
-    return out.record;
+  get(key: Native.RecordKey, options?: BranchRef & { epoch?: number }): Promise<Native.RecordOutput | null> {
+    return settle(() => this.engine.get(options, key, options?.epoch));
   }
 
   /** Runs a hybrid query. */
-  query(query: HybridQuery, options?: BranchRef): Promise<QueryResponse> {
-    return this.call('query', { ...route(options), query });
+  query(query: Native.HybridQuery, options?: BranchRef): Promise<Native.QueryResponse> {
+    return settle(() => this.engine.query(options, query));
   }
 
   /**
    * Runs a native query language statement (docs/ql.md). A statement that does
    * not parse rejects with `QlSyntaxError` (HTTP: `400 ql_syntax_error`).
    */
-  async nativeQuery(text: string, options?: BranchRef): Promise<QueryResponse> {
-    if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
-    return this.query(parseNativeQuery(text), options);
+  async nativeQuery(text: string, options?: BranchRef): Promise<Native.QueryResponse> {
+    const engine = this.engine;
+    const query = parseNativeQuery(text);
+    return settle(() => engine.query(options, query));
   }
 
   /** Declares a table or adds columns to it. */
-  declareTable(table: string, columns: Record<string, ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
-    return this.call('declare', { ...route(options), table, columns });
+  async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.declareTable(options, table, columns)));
   }
 
-  async schemas(options?: BranchRef): Promise<TableSchema[]> {
-    return (await this.call<{ tables: TableSchema[] }>('schemas', route(options))).tables;
+  schemas(options?: BranchRef): Promise<Native.TableSchema[]> {
+    return settle(() => this.engine.schemas(options));
   }
 
-  /** Takes snapshot `target` of a branch at its latest epoch. */
   /**
    * Takes snapshot `target` of a branch at its latest epoch. With a request
    * key, the key is written with the snapshot and the same request again
    * answers that snapshot (`replayed: true`).
    */
-  snapshot(target: string, options?: BranchRef & { requestKey?: RequestKey }): Promise<SnapshotInfo & { replayed: boolean }> {
-    return this.call('snapshot', { ...route(options), target, request_key: options?.requestKey });
+  async snapshot(target: string, options?: BranchRef & { requestKey?: Native.RequestKey }): Promise<Native.SnapshotInfo & { replayed: boolean }> {
+    const info = await settle(() => this.engine.snapshot(options, target, options?.requestKey));
+    return { ...info, replayed: info.replayed ?? false };
   }
 
-  async snapshots(): Promise<SnapshotInfo[]> {
-    return (await this.call<{ snapshots: SnapshotInfo[] }>('snapshots', {})).snapshots;
+  snapshots(): Promise<Native.SnapshotInfo[]> {
+    return settle(() => this.engine.snapshots());
   }
 
   /**
@@ -418,21 +199,21 @@ export class Braid {
    * reads that record back from the new branch. Names are checked before
    * anything is created. With a request key, as for `snapshot`.
    */
-  restore(source: string, target: string, options?: { verify?: RecordKey; requestKey?: RequestKey }): Promise<RestoreOutcome> {
-    return this.call('restore', { source, target, verify: options?.verify, request_key: options?.requestKey });
+  restore(source: string, target: string, options?: { verify?: Native.RecordKey; requestKey?: Native.RequestKey }): Promise<Native.RestoreOutcome> {
+    return settle(() => this.engine.restore(source, target, options?.verify, options?.requestKey));
   }
 
-  async branches(endpoint = 'embedded'): Promise<BranchSummary[]> {
-    return (await this.call<{ branches: BranchSummary[] }>('branches', { endpoint })).branches;
+  branches(endpoint = 'embedded'): Promise<Native.BranchSummary[]> {
+    return settle(() => this.engine.branches(endpoint));
   }
 
   /** Archives a branch (read-only) or makes it active again. */
-  async setBranchArchived(archived: boolean, options?: BranchRef): Promise<void> {
-    await this.call('set_branch_state', { ...route(options), archived });
+  setBranchArchived(archived: boolean, options?: BranchRef): Promise<void> {
+    return settle(() => this.engine.setBranchArchived(options, archived));
   }
 
-  metrics(options?: BranchRef): EngineMetrics {
-    return this.callSync('metrics', route(options));
+  metrics(options?: BranchRef): Native.EngineMetrics {
+    return settleSync(() => this.engine.metrics(options));
   }
 
   /**
@@ -441,36 +222,36 @@ export class Braid {
    * server logs them; embedded users may read them here (each branch keeps
    * the latest 256). Readable after `close`, whose checkpoint is an event too.
    */
-  events(): EngineEvent[] {
-    return unwrap<{ events: EngineEvent[] }>(this.native.callSync('events', '{}')).events;
+  events(): Native.EngineEvent[] {
+    return settleSync(() => this.native.events());
   }
 
   /** A live idempotency receipt by its scoped key. */
-  async receipt(key: string, options?: BranchRef): Promise<{ status: number; body: unknown; body_hash: string } | null> {
-    return (await this.call<{ receipt: { status: number; body: unknown; body_hash: string } | null }>('receipt', { ...route(options), key })).receipt;
+  receipt(key: string, options?: BranchRef): Promise<Native.StoredReceipt | null> {
+    return settle(() => this.engine.receipt(options, key));
   }
 
   /** Stores a receipt for a keyed request that writes no rows. */
-  recordReceipt(receipt: ReceiptDraft, options?: BranchRef): Promise<WriteResult> {
-    return this.call('record_receipt', { ...route(options), receipt });
+  async recordReceipt(receipt: Native.ReceiptDraft, options?: BranchRef): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.recordReceipt(options, receipt)));
   }
 
   /** Waits until the text and vector indexes cover every committed write. */
-  async waitIndexed(timeoutMs = 30_000): Promise<boolean> {
-    return (await this.call<{ indexed: boolean }>('wait_indexed', { timeout_ms: timeoutMs })).indexed;
+  waitIndexed(timeoutMs = 30_000): Promise<boolean> {
+    return settle(() => this.engine.waitIndexed(timeoutMs));
   }
 
   /**
    * Test hook: configures a storage fail point (crates/engine/src/storage/faults.rs),
    * e.g. `faultForTest('wal::sync', 'return(eio)')`; `'off'` turns it off.
    */
-  async faultForTest(point: string, actions: string): Promise<void> {
-    await this.call('fault', { point, actions });
+  faultForTest(point: string, actions: string): Promise<void> {
+    return settle(() => this.engine.faultForTest(point, actions));
   }
 
   /** Test hook: makes the engine panic inside a call. */
-  panicForTest(): Promise<unknown> {
-    return this.call('panic', {});
+  panicForTest(): Promise<void> {
+    return settle(() => this.engine.panicForTest());
   }
 
   /** Finishes queued writes, commits indexes and releases the data directory. */

@@ -86,6 +86,8 @@ describe('route 7 errors say whose fault they are (extensions.classification)', 
       expect(res.body.data).toEqual({ put: null });
       expect(res.body.errors[0]).toMatchObject({ path: ['put'], extensions: { code: 'storage_failure', classification: 'INTERNAL_ERROR' } });
     } finally {
+      // fail points are process-wide: leave none behind for the other servers in this file
+      await failing.post('/v1/_test/fault', { point: 'wal::sync', actions: 'off' });
       await failing.destroy();
     }
   });
@@ -140,8 +142,9 @@ describe('a document nested deeper than graphql-js can recurse is graphql_too_de
     const at = (depth: number) => `mutation { put(record: {table: "docs", tenant_id: "acme", id: "d3", fields: {a: ${nestedList(depth - 4)}}}) { epoch } }`;
     const within = await graphql(at(MAX_NESTING));
     expect(within.status).toBe(200);
-    // parsed and executed: the engine reads the value and refuses it past its own JSON depth
-    expect(within.body.errors[0]).toMatchObject({ path: ['put'], extensions: { code: 'invalid_record' } });
+    // parsed and executed: the binding reads the value (within its 128 levels) and the engine stores it
+    expect(within.body.errors).toBeUndefined();
+    expect(within.body.data.put.epoch).toBeGreaterThan(0);
     const over = await graphql(at(MAX_NESTING + 1));
     expect(over.body.errors[0]).toMatchObject({ extensions: { code: 'graphql_too_deep' } });
     expect(over.body.data).toBeUndefined();

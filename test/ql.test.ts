@@ -531,7 +531,7 @@ describe('native QL: properties', () => {
     const name = (s: string): string => (/^[A-Za-z_][A-Za-z0-9_]*$/.test(s) && random() < 0.7 ? s : `"${s.replaceAll('"', '""')}"`);
     const clauses: string[] = [];
     if (query.text != null) clauses.push(`${kw('MATCH')} ${str(query.text)}${query.text_field != null ? ` ${kw('IN')} ${name(query.text_field)}` : ''}`);
-    if (query.vector != null) clauses.push(`${kw('NEAR')} [${query.vector.map(String).join(', ')}]${query.vector_field != null ? ` IN ${name(query.vector_field)}` : ''}`);
+    if (query.vector != null) clauses.push(`${kw('NEAR')} [${Array.from(query.vector, String).join(', ')}]${query.vector_field != null ? ` IN ${name(query.vector_field)}` : ''}`);
     if (query.scalar_eq) {
       const preds = Object.entries(query.scalar_eq).map(([k, v]) => `${name(k)} = ${typeof v === 'string' ? str(v) : String(v)}`);
       clauses.push(`${kw('WHERE')} ${preds.join(` ${kw('AND')} `)}`);

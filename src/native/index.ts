@@ -11,17 +11,14 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
-export interface NativeEngineHandle {
-  call(op: string, payload: string): Promise<string>;
-  callSync(op: string, payload: string): string;
-  close(): void;
-}
+import type * as Native from '../../native/index.js';
 
-interface NativeModule {
-  NativeEngine: { open(config: string): NativeEngineHandle };
-  /** JSON envelope of a DoctorReport (see src/engine.ts `doctor`). */
-  doctor(dataDir: string, salvage: boolean): string;
-}
+export type * from '../../native/index.js';
+export type { Native };
+export type NativeEngine = Native.NativeEngine;
+
+/** The addon's exports, typed by the declarations `napi build` generates (native/index.d.ts). */
+type NativeModule = typeof Native;
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const packageRoot = path.resolve(here, '..', '..');

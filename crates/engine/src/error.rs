@@ -41,6 +41,59 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code, in declaration order (the binding exports the table).
+    pub const ALL: [Code; 31] = [
+        Code::InvalidName,
+        Code::InvalidRecord,
+        Code::InvalidQuery,
+        Code::SchemaTypeMismatch,
+        Code::VectorDimensionMismatch,
+        Code::VectorDimensionTooLarge,
+        Code::VectorNotFinite,
+        Code::TooManyTerms,
+        Code::BatchTooLarge,
+        Code::BatchEmpty,
+        Code::UnknownTable,
+        Code::UnknownColumn,
+        Code::TopKOutOfRange,
+        Code::TemporalBeforeHorizon,
+        Code::TemporalInFuture,
+        Code::InvalidCursor,
+        Code::CursorExpired,
+        Code::CursorQueryMismatch,
+        Code::BranchNotFound,
+        Code::BranchExists,
+        Code::BranchArchived,
+        Code::SnapshotNotFound,
+        Code::SnapshotExists,
+        Code::IdempotencyKeyReused,
+        Code::StorageFailure,
+        Code::WalCorrupt,
+        Code::FormatUnsupported,
+        Code::DataDirLocked,
+        Code::InternalPanic,
+        Code::Internal,
+        Code::ShuttingDown,
+    ];
+
+    /// The HTTP status the service answers this code with (docs/errors.md):
+    /// 400 for a request the engine refuses, 404 for a missing branch or
+    /// snapshot, 409 for a conflict with what exists, 500 for a fault of
+    /// Braid's own, 503 for a store that cannot serve now.
+    pub fn status(self) -> u16 {
+        match self {
+            Code::BranchNotFound | Code::SnapshotNotFound => 404,
+            Code::BranchExists | Code::BranchArchived | Code::SnapshotExists | Code::IdempotencyKeyReused => 409,
+            Code::InternalPanic | Code::Internal => 500,
+            Code::StorageFailure
+            | Code::WalCorrupt
+            | Code::FormatUnsupported
+            | Code::DataDirLocked
+            | Code::ShuttingDown => 503,
+            _ => 400,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Code::InvalidName => "invalid_name",

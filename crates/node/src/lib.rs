@@ -1,23 +1,53 @@
-//! The napi-rs binding: one class, `NativeEngine`, whose `call(op, payload)`
-//! runs an engine operation on a worker thread and resolves a promise with a
-//! JSON envelope: `{"ok": value}` or `{"err": {code, message, index}}`.
-//! Conversion lives in `ops.rs`; nothing here decides anything.
+//! The napi-rs binding: `NativeEngine`, one method per engine operation.
+//!
+//! Arguments and results are typed (`types.rs`, from which `napi build`
+//! writes `native/index.d.ts`). Records, queries and receipts are read from
+//! their JavaScript objects by `js.rs`, never printed as JSON text; vectors
+//! may be `Float32Array`s. Each asynchronous method converts its arguments
+//! on the JS thread, runs the engine call on the binding's worker pool
+//! (`pool.rs`) and settles its promise there. An engine error rejects it
+//! with a JavaScript `Error` carrying the stable `code`, its HTTP `status`
+//! and, for a batch, the record's `index`; a panic inside the engine
+//! becomes `internal_panic`. Nothing here decides anything.
 
-mod ops;
+mod js;
 mod pool;
+mod types;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 
-use braid_engine::{Engine, EngineConfig};
+use braid_engine::{Code, Engine, EngineConfig, Error as EngineError};
 use napi::bindgen_prelude::*;
+use napi::JsValue;
 use napi_derive::napi;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use types::{
+    BranchRef, BranchSummary, ErrorCodeStatus, OpenOptions, QueryResponse, RecordKey, RecordOutput, RequestKey,
+    RestoreOutcome, SnapshotInfo, StoredReceipt, TableSchema, WriteResult,
+};
+
+type EngineResult<T> = std::result::Result<T, EngineError>;
+
+/// Every stable error code of the engine with its HTTP status; the service
+/// builds its error table from this (src/errors.ts).
+#[napi]
+pub fn error_codes() -> Vec<ErrorCodeStatus> {
+    Code::ALL.iter().map(|c| ErrorCodeStatus { code: c.as_str().to_string(), status: c.status().into() }).collect()
+}
 
 /// Inspects every log of a data directory (and with `salvage`, cuts corrupt
-/// ones at their first damaged frame); resolves with the JSON envelope of a
-/// `DoctorReport`.
-#[napi(catch_unwind)]
-pub fn doctor(data_dir: String, salvage: bool) -> String {
-    ops::doctor(&data_dir, salvage)
+/// ones at their first damaged frame after copying them aside).
+#[napi(ts_return_type = "DoctorReport")]
+pub fn doctor(env: &Env, data_dir: String, salvage: bool) -> Result<Value> {
+    let report = guard("doctor", || {
+        braid_engine::doctor::doctor(std::path::Path::new(&data_dir), salvage)
+            .and_then(|report| serde_json::to_value(report).map_err(EngineError::internal))
+    });
+    report.map_err(|e| js_error(env, &e))
 }
 
 #[napi]
@@ -28,40 +58,358 @@ pub struct NativeEngine {
 
 #[napi]
 impl NativeEngine {
-    /// Opens the engine over a data directory; `config` is a JSON object
-    /// (see `ops::parse_config`).
-    #[napi(factory, catch_unwind)]
-    pub fn open(config: String) -> Result<NativeEngine> {
-        let config: EngineConfig =
-            ops::parse_config(&config).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
-        let engine = Engine::open(config)
-            .map_err(|e| Error::new(Status::GenericFailure, format!("{}: {}", e.code.as_str(), e.message)))?;
+    /// Opens (or creates) the engine over a data directory.
+    #[napi(factory)]
+    pub fn open(env: &Env, options: OpenOptions) -> Result<NativeEngine> {
+        let config = config(options).map_err(|e| js_error(env, &e))?;
+        let engine = guard("open", || Engine::open(config)).map_err(|e| js_error(env, &e))?;
         Ok(NativeEngine { engine: Arc::new(engine), pool: pool::Pool::new(32) })
     }
 
-    /// Runs `op` with a JSON payload off the JS thread; resolves with the
-    /// JSON envelope. Never rejects for engine errors, and a panic inside the
-    /// engine becomes an `internal_panic` error.
-    #[napi(ts_return_type = "Promise<string>")]
-    pub fn call<'env>(&self, env: &'env Env, op: String, payload: String) -> Result<Object<'env>> {
-        let (deferred, promise) = env.create_deferred::<String, Box<dyn FnOnce(Env) -> Result<String> + Send>>()?;
-        let engine = self.engine.clone();
-        self.pool.spawn(Box::new(move || {
-            let out = ops::dispatch(&engine, &op, &payload);
-            deferred.resolve(Box::new(move |_env| Ok(out)));
-        }));
-        Ok(promise)
+    /// Writes records atomically at one epoch; resolves once durable.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, records: RecordInput[], receipt?: ReceiptDraft | undefined | null",
+        ts_return_type = "Promise<WriteResult>"
+    )]
+    pub fn put<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        records: Unknown<'env>,
+        receipt: Option<Unknown<'env>>,
+    ) -> Result<Object<'env>> {
+        let records: Vec<braid_engine::RecordInput> = read(env, records, "records", Code::InvalidRecord)?;
+        let receipt = read_receipt(env, receipt)?;
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.put(db, br, records, receipt).map(WriteResult::from)
+        })
     }
 
-    /// The same as `call`, on the JS thread (for cheap reads such as metrics).
-    #[napi(catch_unwind)]
-    pub fn call_sync(&self, op: String, payload: String) -> String {
-        ops::dispatch(&self.engine, &op, &payload)
+    /// Writes a tombstone version of a record.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, key: RecordKey, receipt?: ReceiptDraft | undefined | null",
+        ts_return_type = "Promise<WriteResult>"
+    )]
+    pub fn delete<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        key: RecordKey,
+        receipt: Option<Unknown<'env>>,
+    ) -> Result<Object<'env>> {
+        let receipt = read_receipt(env, receipt)?;
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.delete(db, br, engine_key(key), receipt).map(WriteResult::from)
+        })
+    }
+
+    /// The visible version of a record, at the latest epoch or at `epoch`.
+    #[napi(ts_return_type = "Promise<RecordOutput | null>")]
+    pub fn get<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        key: RecordKey,
+        epoch: Option<f64>,
+    ) -> Result<Object<'env>> {
+        let epoch = epoch.map(|v| whole("epoch", v)).transpose().map_err(|e| js_error(env, &e))?;
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.get(db, br, &engine_key(key), epoch).map(|r| r.map(RecordOutput::from))
+        })
+    }
+
+    /// Runs a hybrid query.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, query: HybridQuery",
+        ts_return_type = "Promise<QueryResponse>"
+    )]
+    pub fn query<'env>(&self, env: &'env Env, branch: Option<BranchRef>, query: Unknown<'env>) -> Result<Object<'env>> {
+        let query: braid_engine::query::HybridQuery = read(env, query, "query", Code::InvalidQuery)?;
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.query(db, br, &query).map(QueryResponse::from)
+        })
+    }
+
+    /// Declares a table or adds columns to it.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, table: string, columns: Record<string, ColumnDeclaration>",
+        ts_return_type = "Promise<WriteResult>"
+    )]
+    pub fn declare_table<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        table: String,
+        columns: Unknown<'env>,
+    ) -> Result<Object<'env>> {
+        let columns: Value = read(env, columns, "columns", Code::InvalidRecord)?;
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            let columns = braid_engine::engine::parse_columns(&columns)?;
+            e.declare_table(db, br, &table, columns).map(WriteResult::from)
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<TableSchema[]>")]
+    pub fn schemas<'env>(&self, env: &'env Env, branch: Option<BranchRef>) -> Result<Object<'env>> {
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.schemas(db, br).map(|tables| tables.into_iter().map(TableSchema::from).collect::<Vec<_>>())
+        })
+    }
+
+    /// Stores a receipt for a keyed request that writes no rows.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, receipt: ReceiptDraft",
+        ts_return_type = "Promise<WriteResult>"
+    )]
+    pub fn record_receipt<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        receipt: Unknown<'env>,
+    ) -> Result<Object<'env>> {
+        let receipt: braid_engine::storage::ReceiptDraft = read(env, receipt, "receipt", Code::InvalidRecord)?;
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.record_receipt(db, br, receipt).map(WriteResult::from)
+        })
+    }
+
+    /// A live idempotency receipt by its scoped key.
+    #[napi(ts_return_type = "Promise<StoredReceipt | null>")]
+    pub fn receipt<'env>(&self, env: &'env Env, branch: Option<BranchRef>, key: String) -> Result<Object<'env>> {
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.receipt(db, br, &key)
+                .map(|r| r.map(|r| StoredReceipt { status: r.status.into(), body: r.body, body_hash: r.body_hash }))
+        })
+    }
+
+    /// Takes snapshot `target` of a branch at its latest epoch; with a
+    /// request key, the same request again answers that snapshot.
+    #[napi(ts_return_type = "Promise<SnapshotInfo>")]
+    pub fn snapshot<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        target: String,
+        request_key: Option<RequestKey>,
+    ) -> Result<Object<'env>> {
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            let key = request_key.map(engine_request_key);
+            e.snapshot_keyed(db, br, &target, key.as_ref()).map(|o| SnapshotInfo::new(o.meta, Some(o.replayed)))
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<SnapshotInfo[]>")]
+    pub fn snapshots<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
+        self.run(env, |e| Ok(e.snapshots().into_iter().map(|m| SnapshotInfo::new(m, None)).collect::<Vec<_>>()))
+    }
+
+    /// Restores snapshot `source` into a new branch `target`; with `verify`,
+    /// reads that record back from the new branch.
+    #[napi(ts_return_type = "Promise<RestoreOutcome>")]
+    pub fn restore<'env>(
+        &self,
+        env: &'env Env,
+        source: String,
+        target: String,
+        verify: Option<RecordKey>,
+        request_key: Option<RequestKey>,
+    ) -> Result<Object<'env>> {
+        self.run(env, move |e| {
+            let verify = verify.map(engine_key);
+            let key = request_key.map(engine_request_key);
+            e.restore_keyed(&source, &target, verify.as_ref(), key.as_ref()).map(RestoreOutcome::from)
+        })
+    }
+
+    /// Archives a branch (read-only) or makes it active again.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn set_branch_archived<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        archived: bool,
+    ) -> Result<Object<'env>> {
+        self.run(env, move |e| {
+            let (db, br) = route(&branch);
+            e.set_branch_state(db, br, archived)
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<BranchSummary[]>")]
+    pub fn branches<'env>(&self, env: &'env Env, endpoint: String) -> Result<Object<'env>> {
+        self.run(env, move |e| Ok(e.branches(&endpoint).into_iter().map(BranchSummary::from).collect::<Vec<_>>()))
+    }
+
+    /// A branch's figures; cheap, so it runs on the JS thread.
+    #[napi(ts_return_type = "EngineMetrics")]
+    pub fn metrics(&self, env: &Env, branch: Option<BranchRef>) -> Result<Value> {
+        guard("metrics", || {
+            let (db, br) = route(&branch);
+            self.engine.metrics(db, br).and_then(|m| serde_json::to_value(m).map_err(EngineError::internal))
+        })
+        .map_err(|e| js_error(env, &e))
+    }
+
+    /// The engine's events since the last call, oldest first.
+    #[napi(ts_return_type = "EngineEvent[]")]
+    pub fn events(&self, env: &Env) -> Result<Value> {
+        guard("events", || serde_json::to_value(self.engine.events()).map_err(EngineError::internal))
+            .map_err(|e| js_error(env, &e))
+    }
+
+    /// Waits until the text and vector indexes cover every committed write.
+    #[napi(ts_return_type = "Promise<boolean>")]
+    pub fn wait_indexed<'env>(&self, env: &'env Env, timeout_ms: f64) -> Result<Object<'env>> {
+        let timeout = Duration::from_millis(whole("timeout_ms", timeout_ms).map_err(|e| js_error(env, &e))?);
+        self.run(env, move |e| Ok(e.wait_indexed(timeout)))
+    }
+
+    /// Test hook: configures a storage fail point (storage/faults.rs).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn fault_for_test<'env>(&self, env: &'env Env, point: String, actions: String) -> Result<Object<'env>> {
+        self.run(env, move |_| {
+            braid_engine::storage::faults::configure(&point, &actions)
+                .map_err(|e| EngineError::new(Code::InvalidRecord, e))
+        })
+    }
+
+    /// Test hook: panics inside an engine call.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn panic_for_test<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
+        self.run(env, |_| -> EngineResult<()> { panic!("deliberate panic requested through the test hook") })
     }
 
     /// Finishes queued writes and stops the engine's threads.
-    #[napi(catch_unwind)]
-    pub fn close(&self) {
-        self.engine.close();
+    #[napi]
+    pub fn close(&self, env: &Env) -> Result<()> {
+        guard("close", || {
+            self.engine.close();
+            Ok(())
+        })
+        .map_err(|e| js_error(env, &e))
     }
+}
+
+impl NativeEngine {
+    /// Runs `job` on the pool and returns the promise it settles.
+    fn run<'env, T, F>(&self, env: &'env Env, job: F) -> Result<Object<'env>>
+    where
+        T: ToNapiValue + Send + 'static,
+        F: FnOnce(&Engine) -> EngineResult<T> + Send + 'static,
+    {
+        type Settle<T> = Box<dyn FnOnce(Env) -> Result<T> + Send>;
+        let (deferred, promise) = env.create_deferred::<T, Settle<T>>()?;
+        let engine = self.engine.clone();
+        self.pool.spawn(Box::new(move || {
+            let out = guard("a call", || job(&engine));
+            deferred.resolve(Box::new(move |env| out.map_err(|e| js_error(&env, &e))));
+        }));
+        Ok(promise)
+    }
+}
+
+/// Runs `f`, turning a panic into `internal_panic`.
+fn guard<T>(what: &str, f: impl FnOnce() -> EngineResult<T>) -> EngineResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(EngineError::new(Code::InternalPanic, format!("the engine panicked while running {what}")))
+    })
+}
+
+/// A JavaScript `Error` with the engine error's `code`, `status` and `index`.
+fn js_error(env: &Env, err: &EngineError) -> Error {
+    let build = || -> Result<Error> {
+        let mut obj = env.create_error(Error::new(Status::GenericFailure, err.message.clone()))?;
+        obj.set_named_property("code", err.code.as_str())?;
+        obj.set_named_property("status", u32::from(err.code.status()))?;
+        if let Some(index) = err.index {
+            obj.set_named_property("index", index as u32)?;
+        }
+        Ok(Error::from(obj.to_unknown()))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+/// Reads a JavaScript value into an engine type: `code` when its shape is
+/// wrong, the reader's own reasons otherwise (js.rs).
+fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) -> Result<T> {
+    // SAFETY: both handles belong to this call on the JS thread
+    let json = unsafe { js::read(env.raw(), value.raw()) }.map_err(|e| {
+        let code = match e.reason {
+            js::Reason::NotFinite if code == Code::InvalidQuery && e.path.starts_with("vector") => {
+                Code::VectorNotFinite
+            }
+            js::Reason::TooDeep => Code::InvalidRecord,
+            _ => code,
+        };
+        js_error(env, &EngineError::new(code, e.message(what)))
+    })?;
+    serde_json::from_value(json.unwrap_or(Value::Null))
+        .map_err(|e| js_error(env, &EngineError::new(code, format!("{what}: {e}"))))
+}
+
+fn read_receipt(env: &Env, receipt: Option<Unknown>) -> Result<Option<braid_engine::storage::ReceiptDraft>> {
+    match receipt {
+        Some(r) if !matches!(r.get_type()?, ValueType::Undefined | ValueType::Null) => {
+            read(env, r, "receipt", Code::InvalidRecord).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+fn route(branch: &Option<BranchRef>) -> (Option<&str>, Option<&str>) {
+    match branch {
+        Some(b) => (b.database_id.as_deref(), b.branch_id.as_deref()),
+        None => (None, None),
+    }
+}
+
+fn engine_key(k: RecordKey) -> braid_engine::RecordKey {
+    braid_engine::RecordKey { table: k.table, tenant_id: k.tenant_id, id: k.id }
+}
+
+fn engine_request_key(k: RequestKey) -> braid_engine::engine::RequestKey {
+    braid_engine::engine::RequestKey { key: k.key, body_hash: k.body_hash }
+}
+
+/// A JavaScript number that must be a whole number of at least 0.
+fn whole(name: &str, v: f64) -> EngineResult<u64> {
+    if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
+        Ok(v as u64)
+    } else {
+        Err(EngineError::new(Code::InvalidRecord, format!("{name} must be a whole number of at least 0, not {v}")))
+    }
+}
+
+fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
+    let mut config = EngineConfig::new(o.data_dir);
+    let b = &mut config.branch;
+    if let Some(v) = o.max_vector_dim {
+        b.max_vector_dim = v;
+    }
+    if let Some(v) = o.max_batch {
+        b.max_batch = v as usize;
+    }
+    if let Some(v) = o.receipt_retention_ms {
+        b.receipt_retention_ms = whole("receiptRetentionMs", v)?;
+    }
+    b.history_epochs = o.history_epochs.map(|v| whole("historyEpochs", v)).transpose()?;
+    if let Some(v) = o.text_commit_interval_ms {
+        b.text_commit_interval = Duration::from_millis(whole("textCommitIntervalMs", v)?);
+    }
+    if let Some(v) = o.checkpoint_bytes {
+        b.checkpoint_wal_bytes = whole("checkpointBytes", v)?;
+    }
+    if let Some(v) = o.checkpoint_interval_ms {
+        b.checkpoint_interval = Duration::from_millis(whole("checkpointIntervalMs", v)?);
+    }
+    Ok(config)
 }

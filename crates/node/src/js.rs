@@ -1,0 +1,284 @@
+//! Reads a JavaScript value as JSON, the way `JSON.stringify` would see it,
+//! without printing it: records, queries and receipts cross as objects and
+//! vectors as numbers or typed arrays, never as text.
+//!
+//! What `JSON.stringify` does is kept where it is well defined: `undefined`,
+//! functions and symbols are left out of objects and become `null` in
+//! arrays, `toJSON` is called (so a `Date` is its ISO string), only own
+//! enumerable string keys are read. Where it would silently change a value
+//! the reader refuses instead: `NaN` and `Infinity` (which it prints as
+//! `null`), a `BigInt` (which it throws on), and nesting deeper than 128
+//! levels (serde_json's own limit). A `Float32Array` or `Float64Array`
+//! reads as a list of its numbers.
+
+use std::ptr;
+
+use napi::sys;
+use serde_json::{Map, Number, Value};
+
+/// serde_json's recursion limit; the service's errors speak of the same.
+pub const MAX_DEPTH: usize = 128;
+
+/// Why a value could not be read, and where (`fields.embedding[3]`).
+#[derive(Debug)]
+pub struct ReadError {
+    pub path: String,
+    pub reason: Reason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    NotFinite,
+    BigInt,
+    TooDeep,
+    /// A napi call failed (a throwing getter or `toJSON`, a proxy).
+    Unreadable,
+}
+
+impl ReadError {
+    pub fn message(&self, what: &str) -> String {
+        let at = match self.path.chars().next() {
+            None => what.to_string(),
+            Some('[') => format!("{what}{}", self.path),
+            Some(_) => format!("{what}.{}", self.path),
+        };
+        match self.reason {
+            Reason::NotFinite => format!("{at} is not a finite number (NaN and Infinity cannot be stored or searched)"),
+            Reason::BigInt => format!("{at} is a BigInt, which JSON cannot hold (pass a number or a string)"),
+            Reason::TooDeep => format!("the request's values nest too deeply (more than {MAX_DEPTH} levels) at {at}"),
+            Reason::Unreadable => format!("{at} could not be read (a getter or toJSON threw)"),
+        }
+    }
+}
+
+type Read<T> = Result<T, ReadError>;
+
+/// Reads `value` as JSON. `None` when it is `undefined` (or a function or
+/// symbol), which JSON has no value for.
+///
+/// # Safety
+/// `env` and `value` must be live handles of the calling JS thread.
+pub unsafe fn read(env: sys::napi_env, value: sys::napi_value) -> Read<Option<Value>> {
+    let mut path = Vec::new();
+    unsafe { read_at(env, value, 0, &mut path) }
+}
+
+#[derive(Clone)]
+enum Seg {
+    Key(String),
+    Index(u32),
+}
+
+fn fail(path: &[Seg], reason: Reason) -> ReadError {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    ReadError { path: out, reason }
+}
+
+fn ok(status: sys::napi_status, path: &[Seg]) -> Read<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(fail(path, Reason::Unreadable))
+    }
+}
+
+unsafe fn read_at(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    depth: usize,
+    path: &mut Vec<Seg>,
+) -> Read<Option<Value>> {
+    let mut ty = 0;
+    ok(unsafe { sys::napi_typeof(env, value, &mut ty) }, path)?;
+    Ok(Some(match ty {
+        sys::ValueType::napi_undefined | sys::ValueType::napi_function | sys::ValueType::napi_symbol => {
+            return Ok(None)
+        }
+        sys::ValueType::napi_null => Value::Null,
+        sys::ValueType::napi_boolean => {
+            let mut b = false;
+            ok(unsafe { sys::napi_get_value_bool(env, value, &mut b) }, path)?;
+            Value::Bool(b)
+        }
+        sys::ValueType::napi_number => Value::Number(unsafe { number(env, value, path)? }),
+        sys::ValueType::napi_string => Value::String(unsafe { string(env, value, path)? }),
+        sys::ValueType::napi_bigint => return Err(fail(path, Reason::BigInt)),
+        sys::ValueType::napi_object => {
+            if depth >= MAX_DEPTH {
+                return Err(fail(path, Reason::TooDeep));
+            }
+            if let Some(replaced) = unsafe { to_json(env, value, path)? } {
+                return unsafe { read_at(env, replaced, depth, path) };
+            }
+            let mut is = false;
+            ok(unsafe { sys::napi_is_array(env, value, &mut is) }, path)?;
+            if is {
+                Value::Array(unsafe { array(env, value, depth, path)? })
+            } else {
+                ok(unsafe { sys::napi_is_typedarray(env, value, &mut is) }, path)?;
+                if is {
+                    unsafe { typed_array(env, value, path)? }
+                } else {
+                    Value::Object(unsafe { object(env, value, depth, path)? })
+                }
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+unsafe fn number(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<Number> {
+    let mut n = 0.0;
+    ok(unsafe { sys::napi_get_value_double(env, value, &mut n) }, path)?;
+    finite(n, path)
+}
+
+fn finite(n: f64, path: &[Seg]) -> Read<Number> {
+    // integers stay integers, as JSON.parse of their text would give
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+        return Ok(Number::from(n as i64));
+    }
+    Number::from_f64(n).ok_or_else(|| fail(path, Reason::NotFinite))
+}
+
+unsafe fn string(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<String> {
+    let mut len = 0;
+    ok(unsafe { sys::napi_get_value_string_utf8(env, value, ptr::null_mut(), 0, &mut len) }, path)?;
+    let mut buf = vec![0u8; len + 1];
+    let mut written = 0;
+    ok(unsafe { sys::napi_get_value_string_utf8(env, value, buf.as_mut_ptr().cast(), len + 1, &mut written) }, path)?;
+    buf.truncate(written);
+    // napi writes UTF-8 (lone surrogates become U+FFFD, as JSON.stringify's
+    // escapes would read back)
+    Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
+/// `value.toJSON()` when `value` has one, as JSON.stringify calls it.
+unsafe fn to_json(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<Option<sys::napi_value>> {
+    let mut has = false;
+    ok(unsafe { sys::napi_has_named_property(env, value, c"toJSON".as_ptr(), &mut has) }, path)?;
+    if !has {
+        return Ok(None);
+    }
+    let mut method = ptr::null_mut();
+    ok(unsafe { sys::napi_get_named_property(env, value, c"toJSON".as_ptr(), &mut method) }, path)?;
+    let mut ty = 0;
+    ok(unsafe { sys::napi_typeof(env, method, &mut ty) }, path)?;
+    if ty != sys::ValueType::napi_function {
+        return Ok(None);
+    }
+    let mut out = ptr::null_mut();
+    let status = unsafe { sys::napi_call_function(env, value, method, 0, ptr::null(), &mut out) };
+    if status != sys::Status::napi_ok {
+        // leave no pending exception behind: the caller reports the failure
+        let mut exception = ptr::null_mut();
+        unsafe { sys::napi_get_and_clear_last_exception(env, &mut exception) };
+        return Err(fail(path, Reason::Unreadable));
+    }
+    Ok(Some(out))
+}
+
+unsafe fn array(env: sys::napi_env, value: sys::napi_value, depth: usize, path: &mut Vec<Seg>) -> Read<Vec<Value>> {
+    let mut len = 0u32;
+    ok(unsafe { sys::napi_get_array_length(env, value, &mut len) }, path)?;
+    let mut out = Vec::with_capacity(len as usize);
+    for i in 0..len {
+        let mut element = ptr::null_mut();
+        path.push(Seg::Index(i));
+        ok(unsafe { sys::napi_get_element(env, value, i, &mut element) }, path)?;
+        out.push(unsafe { read_at(env, element, depth + 1, path)? }.unwrap_or(Value::Null));
+        path.pop();
+    }
+    Ok(out)
+}
+
+unsafe fn object(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    depth: usize,
+    path: &mut Vec<Seg>,
+) -> Read<Map<String, Value>> {
+    let mut keys = ptr::null_mut();
+    ok(
+        unsafe {
+            sys::napi_get_all_property_names(
+                env,
+                value,
+                sys::KeyCollectionMode::own_only,
+                sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
+                sys::KeyConversion::numbers_to_strings,
+                &mut keys,
+            )
+        },
+        path,
+    )?;
+    let mut len = 0u32;
+    ok(unsafe { sys::napi_get_array_length(env, keys, &mut len) }, path)?;
+    let mut out = Map::new();
+    for i in 0..len {
+        let mut key = ptr::null_mut();
+        ok(unsafe { sys::napi_get_element(env, keys, i, &mut key) }, path)?;
+        let name = unsafe { string(env, key, path)? };
+        let mut element = ptr::null_mut();
+        path.push(Seg::Key(name));
+        ok(unsafe { sys::napi_get_property(env, value, key, &mut element) }, path)?;
+        let read = unsafe { read_at(env, element, depth + 1, path)? };
+        let Some(Seg::Key(name)) = path.pop() else { unreachable!("pushed a key") };
+        if let Some(v) = read {
+            out.insert(name, v);
+        }
+    }
+    Ok(out)
+}
+
+/// A `Float32Array` or `Float64Array` as the list of its numbers; other
+/// typed arrays as JSON.stringify sees them (an object of indexes), which
+/// the engine then refuses where it wants a vector.
+unsafe fn typed_array(env: sys::napi_env, value: sys::napi_value, path: &mut Vec<Seg>) -> Read<Value> {
+    let mut kind = 0;
+    let mut len = 0usize;
+    let mut data = ptr::null_mut();
+    let mut buffer = ptr::null_mut();
+    let mut offset = 0usize;
+    ok(
+        unsafe { sys::napi_get_typedarray_info(env, value, &mut kind, &mut len, &mut data, &mut buffer, &mut offset) },
+        path,
+    )?;
+    let numbers = |n: usize, at: &dyn Fn(usize) -> f64| -> Read<Value> {
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let x = at(i);
+            if !x.is_finite() {
+                let mut p = path.clone();
+                p.push(Seg::Index(i as u32));
+                return Err(fail(&p, Reason::NotFinite));
+            }
+            out.push(Value::Number(Number::from_f64(x).expect("finite")));
+        }
+        Ok(Value::Array(out))
+    };
+    match kind {
+        sys::TypedarrayType::float32_array if len > 0 => {
+            // SAFETY: napi describes `len` f32s at `data`, alive while `value` is
+            let xs = unsafe { std::slice::from_raw_parts(data as *const f32, len) };
+            numbers(len, &|i| xs[i] as f64)
+        }
+        sys::TypedarrayType::float64_array if len > 0 => {
+            // SAFETY: as above, `len` f64s
+            let xs = unsafe { std::slice::from_raw_parts(data as *const f64, len) };
+            numbers(len, &|i| xs[i])
+        }
+        sys::TypedarrayType::float32_array | sys::TypedarrayType::float64_array => Ok(Value::Array(Vec::new())),
+        _ => Ok(Value::Object(unsafe { object(env, value, 0, path)? })),
+    }
+}
