@@ -1,6 +1,7 @@
 // Hybrid queries over HTTP: explain (route 4), the native query language (route 2) and its JSON form
 // (POST /v1/query).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BraidClient, RemoteBraidError } from '../src/client.js';
 import { startTestServer, waitFor, type HttpResult, type TestServer } from './helpers.js';
 
 let s: TestServer;
@@ -380,6 +381,25 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
     expect(ids(onFork)).toEqual(['f1']);
     expect(ids(qlOnFork)).toEqual(['f1']);
     expect(ids(await s.post('/v1/query', body))).toEqual([]);
+  });
+
+  it('BraidClient.query sends it: the answer of nativeQuery, errors as RemoteBraidError with the code, a branch by ref', async () => {
+    const client = new BraidClient({ url: s.url });
+    const json = await client.query({ table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], top_k: 3 });
+    const ql = await client.nativeQuery("SEARCH shelf TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] LIMIT 3");
+    expect(json.results).toEqual(ql.results);
+    expect(json.results).toHaveLength(3);
+    expect(cursorPosition(json.next_cursor)).toEqual(cursorPosition(ql.next_cursor));
+    const page2 = await client.query({ table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], top_k: 3, cursor: json.next_cursor });
+    expect(page2.results.map((r) => r.record_id)).not.toContain(json.results[0]!.record_id);
+    const refused = client.query({ table: 'shelf', tenant_id: 'acme', top_k: 0 });
+    await expect(refused).rejects.toBeInstanceOf(RemoteBraidError);
+    await expect(refused).rejects.toMatchObject({ code: 'top_k_out_of_range', httpStatus: 400, body: { code: 'top_k_out_of_range' } });
+    const onFork = await client.query({ table: 'shelf', tenant_id: 'acme', text: 'fork' }, { branchId: 'shelf_fork' });
+    expect(onFork.results.map((r) => r.record_id)).toEqual(['f1']);
+    const forkClient = new BraidClient({ url: s.url, branch: { branchId: 'shelf_fork' } });
+    expect((await forkClient.query({ table: 'shelf', tenant_id: 'acme', text: 'fork' })).results).toHaveLength(1);
+    await expect(client.query({ table: 'shelf', tenant_id: 'acme' }, { branchId: 'nope' })).rejects.toMatchObject({ code: 'branch_not_found', httpStatus: 404 });
   });
 
   it('takes Idempotency-Key like /v1/nativeql: a retry replays the first answer, another body is 409', async () => {
