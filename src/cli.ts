@@ -8,7 +8,7 @@ import cliProgress from 'cli-progress';
 import { DEFAULTS, fromEnv, type ServerConfig } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
 import { BraidClient, DEFAULT_URL, RemoteBraidError, type PutBatchResult, type RestoreResult, type SnapshotResult } from './client.js';
-import { Braid, doctor, type BranchRef, type DoctorReport, type BranchSummary, type QueryResponse, type RecordInput, type RecordKey } from './engine.js';
+import { Braid, doctor, type BranchRef, type DoctorReport, type BranchSummary, type HybridQuery, type QueryResponse, type RecordInput, type RecordKey } from './engine.js';
 import { BraidError } from './errors.js';
 import { QlSyntaxError } from './ql/index.js';
 
@@ -31,6 +31,7 @@ interface Backend {
   readonly target: string;
   putBatch(records: RecordInput[]): Promise<PutBatchResult>;
   nativeQuery(text: string): Promise<QueryResponse>;
+  query(query: HybridQuery): Promise<QueryResponse>;
   snapshot(name: string): Promise<SnapshotResult>;
   restore(source: string, target: string, verify?: RecordKey): Promise<RestoreResult>;
   branches(): Promise<BranchSummary[]>;
@@ -50,6 +51,7 @@ function httpBackend(client: BraidClient): Backend {
     target: client.url,
     putBatch: (records) => client.putBatch(records),
     nativeQuery: (text) => client.nativeQuery(text),
+    query: (query) => client.query(query),
     snapshot: (name) => client.snapshot(name),
     restore: (source, target, verify) => client.restore(source, target, verify),
     branches: () => client.branches(),
@@ -77,6 +79,11 @@ function embeddedBackend(dataDir: string, branch: BranchRef): Backend {
       return { epoch: result.committed?.epoch ?? 0, record_count: result.committed?.record_count ?? records.length };
     },
     nativeQuery: (text) => engine.nativeQuery(text, branch),
+    query: async (query) => {
+      // checked as POST /v1/query checks its body, so the codes are the server's (unknown_field, invalid_request)
+      const [{ check }, { HybridQuery: schema }] = await Promise.all([import('./validation.js'), import('./schemas/query.js')]);
+      return engine.query(check<HybridQuery>(schema, query), branch);
+    },
     snapshot: async (name) => {
       const info = await engine.snapshot(name, branch);
       return { snapshot: true, target: info.name, database_id: info.database_id, branch_id: info.branch_id, epoch: info.epoch };
@@ -157,6 +164,38 @@ function parseRecordKey(value: string): RecordKey {
     throw new BraidError('invalid_request', `--verify expects table/tenant/id, got ${JSON.stringify(value)}`);
   }
   return { table: value.slice(0, first), tenant_id: value.slice(first + 1, second), id: value.slice(second + 1) };
+}
+
+interface QuerySource {
+  body?: string;
+  bodyFile?: string;
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The JSON hybrid query of `--body`, or of `--body-file` (a path, or - for stdin). */
+async function readQueryBody(source: QuerySource): Promise<HybridQuery> {
+  let text: string;
+  let where: string;
+  if (source.body !== undefined) {
+    text = source.body;
+    where = '--body';
+  } else {
+    const file = source.bodyFile!;
+    if (file === '-' && process.stdin.isTTY) throw new BraidError('invalid_request', 'no input: give --body-file a file or pipe the JSON query on stdin');
+    text = file === '-' ? await readStdin() : readFileSync(file, 'utf8');
+    where = file === '-' ? 'stdin' : file;
+  }
+  try {
+    // an object or not, the query's shape is checked where it runs, with the server's codes
+    return JSON.parse(text) as HybridQuery;
+  } catch (err) {
+    throw new BraidError('invalid_json', `${where} is not valid json: ${(err as Error).message.toLowerCase()}`);
+  }
 }
 
 function positiveInt(value: string): number {
@@ -435,22 +474,30 @@ function addClientCommands(program: Command): void {
 
   const query = program
     .command('query')
-    .description('run a native query language statement (docs/ql.md) and print the ranked rows')
-    .argument('<native-ql>', "e.g. \"SEARCH articles TENANT 'acme' MATCH 'solar' LIMIT 5\"")
+    .description('run a hybrid query, as a native query language statement (docs/ql.md) or as JSON, and print the ranked rows')
+    .argument('[native-ql]', "e.g. \"SEARCH articles TENANT 'acme' MATCH 'solar' LIMIT 5\"")
+    .option('--body <json>', 'the query as a JSON HybridQuery (POST /v1/query, docs/query.md) instead of native QL')
+    .option('--body-file <file>', 'like --body, read from a file (- for stdin)')
     .option('--json', 'print the raw response (results, next_cursor, explain)')
     .option('--width <n>', 'truncate the text column to n characters', positiveInt, 48);
   connectionOptions(query, true)
     .addHelpText(
       'after',
       "\nPrints record_id, final_score, lexical, vector, relational and the first text field of the rows.\n" +
-        "Page with CURSOR '<next_cursor>' in the statement.\n\nExample:\n" +
-        "  braid query \"SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5\"",
+        "Give the query as native QL, or as JSON with --body or --body-file (one of the three). Page with\n" +
+        "CURSOR '<next_cursor>' in the statement, or \"cursor\": \"<next_cursor>\" in the JSON.\n\nExamples:\n" +
+        "  braid query \"SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5\"\n" +
+        '  braid query --body \'{"table": "articles", "tenant_id": "acme", "text": "solar", "top_k": 5}\'\n' +
+        '  braid query --body-file query.json --json',
     )
     .action(
-      run(async (text: string, opts: ConnectionFlags & { json?: boolean; width: number }, command: Command) => {
+      run(async (text: string | undefined, opts: ConnectionFlags & QuerySource & { json?: boolean; width: number }, command: Command) => {
+        const given = [text, opts.body, opts.bodyFile].filter((v) => v !== undefined).length;
+        if (given !== 1) throw new BraidError('invalid_request', 'give the query once: as a native QL argument, with --body <json> or with --body-file <file>');
+        const body = text === undefined ? await readQueryBody(opts) : undefined;
         const backend = connect(opts, command);
         try {
-          const response = await backend.nativeQuery(text);
+          const response = text !== undefined ? await backend.nativeQuery(text) : await backend.query(body!);
           console.log(opts.json ? JSON.stringify(response) : formatQueryTable(response, opts.width));
         } finally {
           backend.close();

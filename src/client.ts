@@ -108,6 +108,11 @@ export class BraidClient {
     return this.request('POST', '/v1/nativeql', { query: text }, ref);
   }
 
+  /** `POST /v1/query` (extension): a hybrid query given as JSON, answered like route 2. */
+  query(query: HybridQuery, ref?: BranchRef): Promise<QueryResponse> {
+    return this.request('POST', '/v1/query', query, ref);
+  }
+
   /** Route 4: the explain of a hybrid query. */
   explain(query: HybridQuery, ref?: BranchRef): Promise<HybridExplain> {
     return this.request('POST', '/v1/explain', query, ref);

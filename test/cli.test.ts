@@ -5,7 +5,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, ROOT, startTestServer, tempDir, type TestServer } from './helpers.js';
+import { CLI, ROOT, startTestServer, tempDir, waitFor, type TestServer } from './helpers.js';
 
 interface CliResult {
   code: number | null;
@@ -72,6 +72,8 @@ describe('help and version', () => {
     }
     expect(results[1]!.stdout).toContain('--verify <table/tenant/id>');
     expect(results[3]!.stdout).toContain('--json');
+    expect(results[3]!.stdout).toContain('--body <json>');
+    expect(results[3]!.stdout).toContain('--body-file <file>');
     expect(results[4]!.stdout).toContain('--batch <n>');
     expect(results[4]!.stdout).toContain('--id-field <name>');
     const top = await braid(['--help']);
@@ -179,6 +181,56 @@ describe('against a running server (--url)', () => {
     const second = JSON.parse((await braid(['query', `${q} CURSOR '${first.next_cursor}'`, '--json', ...url])).stdout);
     expect(second.results).toHaveLength(1);
     expect(second.results[0].record_id).not.toBe(first.results[0].record_id);
+  });
+
+  it('query --body / --body-file run the JSON form (POST /v1/query): the same table and rows as native QL', async () => {
+    const q = "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5";
+    const body = { table: 'articles', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 5 };
+    // scored by the index on both runs, so a freshness_penalty cannot change in between
+    await waitFor('articles indexed', async () => (await s.post('/v1/explain', { ...body, freshness: 'indexed' })).body.pending_feature_count === 0);
+    const [ql, json] = await Promise.all([braid(['query', q, ...url]), braid(['query', '--body', JSON.stringify(body), ...url])]);
+    expect(json.code, json.stderr).toBe(0);
+    expect(json.stdout).toBe(ql.stdout);
+    expect(json.stdout.split('\n')[2]).toMatch(/^a1\s/);
+
+    const file = path.join(work, 'query.json');
+    writeFileSync(file, JSON.stringify(body, null, 2));
+    const [qlJson, fromFile, fromStdin] = await Promise.all([
+      braid(['query', q, '--json', ...url]),
+      braid(['query', '--body-file', file, '--json', ...url]),
+      braid(['query', '--body-file', '-', '--json', ...url], JSON.stringify(body)),
+    ]);
+    for (const r of [fromFile, fromStdin]) {
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout).results).toEqual(JSON.parse(qlJson.stdout).results);
+    }
+    // paging: "cursor" in the JSON
+    const first = JSON.parse((await braid(['query', '--body', JSON.stringify({ ...body, top_k: 1 }), '--json', ...url])).stdout);
+    expect(first.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1']);
+    const second = JSON.parse((await braid(['query', '--body', JSON.stringify({ ...body, top_k: 1, cursor: first.next_cursor }), '--json', ...url])).stdout);
+    expect(second.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a2']);
+  });
+
+  it('query --body: the query once, JSON that parses, and the server code of a refused body', async () => {
+    const body = JSON.stringify({ table: 'articles', tenant_id: 'acme', text: 'solar' });
+    const [both, none, notJson, unknown, range] = await Promise.all([
+      braid(['query', "SEARCH articles TENANT 'acme'", '--body', body, ...url]),
+      braid(['query', ...url]),
+      braid(['query', '--body', '{"table": ', ...url]),
+      braid(['query', '--body', JSON.stringify({ table: 'articles', tenant_id: 'acme', txt: 'solar' }), ...url]),
+      braid(['query', '--body', JSON.stringify({ table: 'articles', tenant_id: 'acme', top_k: 0 }), ...url]),
+    ]);
+    for (const r of [both, none]) {
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/^braid: invalid_request: give the query once: /);
+    }
+    expect(notJson.code).toBe(1);
+    expect(notJson.stderr).toMatch(/^braid: invalid_json: --body is not valid json: /);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toBe('braid: unknown_field: unknown field "txt" in body\n');
+    expect(range.code).toBe(1);
+    expect(range.stderr).toMatch(/^braid: top_k_out_of_range: /);
+    expect(none.stdout + notJson.stdout + unknown.stdout + range.stdout).toBe('');
   });
 
   it('query reports a syntax error with its code and a caret', async () => {
@@ -323,6 +375,22 @@ describe('against a data directory (--data-dir)', () => {
     expect(bad.stderr).toContain('^');
   });
 
+  it('query --body, table and json, with the codes of the server for a refused body', async () => {
+    const body = { table: 'articles', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 5 };
+    const r = await braid(['query', '--body', JSON.stringify(body), ...dd]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.split('\n')[2]).toMatch(/^a1\s/);
+    const json = JSON.parse((await braid(['query', '--body', JSON.stringify(body), '--json', ...dd])).stdout);
+    expect(json.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1', 'a2']);
+    const unknown = await braid(['query', '--body', JSON.stringify({ ...body, txt: 'solar' }), ...dd]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toBe('braid: unknown_field: unknown field "txt" in body\n');
+    const wrongType = await braid(['query', '--body', JSON.stringify({ ...body, top_k: '5' }), ...dd]);
+    expect(wrongType.stderr).toMatch(/^braid: invalid_request: body\.top_k /);
+    const notObject = await braid(['query', '--body', '[1]', ...dd]);
+    expect(notObject.stderr).toMatch(/^braid: invalid_request: /);
+  });
+
   it('snapshot, restore with --verify, branches, and the restored branch is queryable', async () => {
     const snap = await braid(['snapshot', 'local_snap', ...dd]);
     expect(snap.code, snap.stderr).toBe(0);
@@ -338,5 +406,7 @@ describe('against a data directory (--data-dir)', () => {
     expect(table.stdout).toMatch(/\ndefault\s+local_audit\s+main\s+active\s+\d+\s+embedded\n/);
     const onBranch = await braid(['query', "SEARCH articles TENANT 'acme' MATCH 'roads'", '--json', '--branch', 'local_audit', ...dd]);
     expect(JSON.parse(onBranch.stdout).results.map((x: { record_id: string }) => x.record_id)).toEqual(['a5']);
+    const jsonOnBranch = await braid(['query', '--body', '{"table": "articles", "tenant_id": "acme", "text": "roads"}', '--json', '--branch', 'local_audit', ...dd]);
+    expect(JSON.parse(jsonOnBranch.stdout).results.map((x: { record_id: string }) => x.record_id)).toEqual(['a5']);
   });
 });

@@ -208,10 +208,13 @@ describe('the document states what is refused, and the engine refuses it at each
 
   it('a hybrid query needs table and tenant_id', async () => {
     expect(explain().required).toEqual(expect.arrayContaining(['table', 'tenant_id']));
-    for (const body of [{ tenant_id: 'acme' }, { table: 'docs' }]) {
-      const r = await s.post('/v1/explain', body);
-      expect(r.status).toBe(400);
-      expect(r.body.code).toBe('invalid_query');
+    expect(bodyOf('/v1/query')).toEqual(explain());
+    for (const path of ['/v1/explain', '/v1/query']) {
+      for (const body of [{ tenant_id: 'acme' }, { table: 'docs' }]) {
+        const r = await s.post(path, body);
+        expect(r.status, path).toBe(400);
+        expect(r.body.code, path).toBe('invalid_query');
+      }
     }
   });
 
@@ -300,8 +303,10 @@ describe('scripts/schemathesis.toml', () => {
       if (codes) refusing.set(name, [...codes[1]!.matchAll(/"([a-z_]+)"/g)].map((m) => m[1]!));
     }
     expect([...refusing.keys()].sort()).toEqual(
-      ['POST /v1/explain', 'POST /v1/graphql/bounded', 'POST /v1/insert', 'POST /v1/nativeql', 'POST /v1/records/put', 'POST /v1/records/put-batch'],
+      ['POST /v1/explain', 'POST /v1/graphql/bounded', 'POST /v1/insert', 'POST /v1/nativeql', 'POST /v1/query', 'POST /v1/records/put', 'POST /v1/records/put-batch'],
     );
+    // the JSON form of route 2 takes the body of /v1/explain: refused for the same reasons
+    expect(refusing.get('POST /v1/query')).toEqual(refusing.get('POST /v1/explain'));
     for (const [name, codes] of refusing) {
       expect(codes.length, name).toBeGreaterThan(0);
       for (const code of codes) expect((ERROR_STATUS as Record<string, number>)[code], `${name}: ${code}`).toBe(400);

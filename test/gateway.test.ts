@@ -399,6 +399,67 @@ describe('gateway in front of a real engine', () => {
     expect(metrics.body).toMatchObject({ gateway: true, rate_limit_requests: 1000, latest_epoch: devEpoch });
   });
 
+  it('proxies POST /v1/query as it does /v1/nativeql: the answer of the engine, token and limiter first, keyed retries, the branch injected', async () => {
+    const M = { authorization: 'Bearer managed' };
+    const rows = ['solar kettle', 'wind vane', 'solar lamp', 'rain gauge', 'solar fence'].map((title, i) => record(`gq${i}`, { title }));
+    expect((await post(managed.url, '/v1/records/put-batch', { records: rows }, M)).status).toBe(200);
+    const body = { table: 'notes', tenant_id: 't1', text: 'solar', top_k: 2 };
+    // scored by the index, so that a freshness_penalty cannot change between the requests compared
+    await waitFor('notes indexed', async () => (await post(engineUrl, '/v1/explain', { ...body, freshness: 'indexed' })).body.pending_feature_count === 0);
+    const ids = (r: HttpResult) => r.body.results.map((x: { record_id: string }) => x.record_id);
+
+    const via = await post(managed.url, '/v1/query', body, M);
+    expect(via.status).toBe(200);
+    expect(via.headers.get('x-ratelimit-limit')).toBe('1000');
+    const direct = await post(engineUrl, '/v1/query', body);
+    const ql = await post(managed.url, '/v1/nativeql', { query: "SEARCH notes TENANT 't1' MATCH 'solar' LIMIT 2" }, M);
+    expect(ql.headers.get('x-ratelimit-limit')).toBe('1000');
+    expect(via.body.results).toEqual(direct.body.results);
+    expect(via.body.results).toEqual(ql.body.results);
+    expect(ids(via)).toHaveLength(2);
+    expect(via.body.explain.read_epoch).toBe(direct.body.explain.read_epoch);
+    // the next page through the gateway, with the cursor it relayed
+    const page2 = await post(managed.url, '/v1/query', { ...body, cursor: via.body.next_cursor }, M);
+    expect(page2.status).toBe(200);
+    expect([...ids(via), ...ids(page2)].sort()).toEqual(['gq0', 'gq2', 'gq4']);
+
+    // the gateway's own answers come first: no token, a wrong method, a malformed branch header
+    const noToken = await post(managed.url, '/v1/query', body);
+    expect(noToken.status).toBe(401);
+    expect(noToken.body.code).toBe('unauthorized');
+    const wrongMethod = await get(managed.url, '/v1/query', M);
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get('allow')).toBe('POST');
+    expect((await post(managed.url, '/v1/query', body, { ...M, 'x-braid-branch': '' })).body.code).toBe('invalid_name');
+    // the engine's refusals pass through as they are
+    const refused = await post(managed.url, '/v1/query', { ...body, bogus: 1 }, M);
+    expect(refused.status).toBe(400);
+    expect(refused.body).toEqual((await post(engineUrl, '/v1/query', { ...body, bogus: 1 })).body);
+
+    // Idempotency-Key reaches the engine: a retry is a replay, another body 409
+    const keyed = { ...M, 'idempotency-key': 'gw-query-1' };
+    const first = await post(managed.url, '/v1/query', body, keyed);
+    const again = await post(managed.url, '/v1/query', body, keyed);
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(JSON.stringify(again.body)).toBe(JSON.stringify(first.body));
+    const reused = await post(managed.url, '/v1/query', { ...body, top_k: 3 }, keyed);
+    expect(reused.status).toBe(409);
+    expect(reused.body.code).toBe('idempotency_key_reused');
+
+    // managed routing: analytics/main is the engine's default/dev
+    const everything = { table: 'notes', tenant_id: 't1', top_k: 100 };
+    const viaAlias = await post(managed.url, '/v1/query', everything, { ...M, 'x-braid-database': 'analytics' });
+    const onDev = await post(engineUrl, '/v1/query', everything, { 'x-braid-branch': 'dev' });
+    expect(viaAlias.status).toBe(200);
+    expect(ids(viaAlias).sort()).toEqual(ids(onDev).sort());
+    expect(ids(viaAlias)).toContain('aliased');
+    expect(ids(viaAlias)).not.toContain('gq0');
+    const missing = await post(managed.url, '/v1/query', everything, { ...M, 'x-braid-database': 'nope' });
+    expect(missing.status).toBe(404);
+    expect(missing.body.code).toBe('branch_not_found');
+  });
+
   it('routes to and lists branches the engine reports, such as a restored one (issue 14 item 4)', async () => {
     const M = { authorization: 'Bearer managed' };
     expect((await post(managed.url, '/v1/records/put', record('before-snap', { n: 1 }), M)).status).toBe(200);
@@ -562,6 +623,13 @@ describe('gateway against a scripted engine', () => {
     expect(seen[0]!.body).toBe(raw);
     expect(seen[0]!.headers['idempotency-key']).toBe('k2');
     expect(seen[0]!.headers['x-braid-branch']).toBe('main');
+    // as does the JSON query
+    seen.length = 0;
+    const json = '{"table": "notes",  "tenant_id": "t1"}';
+    const query = await post(gateway.url, '/v1/query', json, { ...GOOD, 'idempotency-key': 'k3' });
+    expect(query.status).toBe(201);
+    expect(seen[0]!).toMatchObject({ method: 'POST', url: '/v1/query', body: json });
+    expect(seen[0]!.headers['idempotency-key']).toBe('k3');
   });
 
   it('strips hop-by-hop headers, including those a Connection header names, both ways (issue 16 item 5)', async () => {
@@ -671,6 +739,9 @@ describe('gateway token scopes and failed authentications (issue 16 item 6)', ()
     expect((await put('writer', 'w1')).status).toBe(200);
     expect((await put('boss', 'b1')).status).toBe(200);
     expect((await post(gateway.url, '/v1/records/get', key('w1'), as('reader'))).body.record.id).toBe('w1');
+    const query = await post(gateway.url, '/v1/query', { table: 'notes', tenant_id: 't1', top_k: 5 }, as('reader'));
+    expect(query.status).toBe(200);
+    expect(query.body.results.map((x: { record_id: string }) => x.record_id).sort()).toEqual(['b1', 'w1']);
     for (const token of ['reader', 'writer']) {
       const snap = await post(gateway.url, '/v1/admin/snapshot', { target: `s_${token}` }, as(token));
       expect(snap.status).toBe(403);

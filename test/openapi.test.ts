@@ -22,6 +22,13 @@ const SPEC_ROUTES = [
   { n: 14, method: 'post', path: '/v1/records/get', idem: false },
 ] as const;
 
+/** Extensions (docs/api.md) described like the spec routes. */
+const EXTENSION_ROUTES = [
+  { n: 'query', method: 'post', path: '/v1/query', idem: true },
+] as const;
+
+const ROUTES = [...SPEC_ROUTES, ...EXTENSION_ROUTES];
+
 const ERROR_STATUSES = ['400', '401', '403', '404', '415', '429', '500', '502', '503'];
 
 type Json = Record<string, any>;
@@ -103,8 +110,8 @@ describe('the document', () => {
     expect(securedDoc.security).toEqual([{ bearer: [] }]);
   });
 
-  it('describes every spec route with its method, body, 200 and error statuses', () => {
-    for (const route of SPEC_ROUTES) {
+  it('describes every spec route and POST /v1/query with its method, body, 200 and error statuses', () => {
+    for (const route of ROUTES) {
       const item = doc.paths[route.path];
       expect(item, `route ${route.n} ${route.path}`).toBeDefined();
       expect(Object.keys(item), route.path).toEqual([route.method]);
@@ -144,10 +151,17 @@ describe('the document', () => {
     expect(validatorFor('post', '/v1/nativeql', 400)({ code: 'ql_syntax_error', error: 'e', line: 1 })).toBe(true);
   });
 
+  it('POST /v1/query takes the body of /v1/explain and answers the body of /v1/nativeql', () => {
+    const op = (path: string) => doc.paths[path].post;
+    const body = (path: string) => op(path).requestBody.content['application/json'].schema;
+    expect(body('/v1/query')).toEqual(body('/v1/explain'));
+    expect(op('/v1/query').responses).toEqual(op('/v1/nativeql').responses);
+  });
+
   it('also describes the branch-state extension, and not itself', () => {
     expect(Object.keys(doc.paths['/v1/admin/branch-state'])).toEqual(['post']);
     expect(doc.paths['/v1/openapi.json']).toBeUndefined();
-    expect(Object.keys(doc.paths).sort()).toEqual([...SPEC_ROUTES.map((r) => r.path), '/v1/admin/branch-state'].sort());
+    expect(Object.keys(doc.paths).sort()).toEqual([...ROUTES.map((r) => r.path), '/v1/admin/branch-state'].sort());
   });
 });
 
@@ -200,7 +214,7 @@ describe('real responses validate against the document', () => {
     await post('/v1/records/put', rec('k6', {}), 400, { 'idempotency-key': 'x'.repeat(256) });
   });
 
-  it('queries: explain (4), nativeql (2)', async () => {
+  it('queries: explain (4), nativeql (2), query (extension)', async () => {
     await post('/v1/explain', { table: 'articles', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 5 }, 200);
     await post('/v1/explain', { table: 'articles', tenant_id: 'acme', graph_seed: 'a3', temporal_as_of: 1 }, 200);
     await post('/v1/explain', { table: 'articles', tenant_id: 'acme', text: 'solar', top_k: 0 }, 400);
@@ -219,6 +233,21 @@ describe('real responses validate against the document', () => {
     await post('/v1/nativeql', { query: "SEARCH articles TENANT 'acme' MATCH 'solar'" }, 200, key);
     await post('/v1/nativeql', { query: "SEARCH articles TENANT 'acme' MATCH 'solar'" }, 200, key);
     await post('/v1/nativeql', { query: "SEARCH articles TENANT 'acme' MATCH 'wind'" }, 409, key);
+
+    const json = { table: 'articles', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 1, explain: true };
+    const first = await post('/v1/query', json, 200);
+    expect(first.body.next_cursor).toEqual(expect.any(String));
+    expect(first.body.explain.planner_candidates.length).toBeGreaterThan(0);
+    await post('/v1/query', { ...json, cursor: first.body.next_cursor }, 200);
+    await post('/v1/query', { table: 'articles', tenant_id: 'acme', graph_seed: 'a3', temporal_as_of: 1, return_fields: [] }, 200);
+    await post('/v1/query', { ...json, top_k: 0 }, 400);
+    await post('/v1/query', { ...json, nope: true }, 400);
+    await post('/v1/query', { ...json, cursor: 'forged' }, 400);
+    await post('/v1/query', json, 404, { 'x-braid-branch': 'nope' });
+    const jsonKey = { 'idempotency-key': 'openapi-query' };
+    await post('/v1/query', json, 200, jsonKey);
+    await post('/v1/query', json, 200, jsonKey);
+    await post('/v1/query', { ...json, text: 'wind' }, 409, jsonKey);
   });
 
   it('GraphQL: schema (1), bounded (6), graphql (7)', async () => {
@@ -277,7 +306,7 @@ describe('real responses validate against the document', () => {
   });
 
   it('401 of every route, from a server that requires a token', async () => {
-    for (const route of SPEC_ROUTES) {
+    for (const route of ROUTES) {
       const r = route.method === 'get' ? await secured.get(route.path) : await secured.post(route.path, {});
       conforms(route.method, route.path, r, 401);
       expect(r.body.code).toBe('unauthorized');
@@ -327,8 +356,8 @@ describe('real responses validate against the document', () => {
     expect(header.status).toBe(400);
   });
 
-  it('every spec route was exercised with 200 and at least one error status', () => {
-    for (const route of SPEC_ROUTES) {
+  it('every spec route and POST /v1/query was exercised with 200 and at least one error status', () => {
+    for (const route of ROUTES) {
       const seen = exercised.get(`${route.method} ${route.path}`) ?? new Set<number>();
       expect(seen.has(200), route.path).toBe(true);
       expect(seen.has(401), route.path).toBe(true);

@@ -1,6 +1,8 @@
-// Hybrid queries over HTTP: explain (route 4) and the native query language (route 2).
+// Hybrid queries over HTTP: explain (route 4), the native query language (route 2) and its JSON form
+// (POST /v1/query).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from './helpers.js';
+import { BraidClient, RemoteBraidError } from '../src/client.js';
+import { startTestServer, waitFor, type HttpResult, type TestServer } from './helpers.js';
 
 let s: TestServer;
 
@@ -187,5 +189,247 @@ describe('native query language (route 2)', () => {
     expect(now.body.results).toEqual([]);
     const then = await s.post('/v1/nativeql', { query: `SEARCH articles TENANT 'acme' MATCH 'ephemeral' AS OF ${before}` });
     expect(then.body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['gone']);
+  });
+});
+
+describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
+  const shelf = [
+    { id: 'b1', fields: { title: 'solar roof tiles', body: 'panels on every roof', topic: 'energy', year: 2024, emb: [1, 0, 0], links: ['b2', 'b5'] } },
+    { id: 'b2', fields: { title: 'solar farms', body: 'fields of panels and sheep', topic: 'energy', year: 2023, emb: [0.9, 0.1, 0], links: ['b3'] } },
+    { id: 'b3', fields: { title: 'wind farms at sea', body: 'turbines beside solar buoys', topic: 'energy', year: 2024, emb: [0.7, 0.3, 0], links: [] } },
+    { id: 'b4', fields: { title: 'solar ovens', body: 'cooking with the sun', topic: 'food', year: 2022, emb: [0.5, 0.5, 0], links: ['b1'] } },
+    { id: 'b5', fields: { title: 'bread and butter', body: 'flour water yeast salt', topic: 'food', year: 2024, emb: [0, 1, 0], links: ['b4'] } },
+    { id: 'b6', fields: { title: 'solar storage', body: 'batteries for the night', topic: 'energy', year: 2022, emb: [0.8, 0, 0.2], links: ['b1'] } },
+    { id: 'b7', fields: { title: 'hydro dams', body: 'water and solar hybrids', topic: 'energy', year: 2021, emb: [0.6, 0.2, 0.2], links: [] } },
+    { id: 'b8', fields: { title: 'soup of the day', body: 'a warm solar-cooked soup', topic: 'food', year: 2023, emb: [0.1, 0.9, 0], links: ['b5'] } },
+  ];
+  const ids = (r: HttpResult) => r.body.results.map((x: { record_id: string }) => x.record_id);
+  /**
+   * A cursor's signed payload without its issue time (`t`, ms): two runs of one query at one epoch issue
+   * cursors that differ only there (crates/engine/src/query/cursor.rs).
+   */
+  const cursorPosition = (cursor: string | null) => {
+    if (cursor === null) return null;
+    const { t: _issued, ...position } = JSON.parse(Buffer.from(cursor.split('.')[0]!, 'base64url').toString('utf8'));
+    return position;
+  };
+  /** What both routes must agree on: the rows, the page position and the plan; not the measured timings. */
+  const agree = (json: HttpResult, ql: HttpResult, what: string) => {
+    expect(json.status, `${what}: ${JSON.stringify(json.body)}`).toBe(200);
+    expect(ql.status, `${what}: ${JSON.stringify(ql.body)}`).toBe(200);
+    expect(Object.keys(json.body).sort()).toEqual(['explain', 'next_cursor', 'results']);
+    expect(json.body.results, what).toEqual(ql.body.results);
+    expect(cursorPosition(json.body.next_cursor), what).toEqual(cursorPosition(ql.body.next_cursor));
+    for (const field of [
+      'read_epoch', 'selected_strategy', 'fusion_method', 'freshness_mode', 'returned_count', 'candidate_budget',
+      'text_candidates', 'vector_candidates', 'scalar_filter_predicates', 'opened_candidate_streams', 'skipped_access_paths',
+    ]) expect(json.body.explain[field], `${what}: explain.${field}`).toEqual(ql.body.explain[field]);
+    expect(json.body.explain.planner_candidates.map((c: { record_id: string }) => c.record_id), what)
+      .toEqual(ql.body.explain.planner_candidates.map((c: { record_id: string }) => c.record_id));
+  };
+  const both = async (json: Record<string, unknown>, ql: string) => ({
+    json: await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', ...json }),
+    ql: await s.post('/v1/nativeql', {
+      query: ql.startsWith('EXPLAIN ') ? `EXPLAIN SEARCH shelf TENANT 'acme' ${ql.slice(8)}` : `SEARCH shelf TENANT 'acme' ${ql}`,
+    }),
+  });
+
+  beforeAll(async () => {
+    const r = await s.post('/v1/records/put-batch', { records: shelf.map((d) => ({ table: 'shelf', tenant_id: 'acme', ...d })) });
+    expect(r.status).toBe(200);
+    // the rows scored by the index, not the hot overlay, so that the indexer catching up between the two
+    // requests of a comparison cannot change a freshness_penalty
+    await waitFor('the shelf indexed', async () => {
+      const e = await s.post('/v1/explain', { table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], freshness: 'indexed' });
+      return e.status === 200 && e.body.pending_feature_count === 0;
+    });
+  });
+
+  it('answers as /v1/nativeql does for the same query: text, vector, filter, graph, time and hybrid', async () => {
+    const epoch = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    const cases: Array<[string, Record<string, unknown>, string]> = [
+      ['text', { text: 'solar' }, "MATCH 'solar'"],
+      ['text in one column', { text: 'solar', text_field: 'title', top_k: 3 }, "MATCH 'solar' IN title LIMIT 3"],
+      ['vector', { vector: [1, 0, 0] }, 'NEAR [1, 0, 0]'],
+      ['vector in one column', { vector: [0, 1, 0], vector_field: 'emb', top_k: 4 }, 'NEAR [0, 1, 0] IN emb LIMIT 4'],
+      ['filter', { scalar_eq: { topic: 'food', year: 2024 } }, "WHERE topic = 'food' AND year = 2024"],
+      ['graph', { graph_seed: 'b1', graph_depth: 2 }, "GRAPH FROM 'b1' DEPTH 2"],
+      ['hybrid', { text: 'solar panels', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 3 }, "MATCH 'solar panels' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 3"],
+      [
+        'hybrid, relative_score, graph, as of, explain',
+        {
+          explain: true, text: 'solar', vector: [1, 0, 0], graph_seed: 'b4', temporal_as_of: epoch, freshness: 'latest',
+          fusion: 'relative_score', fusion_weights: { lexical: 0.5, vector: 0.3, relational: 0.2 }, candidate_budget: 50, top_k: 4,
+        },
+        `EXPLAIN MATCH 'solar' NEAR [1, 0, 0] GRAPH FROM 'b4' AS OF ${epoch} FRESHNESS latest
+           FUSE relative_score WEIGHTS (lexical 0.5, vector 0.3, relational 0.2) BUDGET 50 LIMIT 4`,
+      ],
+      ['indexed freshness', { text: 'solar', freshness: 'indexed' }, "MATCH 'solar' FRESHNESS indexed"],
+      ['projection', { text: 'solar', return_fields: ['title', 'year'] }, "MATCH 'solar' RETURN title, year"],
+      ['no fields', { vector: [1, 0, 0], return_fields: [] }, 'NEAR [1, 0, 0] RETURN NONE'],
+    ];
+    for (const [what, json, ql] of cases) {
+      const r = await both(json, ql);
+      agree(r.json, r.ql, what);
+      expect(r.json.body.results.length, what).toBeGreaterThan(0);
+    }
+    // a few of them, pinned: the JSON form really ran what it was given
+    const hybrid = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 3 });
+    expect(ids(hybrid).sort()).toEqual(['b1', 'b2', 'b6']);
+    const finals = hybrid.body.results.map((x: { score: { final_score: number } }) => x.score.final_score);
+    expect(finals).toEqual([...finals].sort((a, b) => b - a));
+    for (const row of hybrid.body.results) {
+      expect(row.fields.topic).toBe('energy');
+      expect(row.score.lexical).toBeGreaterThan(0);
+      expect(row.score.vector).toBeGreaterThan(0.9);
+    }
+    expect(hybrid.body.explain.fusion_method).toBe('rrf');
+    expect(hybrid.body.explain.planner_candidates).toEqual([]);
+    const explained = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', text: 'solar', explain: true });
+    expect(explained.body.explain.planner_candidates.length).toBeGreaterThan(0);
+    const filtered = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', scalar_eq: { topic: 'food' }, top_k: 10 });
+    expect(ids(filtered).sort()).toEqual(['b4', 'b5', 'b8']);
+    const projected = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', text: 'solar', return_fields: ['year'] });
+    for (const row of projected.body.results) expect(Object.keys(row.fields)).toEqual(['year']);
+  });
+
+  it('pages with next_cursor like /v1/nativeql, and the cursors of one route page the other', async () => {
+    const json = { table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], top_k: 2 };
+    const ql = "SEARCH shelf TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] LIMIT 2";
+    const whole = await s.post('/v1/query', { ...json, top_k: 100 });
+    expect(whole.body.next_cursor).toBeNull();
+    const seen: string[] = [];
+    let jsonCursor: string | null = null;
+    let qlCursor: string | null = null;
+    for (let page = 0; page === 0 || jsonCursor !== null; page++) {
+      expect(page, 'pages end').toBeLessThan(10);
+      const a = await s.post('/v1/query', jsonCursor === null ? json : { ...json, cursor: jsonCursor });
+      const b = await s.post('/v1/nativeql', { query: qlCursor === null ? ql : `${ql} CURSOR '${qlCursor}'` });
+      agree(a, b, `page ${page + 1}`);
+      // across: the JSON route's cursor on the QL route, and the QL route's cursor as JSON
+      if (jsonCursor !== null) {
+        const crossQl = await s.post('/v1/nativeql', { query: `${ql} CURSOR '${jsonCursor}'` });
+        const crossJson = await s.post('/v1/query', { ...json, cursor: qlCursor });
+        agree(a, crossQl, `page ${page + 1}, JSON cursor on nativeql`);
+        agree(crossJson, b, `page ${page + 1}, QL cursor on /v1/query`);
+      }
+      seen.push(...ids(a));
+      jsonCursor = a.body.next_cursor;
+      qlCursor = b.body.next_cursor;
+      expect(qlCursor === null).toBe(jsonCursor === null);
+    }
+    // every row once, in the order of one big page
+    expect(seen).toEqual(ids(whole));
+    expect(seen.length).toBeGreaterThan(4);
+    // a cursor belongs to its query, on either route
+    const first = await s.post('/v1/query', json);
+    const other = await s.post('/v1/query', { ...json, text: 'wind', cursor: first.body.next_cursor });
+    expect(other.status).toBe(400);
+    expect(other.body.code).toBe('cursor_query_mismatch');
+  });
+
+  it('refuses bad bodies with the codes and messages /v1/explain gives', async () => {
+    const base = { table: 'shelf', tenant_id: 'acme' };
+    const bad: Array<[string, unknown, string]> = [
+      ['an unknown field', { ...base, bogus: 1 }, 'unknown_field'],
+      ['a body branch_id (branches are addressed by header)', { ...base, branch_id: 'main' }, 'unknown_field'],
+      ['a wrong type', { ...base, top_k: '5' }, 'invalid_request'],
+      ['a nested unknown field', { ...base, fusion_weights: { lexical: 1, social: 2 } }, 'unknown_field'],
+      ['top_k over 1000', { ...base, top_k: 5000 }, 'top_k_out_of_range'],
+      ['top_k 0', { ...base, text: 'solar', top_k: 0 }, 'top_k_out_of_range'],
+      ['no tenant', { table: 'shelf' }, 'invalid_query'],
+      ['no table', { tenant_id: 'acme' }, 'invalid_query'],
+      ['a bad table name', { ...base, table: 'no-dashes' }, 'invalid_name'],
+      ['a table that does not exist', { ...base, table: 'nope' }, 'unknown_table'],
+      ['a column that does not exist', { ...base, scalar_eq: { nope: 1 } }, 'unknown_column'],
+      ['a vector of another length', { ...base, vector: [1, 2] }, 'vector_dimension_mismatch'],
+      ['a forged cursor', { ...base, cursor: 'forged.cursor' }, 'invalid_cursor'],
+      ['an unknown freshness', { ...base, freshness: 'soon' }, 'invalid_query'],
+      ['an unknown fusion', { ...base, fusion: 'best' }, 'invalid_query'],
+      ['an epoch in the future', { ...base, temporal_as_of: Number.MAX_SAFE_INTEGER }, 'temporal_in_future'],
+      ['not an object', [base], 'invalid_request'],
+      ['not JSON', '{"table": ', 'invalid_json'],
+    ];
+    for (const [what, body, code] of bad) {
+      const json = await s.post('/v1/query', body);
+      const explain = await s.post('/v1/explain', body);
+      expect(json.status, what).toBe(400);
+      expect(json.body, what).toEqual({ code, error: expect.any(String) });
+      expect(json.body, what).toEqual(explain.body);
+    }
+    const missingBranch = await s.post('/v1/query', base, { 'x-braid-branch': 'nope' });
+    expect(missingBranch.status).toBe(404);
+    expect(missingBranch.body).toEqual((await s.post('/v1/explain', base, { 'x-braid-branch': 'nope' })).body);
+    expect(missingBranch.body.code).toBe('branch_not_found');
+    const badHeader = await s.post('/v1/query', base, { 'x-braid-branch': 'not a name' });
+    expect(badHeader.status).toBe(400);
+    expect(badHeader.body.code).toBe('invalid_name');
+    const wrongMethod = await s.get('/v1/query');
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get('allow')).toBe('POST');
+  });
+
+  it('reads the branch its headers address, as /v1/nativeql does', async () => {
+    expect((await s.post('/v1/admin/snapshot', { target: 'shelf_snap' })).status).toBe(200);
+    expect((await s.post('/v1/admin/restore', { source: 'shelf_snap', target: 'shelf_fork' })).status).toBe(200);
+    const fork = { 'x-braid-branch': 'shelf_fork' };
+    const put = await s.post('/v1/records/put', { table: 'shelf', tenant_id: 'acme', id: 'f1', fields: { title: 'solar only on the fork' } }, fork);
+    expect(put.status).toBe(200);
+    const body = { table: 'shelf', tenant_id: 'acme', text: 'fork' };
+    const onFork = await s.post('/v1/query', body, fork);
+    const qlOnFork = await s.post('/v1/nativeql', { query: "SEARCH shelf TENANT 'acme' MATCH 'fork'" }, fork);
+    expect(ids(onFork)).toEqual(['f1']);
+    expect(ids(qlOnFork)).toEqual(['f1']);
+    expect(ids(await s.post('/v1/query', body))).toEqual([]);
+  });
+
+  it('BraidClient.query sends it: the answer of nativeQuery, errors as RemoteBraidError with the code, a branch by ref', async () => {
+    const client = new BraidClient({ url: s.url });
+    const json = await client.query({ table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], top_k: 3 });
+    const ql = await client.nativeQuery("SEARCH shelf TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] LIMIT 3");
+    expect(json.results).toEqual(ql.results);
+    expect(json.results).toHaveLength(3);
+    expect(cursorPosition(json.next_cursor)).toEqual(cursorPosition(ql.next_cursor));
+    const page2 = await client.query({ table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], top_k: 3, cursor: json.next_cursor });
+    expect(page2.results.map((r) => r.record_id)).not.toContain(json.results[0]!.record_id);
+    const refused = client.query({ table: 'shelf', tenant_id: 'acme', top_k: 0 });
+    await expect(refused).rejects.toBeInstanceOf(RemoteBraidError);
+    await expect(refused).rejects.toMatchObject({ code: 'top_k_out_of_range', httpStatus: 400, body: { code: 'top_k_out_of_range' } });
+    const onFork = await client.query({ table: 'shelf', tenant_id: 'acme', text: 'fork' }, { branchId: 'shelf_fork' });
+    expect(onFork.results.map((r) => r.record_id)).toEqual(['f1']);
+    const forkClient = new BraidClient({ url: s.url, branch: { branchId: 'shelf_fork' } });
+    expect((await forkClient.query({ table: 'shelf', tenant_id: 'acme', text: 'fork' })).results).toHaveLength(1);
+    await expect(client.query({ table: 'shelf', tenant_id: 'acme' }, { branchId: 'nope' })).rejects.toMatchObject({ code: 'branch_not_found', httpStatus: 404 });
+  });
+
+  it('takes Idempotency-Key like /v1/nativeql: a retry replays the first answer, another body is 409', async () => {
+    const body = { table: 'shelf', tenant_id: 'acme', text: 'solar', top_k: 2 };
+    const key = { 'idempotency-key': 'json-query-1' };
+    const first = await s.post('/v1/query', body, key);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    // a write in between: a retry still answers what the first request answered, cursor and timings included
+    await s.post('/v1/records/put', { table: 'shelf', tenant_id: 'acme', id: 'b9', fields: { title: 'solar solar solar' } });
+    const again = await s.post('/v1/query', body, key);
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(JSON.stringify(again.body)).toBe(JSON.stringify(first.body));
+    const fresh = await s.post('/v1/query', body);
+    expect(ids(fresh)).toContain('b9');
+    const reused = await s.post('/v1/query', { ...body, top_k: 3 }, key);
+    expect(reused.status).toBe(409);
+    expect(reused.body.code).toBe('idempotency_key_reused');
+    // scoped by method and path: the same key on /v1/nativeql is another request
+    const ql = await s.post('/v1/nativeql', { query: "SEARCH shelf TENANT 'acme' MATCH 'solar' LIMIT 2" }, key);
+    expect(ql.status).toBe(200);
+    expect(ql.headers.get('idempotent-replayed')).toBeNull();
+    // a failed request stores nothing: fixed, the same key runs
+    const failed = await s.post('/v1/query', { ...body, top_k: 0 }, { 'idempotency-key': 'json-query-2' });
+    expect(failed.body.code).toBe('top_k_out_of_range');
+    const retried = await s.post('/v1/query', { ...body, top_k: 0 }, { 'idempotency-key': 'json-query-2' });
+    expect(retried.body.code).toBe('top_k_out_of_range');
+    const invalid = await s.post('/v1/query', body, { 'idempotency-key': 'x'.repeat(256) });
+    expect(invalid.status).toBe(400);
+    expect(invalid.body.code).toBe('idempotency_key_invalid');
   });
 });

@@ -70,6 +70,9 @@ describe('README tour', () => {
   it('the tour really finds what it wrote', async () => {
     const r = await s.post('/v1/nativeql', { query: "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5" });
     expect(r.body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1', 'a2']);
+    // the JSON form finds the same
+    const json = await s.post('/v1/query', { table: 'articles', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 5 });
+    expect(json.body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1', 'a2']);
     const audit = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'a1' }, { 'x-braid-branch': 'audit' });
     expect(audit.body.record.id).toBe('a1');
   });

@@ -32,7 +32,7 @@ const POST = ['POST'];
  * are also the route label of the gateway's metrics (any other is "other").
  */
 export const API_METHODS: ReadonlyMap<string, readonly string[]> = new Map([
-  ['/v1/graphql/schema', GET], ['/v1/nativeql', POST], ['/v1/admin/restore', POST], ['/v1/explain', POST],
+  ['/v1/graphql/schema', GET], ['/v1/nativeql', POST], ['/v1/query', POST], ['/v1/admin/restore', POST], ['/v1/explain', POST],
   ['/v1/insert', POST], ['/v1/graphql/bounded', POST], ['/v1/graphql', POST], ['/v1/branches', GET],
   ['/v1/records/put-batch', POST], ['/v1/admin/snapshot', POST], ['/v1/records/put', POST],
   ['/v1/metrics/public-safe', GET], ['/v1/ready', GET], ['/v1/records/get', POST], ['/v1/admin/branch-state', POST],

@@ -1,6 +1,6 @@
 /**
  * Idempotency-Key for the routes marked (idem) in the spec: 2, 3, 5, 7, 9,
- * 10 and 11.
+ * 10 and 11, and for `POST /v1/query`, the JSON form of route 2.
  *
  * - The key is scoped by method and path, by the client's token (a digest
  *   of it, never the token) and by the branch the request addresses (where
@@ -60,6 +60,7 @@ function storedDigest(body: unknown): StoredDigest | undefined {
 /** The routes that accept Idempotency-Key (method + path). */
 export const IDEMPOTENT_ROUTES = new Set([
   'POST /v1/nativeql',
+  'POST /v1/query',
   'POST /v1/admin/restore',
   'POST /v1/insert',
   'POST /v1/graphql',

@@ -1,4 +1,4 @@
-/** Query routes: explain (4) and the native query language (2). */
+/** Query routes: explain (4), the native query language (2) and the JSON query (extension). */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { branchOf } from '../app.js';
@@ -31,4 +31,13 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
     const query = parseNativeQuery(request.body.query);
     return engine.query(query, branchOf(request));
   });
+
+  // the JSON form of route 2: the body route 4 takes, the answer route 2 gives
+  app.post('/v1/query', {
+    schema: {
+      summary: 'Run a hybrid query given as JSON: results, next_cursor and explain (extension)',
+      body: HybridQuery,
+      response: { 200: QueryResponse, ...idemErrorResponses },
+    },
+  }, async (request) => engine.query(request.body, branchOf(request)));
 }

@@ -1,4 +1,4 @@
-/** Schemas of hybrid queries: explain (4), nativeql (2) and the bounded GraphQL adapter (6). */
+/** Schemas of hybrid queries: explain (4), nativeql (2), the JSON query (extension) and the bounded GraphQL adapter (6). */
 import { Type, type Static } from 'typebox';
 
 const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
