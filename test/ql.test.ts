@@ -634,3 +634,29 @@ describe('native QL: properties', () => {
     expect(failed).toBeGreaterThan(1000);
   });
 });
+
+describe('native QL: vector literals', () => {
+  const near = (list: string): number[] => Array.from(parseNativeQuery(`SEARCH docs TENANT 't' NEAR ${list}`).vector ?? []);
+
+  it('reads a 4,096-number vector to the same values JSON.parse gives', () => {
+    let seed = 7;
+    const random = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31) * 2 - 1;
+    const values = Array.from({ length: 4096 }, (_, i) => (i % 7 === 0 ? Math.round(random() * 1000) : random() * 10 ** ((i % 9) - 4)));
+    const list = `[${values.map((v, i) => (i % 5 === 0 ? v.toExponential() : String(v))).join(', ')}]`;
+    expect(near(list)).toEqual(JSON.parse(list));
+  });
+
+  it('agrees with Number() on every form the grammar allows, fast path or not', () => {
+    const forms = ['0', '-0', '7', '-12', '0.5', '-0.000123', '1e3', '1E-3', '2.5e+10', '123456789012345', '1234567890123456789', '0.1234567890123456789', '1e22', '1e23', '4.9e-324', '1.7976931348623157e308', '9007199254740993'];
+    for (const form of forms) expect(near(`[${form}]`)).toEqual([Number(form)]);
+    expect(Object.is(near('[-0]')[0], -0)).toBe(true);
+  });
+
+  it('keeps the token path, and its diagnostics, for anything else in a list', () => {
+    expect(near('[1, 2 -- a comment\n, 3]')).toEqual([1, 2, 3]);
+    expect(() => near('[1, 10abc]')).toThrow(/invalid number '10abc'/);
+    expect(() => near('[1, 1e999]')).toThrow(/out of range/);
+    expect(() => near("[1, 'x']")).toThrow(QlSyntaxError);
+    expect(() => near('[1, 2')).toThrow(QlSyntaxError);
+  });
+});

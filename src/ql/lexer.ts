@@ -44,6 +44,12 @@ export interface NumberToken extends Span {
 export interface PunctuationToken extends Span {
   kind: 'punct';
   value: PunctuationValue;
+  /**
+   * On a `[` that opens a list of JSON numbers, the numbers and the offset
+   * after its `]`: the lexer read the whole list at once (see `numberList`).
+   */
+  numbers?: number[];
+  close?: number;
 }
 
 export interface EofToken extends Span {
@@ -229,12 +235,50 @@ class Lexer {
     };
   }
 
+  /**
+   * A vector literal (`[0.1, -2e-3, ...]`, thousands of numbers) read in one
+   * pass without a token, a substring or a regex per number: each number is
+   * checked against the JSON grammar by character codes and, when it has at
+   * most 15 significant digits and a power of ten within 22, computed
+   * exactly (Clinger's fast path: both factors are exact doubles, so one
+   * correctly rounded operation gives the nearest double, as `Number()`
+   * does). Anything else (a longer number, a comment, a bad token) gives up
+   * and the list is lexed token by token, with the usual diagnostics.
+   */
+  private numberList(): number[] | undefined {
+    const src = this.src;
+    const out: number[] = [];
+    let i = this.pos + 1;
+    for (;;) {
+      i = skipWhitespace(src, i);
+      const end = scanNumber(src, i);
+      if (end < 0) return undefined;
+      out.push(scanned);
+      i = skipWhitespace(src, end);
+      const c = src.charCodeAt(i);
+      if (c === 0x2c /* , */) {
+        i++;
+        continue;
+      }
+      if (c !== 0x5d /* ] */) return undefined;
+      this.pos = i + 1;
+      return out;
+    }
+  }
+
   private punctuation(): PunctuationToken | undefined {
     const found = PUNCTUATION.find((p) => this.src.startsWith(p, this.pos));
     if (found === undefined) return undefined;
     const start = this.pos;
     this.pos += found.length;
-    return { kind: 'punct', value: found, ...this.span(start) };
+    const token: PunctuationToken = { kind: 'punct', value: found, ...this.span(start) };
+    if (found === '[') {
+      this.pos = start;
+      const numbers = this.numberList();
+      if (numbers === undefined) this.pos = start + 1;
+      else Object.assign(token, { numbers, close: this.pos });
+    }
+    return token;
   }
 
   private unknownCharacter(): InvalidToken {
@@ -243,4 +287,83 @@ class Lexer {
     this.pos += char.length;
     return { kind: 'invalid', description: `unexpected character ${describeChar(char)}`, ...this.span(start) };
   }
+}
+
+const POW10 = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22];
+/** The value of the number `scanNumber` read last (a return slot, so nothing is allocated per number). */
+let scanned = 0;
+
+function isDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
+}
+
+function skipWhitespace(src: string, i: number): number {
+  for (;;) {
+    const c = src.charCodeAt(i);
+    if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) i++;
+    else if (c > 0x7f && WHITESPACE.test(src[i] ?? '')) i++;
+    else return i;
+  }
+}
+
+/**
+ * Reads a JSON number at `i` into `scanned` and returns the offset after it,
+ * or -1 when there is none there, it runs into letters (`10abc`, which the
+ * token path reports), or it is beyond the exact fast path.
+ */
+function scanNumber(src: string, i: number): number {
+  let negative = false;
+  if (src.charCodeAt(i) === 0x2d /* - */) {
+    negative = true;
+    i++;
+  }
+  let mantissa = 0;
+  let digits = 0; // significant digits in the mantissa
+  let exponent = 0;
+  let c = src.charCodeAt(i);
+  if (c === 0x30) {
+    i++;
+  } else if (isDigit(c)) {
+    while (isDigit((c = src.charCodeAt(i)))) {
+      mantissa = mantissa * 10 + (c - 0x30);
+      if (mantissa > 0) digits++;
+      i++;
+    }
+  } else {
+    return -1;
+  }
+  if (src.charCodeAt(i) === 0x2e /* . */) {
+    i++;
+    if (!isDigit(src.charCodeAt(i))) return -1;
+    while (isDigit((c = src.charCodeAt(i)))) {
+      mantissa = mantissa * 10 + (c - 0x30);
+      if (mantissa > 0) digits++;
+      exponent--;
+      i++;
+    }
+  }
+  c = src.charCodeAt(i);
+  if (c === 0x65 || c === 0x45 /* e E */) {
+    i++;
+    let sign = 1;
+    c = src.charCodeAt(i);
+    if (c === 0x2b || c === 0x2d) {
+      if (c === 0x2d) sign = -1;
+      i++;
+    }
+    if (!isDigit(src.charCodeAt(i))) return -1;
+    let e = 0;
+    while (isDigit((c = src.charCodeAt(i)))) {
+      if (e < 10_000) e = e * 10 + (c - 0x30);
+      i++;
+    }
+    exponent += sign * e;
+  }
+  c = src.charCodeAt(i);
+  // letters, digits, `_` or `.` right after a number make it a bad token: leave it to the token path
+  if ((c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || c === 0x2e) return -1;
+  if (digits > 15 || exponent > 22 || exponent < -22) return -1;
+  const magnitude = exponent >= 0 ? mantissa * (POW10[exponent] as number) : mantissa / (POW10[-exponent] as number);
+  scanned = negative ? -magnitude : magnitude;
+  return i;
 }

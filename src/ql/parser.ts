@@ -208,6 +208,12 @@ class Parser {
 
   /** `[n, n, ...]`, at least one number. */
   private vector(): number[] {
+    const open = this.token;
+    if (open.kind === 'punct' && open.numbers !== undefined) {
+      // read whole by the lexer (lexer.ts numberList)
+      this.advance();
+      return open.numbers;
+    }
     this.expectPunct('[');
     const values = [this.number()];
     while (this.acceptPunct(',')) values.push(this.number());

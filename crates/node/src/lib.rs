@@ -78,12 +78,15 @@ impl NativeEngine {
         records: Unknown<'env>,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let records: Vec<braid_engine::RecordInput> = read(env, records, "records", Code::InvalidRecord)?;
-        let receipt = read_receipt(env, receipt)?;
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.put(db, br, records, receipt).map(WriteResult::from)
-        })
+        let job = (|| -> Result<_> {
+            let records: Vec<braid_engine::RecordInput> = read(env, records, "records", Code::InvalidRecord)?;
+            let receipt = read_receipt(env, receipt)?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.put(db, br, records, receipt).map(WriteResult::from)
+            })
+        })();
+        self.run(env, job)
     }
 
     /// Writes a tombstone version of a record.
@@ -98,11 +101,14 @@ impl NativeEngine {
         key: RecordKey,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let receipt = read_receipt(env, receipt)?;
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.delete(db, br, engine_key(key), receipt).map(WriteResult::from)
-        })
+        let job = (|| -> Result<_> {
+            let receipt = read_receipt(env, receipt)?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.delete(db, br, engine_key(key), receipt).map(WriteResult::from)
+            })
+        })();
+        self.run(env, job)
     }
 
     /// The visible version of a record, at the latest epoch or at `epoch`.
@@ -114,11 +120,14 @@ impl NativeEngine {
         key: RecordKey,
         epoch: Option<f64>,
     ) -> Result<Object<'env>> {
-        let epoch = epoch.map(|v| whole("epoch", v)).transpose().map_err(|e| js_error(env, &e))?;
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.get(db, br, &engine_key(key), epoch).map(|r| r.map(RecordOutput::from))
-        })
+        let job = (|| -> Result<_> {
+            let epoch = epoch.map(|v| whole("epoch", v)).transpose().map_err(|e| js_error(env, &e))?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.get(db, br, &engine_key(key), epoch).map(|r| r.map(RecordOutput::from))
+            })
+        })();
+        self.run(env, job)
     }
 
     /// Runs a hybrid query.
@@ -127,11 +136,14 @@ impl NativeEngine {
         ts_return_type = "Promise<QueryResponse>"
     )]
     pub fn query<'env>(&self, env: &'env Env, branch: Option<BranchRef>, query: Unknown<'env>) -> Result<Object<'env>> {
-        let query: braid_engine::query::HybridQuery = read(env, query, "query", Code::InvalidQuery)?;
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.query(db, br, &query).map(QueryResponse::from)
-        })
+        let job = (|| -> Result<_> {
+            let query: braid_engine::query::HybridQuery = read(env, query, "query", Code::InvalidQuery)?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.query(db, br, &query).map(QueryResponse::from)
+            })
+        })();
+        self.run(env, job)
     }
 
     /// Declares a table or adds columns to it.
@@ -146,20 +158,26 @@ impl NativeEngine {
         table: String,
         columns: Unknown<'env>,
     ) -> Result<Object<'env>> {
-        let columns: Value = read(env, columns, "columns", Code::InvalidRecord)?;
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            let columns = braid_engine::engine::parse_columns(&columns)?;
-            e.declare_table(db, br, &table, columns).map(WriteResult::from)
-        })
+        let job = (|| -> Result<_> {
+            let columns: Value = read(env, columns, "columns", Code::InvalidRecord)?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                let columns = braid_engine::engine::parse_columns(&columns)?;
+                e.declare_table(db, br, &table, columns).map(WriteResult::from)
+            })
+        })();
+        self.run(env, job)
     }
 
     #[napi(ts_return_type = "Promise<TableSchema[]>")]
     pub fn schemas<'env>(&self, env: &'env Env, branch: Option<BranchRef>) -> Result<Object<'env>> {
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.schemas(db, br).map(|tables| tables.into_iter().map(TableSchema::from).collect::<Vec<_>>())
-        })
+        self.run(
+            env,
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.schemas(db, br).map(|tables| tables.into_iter().map(TableSchema::from).collect::<Vec<_>>())
+            }),
+        )
     }
 
     /// Stores a receipt for a keyed request that writes no rows.
@@ -173,21 +191,27 @@ impl NativeEngine {
         branch: Option<BranchRef>,
         receipt: Unknown<'env>,
     ) -> Result<Object<'env>> {
-        let receipt: braid_engine::storage::ReceiptDraft = read(env, receipt, "receipt", Code::InvalidRecord)?;
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.record_receipt(db, br, receipt).map(WriteResult::from)
-        })
+        let job = (|| -> Result<_> {
+            let receipt: braid_engine::storage::ReceiptDraft = read(env, receipt, "receipt", Code::InvalidRecord)?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.record_receipt(db, br, receipt).map(WriteResult::from)
+            })
+        })();
+        self.run(env, job)
     }
 
     /// A live idempotency receipt by its scoped key.
     #[napi(ts_return_type = "Promise<StoredReceipt | null>")]
     pub fn receipt<'env>(&self, env: &'env Env, branch: Option<BranchRef>, key: String) -> Result<Object<'env>> {
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.receipt(db, br, &key)
-                .map(|r| r.map(|r| StoredReceipt { status: r.status.into(), body: r.body, body_hash: r.body_hash }))
-        })
+        self.run(
+            env,
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.receipt(db, br, &key)
+                    .map(|r| r.map(|r| StoredReceipt { status: r.status.into(), body: r.body, body_hash: r.body_hash }))
+            }),
+        )
     }
 
     /// Takes snapshot `target` of a branch at its latest epoch; with a
@@ -200,16 +224,22 @@ impl NativeEngine {
         target: String,
         request_key: Option<RequestKey>,
     ) -> Result<Object<'env>> {
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            let key = request_key.map(engine_request_key);
-            e.snapshot_keyed(db, br, &target, key.as_ref()).map(|o| SnapshotInfo::new(o.meta, Some(o.replayed)))
-        })
+        self.run(
+            env,
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                let key = request_key.map(engine_request_key);
+                e.snapshot_keyed(db, br, &target, key.as_ref()).map(|o| SnapshotInfo::new(o.meta, Some(o.replayed)))
+            }),
+        )
     }
 
     #[napi(ts_return_type = "Promise<SnapshotInfo[]>")]
     pub fn snapshots<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
-        self.run(env, |e| Ok(e.snapshots().into_iter().map(|m| SnapshotInfo::new(m, None)).collect::<Vec<_>>()))
+        self.run(
+            env,
+            Ok(|e: &Engine| Ok(e.snapshots().into_iter().map(|m| SnapshotInfo::new(m, None)).collect::<Vec<_>>())),
+        )
     }
 
     /// Restores snapshot `source` into a new branch `target`; with `verify`,
@@ -223,11 +253,14 @@ impl NativeEngine {
         verify: Option<RecordKey>,
         request_key: Option<RequestKey>,
     ) -> Result<Object<'env>> {
-        self.run(env, move |e| {
-            let verify = verify.map(engine_key);
-            let key = request_key.map(engine_request_key);
-            e.restore_keyed(&source, &target, verify.as_ref(), key.as_ref()).map(RestoreOutcome::from)
-        })
+        self.run(
+            env,
+            Ok(move |e: &Engine| {
+                let verify = verify.map(engine_key);
+                let key = request_key.map(engine_request_key);
+                e.restore_keyed(&source, &target, verify.as_ref(), key.as_ref()).map(RestoreOutcome::from)
+            }),
+        )
     }
 
     /// Archives a branch (read-only) or makes it active again.
@@ -238,15 +271,21 @@ impl NativeEngine {
         branch: Option<BranchRef>,
         archived: bool,
     ) -> Result<Object<'env>> {
-        self.run(env, move |e| {
-            let (db, br) = route(&branch);
-            e.set_branch_state(db, br, archived)
-        })
+        self.run(
+            env,
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                e.set_branch_state(db, br, archived)
+            }),
+        )
     }
 
     #[napi(ts_return_type = "Promise<BranchSummary[]>")]
     pub fn branches<'env>(&self, env: &'env Env, endpoint: String) -> Result<Object<'env>> {
-        self.run(env, move |e| Ok(e.branches(&endpoint).into_iter().map(BranchSummary::from).collect::<Vec<_>>()))
+        self.run(
+            env,
+            Ok(move |e: &Engine| Ok(e.branches(&endpoint).into_iter().map(BranchSummary::from).collect::<Vec<_>>())),
+        )
     }
 
     /// A branch's figures; cheap, so it runs on the JS thread.
@@ -270,22 +309,28 @@ impl NativeEngine {
     #[napi(ts_return_type = "Promise<boolean>")]
     pub fn wait_indexed<'env>(&self, env: &'env Env, timeout_ms: f64) -> Result<Object<'env>> {
         let timeout = Duration::from_millis(whole("timeout_ms", timeout_ms).map_err(|e| js_error(env, &e))?);
-        self.run(env, move |e| Ok(e.wait_indexed(timeout)))
+        self.run(env, Ok(move |e: &Engine| Ok(e.wait_indexed(timeout))))
     }
 
     /// Test hook: configures a storage fail point (storage/faults.rs).
     #[napi(ts_return_type = "Promise<void>")]
     pub fn fault_for_test<'env>(&self, env: &'env Env, point: String, actions: String) -> Result<Object<'env>> {
-        self.run(env, move |_| {
-            braid_engine::storage::faults::configure(&point, &actions)
-                .map_err(|e| EngineError::new(Code::InvalidRecord, e))
-        })
+        self.run(
+            env,
+            Ok(move |_: &Engine| {
+                braid_engine::storage::faults::configure(&point, &actions)
+                    .map_err(|e| EngineError::new(Code::InvalidRecord, e))
+            }),
+        )
     }
 
     /// Test hook: panics inside an engine call.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn panic_for_test<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
-        self.run(env, |_| -> EngineResult<()> { panic!("deliberate panic requested through the test hook") })
+        self.run(
+            env,
+            Ok(|_: &Engine| -> EngineResult<()> { panic!("deliberate panic requested through the test hook") }),
+        )
     }
 
     /// Finishes queued writes and stops the engine's threads.
@@ -300,19 +345,26 @@ impl NativeEngine {
 }
 
 impl NativeEngine {
-    /// Runs `job` on the pool and returns the promise it settles.
-    fn run<'env, T, F>(&self, env: &'env Env, job: F) -> Result<Object<'env>>
+    /// Runs `job` on the pool and returns the promise it settles; when the
+    /// arguments could not be read (`job` is an error), the promise rejects
+    /// with that error, as every asynchronous method's failures do.
+    fn run<'env, T, F>(&self, env: &'env Env, job: Result<F>) -> Result<Object<'env>>
     where
         T: ToNapiValue + Send + 'static,
         F: FnOnce(&Engine) -> EngineResult<T> + Send + 'static,
     {
         type Settle<T> = Box<dyn FnOnce(Env) -> Result<T> + Send>;
         let (deferred, promise) = env.create_deferred::<T, Settle<T>>()?;
-        let engine = self.engine.clone();
-        self.pool.spawn(Box::new(move || {
-            let out = guard("a call", || job(&engine));
-            deferred.resolve(Box::new(move |env| out.map_err(|e| js_error(&env, &e))));
-        }));
+        match job {
+            Err(e) => deferred.reject(e),
+            Ok(job) => {
+                let engine = self.engine.clone();
+                self.pool.spawn(Box::new(move || {
+                    let out = guard("a call", || job(&engine));
+                    deferred.resolve(Box::new(move |env| out.map_err(|e| js_error(&env, &e))));
+                }));
+            }
+        }
         Ok(promise)
     }
 }

@@ -1,0 +1,212 @@
+// The typed binding (crates/node, declared in native/index.d.ts): every NativeEngine method called
+// from TypeScript, the errors it rejects with (code, status, index), records and queries read from
+// JS objects (Float32Array or plain-array vectors, NaN and Infinity refused), and a panic inside the
+// engine becoming internal_panic. Through the embedded API where it wraps the binding, and on the
+// binding itself where the wrapper would hide what crosses.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BraidError, ERROR_STATUS, statusOf } from '../src/errors.js';
+import { Braid } from '../src/engine.js';
+import { loadNative, type NativeEngine } from '../src/native/index.js';
+import { rmSync } from 'node:fs';
+import { tempDir } from './helpers.js';
+
+const TABLE = 'docs';
+const TENANT = 'acme';
+
+/** What a rejected binding call carried. */
+async function rejection(promise: Promise<unknown>): Promise<{ code: unknown; status: unknown; index: unknown; message: string }> {
+  try {
+    await promise;
+  } catch (err) {
+    const e = err as { code?: unknown; status?: unknown; index?: unknown; message: string };
+    expect(err).toBeInstanceOf(Error);
+    return { code: e.code, status: e.status, index: e.index, message: e.message };
+  }
+  throw new Error('expected the call to reject');
+}
+
+describe('the binding itself', () => {
+  let native: NativeEngine;
+  const dir = tempDir('braid-binding-');
+
+  beforeAll(async () => {
+    native = loadNative().NativeEngine.open({ dataDir: dir, textCommitIntervalMs: 10 });
+    await native.declareTable(undefined, TABLE, { title: { type: 'string' }, v: { type: 'vector', dim: 3, metric: 'cosine' } });
+  });
+  afterAll(() => {
+    native.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('exports the engine error table: every code with the status the service answers', () => {
+    const table = loadNative().errorCodes();
+    expect(table.length).toBeGreaterThan(20);
+    for (const { code, status } of table) {
+      expect(code in ERROR_STATUS, code).toBe(true);
+      expect(statusOf(code), code).toBe(status);
+    }
+  });
+
+  it('writes and reads records as objects, with typed results', async () => {
+    const put = await native.put(undefined, [
+      { table: TABLE, tenant_id: TENANT, id: 'a', fields: { title: 'solar wind', v: new Float32Array([1, 0, 0]), n: 3, when: new Date(0), gone: undefined } },
+      { table: TABLE, tenant_id: TENANT, id: 'b', fields: { title: 'rain', v: [0, 1, 0] } },
+    ]);
+    expect(put.committed).toMatchObject({ record_count: 2, changed: true });
+    expect(put.committed!.epoch).toBeGreaterThan(0);
+    expect(put.committed!.timing.group_size).toBeGreaterThanOrEqual(1);
+    expect(put.replayed).toBeUndefined();
+
+    const a = await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'a' });
+    // a Float32Array is stored as its numbers, a Date as JSON.stringify gives it, undefined is left out
+    expect(a).toEqual({
+      table: TABLE,
+      tenant_id: TENANT,
+      id: 'a',
+      version_id: 1,
+      fields: { title: 'solar wind', v: [1, 0, 0], n: 3, when: '1970-01-01T00:00:00.000Z' },
+    });
+    expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'missing' })).toBeNull();
+    expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'a' }, 0)).toBeNull();
+  });
+
+  it('takes a query vector as a Float32Array, a Float64Array or plain numbers, with the same answer', async () => {
+    expect(await native.waitIndexed(30_000)).toBe(true);
+    const base = { table: TABLE, tenant_id: TENANT, vector_field: 'v', top_k: 2, return_fields: [] };
+    const answers = await Promise.all(
+      [new Float32Array([0.9, 0.1, 0]), new Float64Array([0.9, 0.1, 0]), [0.9, 0.1, 0]].map((vector) => native.query(undefined, { ...base, vector })),
+    );
+    for (const answer of answers) {
+      expect(answer.results.map((r) => r.record_id)).toEqual(['a', 'b']);
+      expect(answer.results[0]!.fields).toEqual({});
+      expect(answer.results[0]!.score.vector).toBeCloseTo(answers[0]!.results[0]!.score.vector!, 6);
+      expect(answer.explain.returned_count).toBe(2);
+      expect(answer.next_cursor).toBeNull();
+    }
+  });
+
+  it('rejects NaN and Infinity with a 400 code instead of storing null', async () => {
+    for (const bad of [NaN, Infinity, -Infinity]) {
+      const vector = await rejection(native.query(undefined, { table: TABLE, tenant_id: TENANT, vector: [1, bad, 0] }));
+      expect(vector).toMatchObject({ code: 'vector_not_finite', status: 400 });
+      expect(vector.message).toMatch(/query\.vector\[1\] is not a finite number/);
+      const typed = await rejection(native.query(undefined, { table: TABLE, tenant_id: TENANT, vector: new Float32Array([bad, 0, 0]) }));
+      expect(typed).toMatchObject({ code: 'vector_not_finite', status: 400 });
+      const field = await rejection(native.put(undefined, [{ table: TABLE, tenant_id: TENANT, id: 'nan', fields: { n: bad } }]));
+      expect(field).toMatchObject({ code: 'invalid_record', status: 400 });
+      expect(field.message).toMatch(/records\[0\]\.fields\.n is not a finite number/);
+    }
+    expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'nan' })).toBeNull();
+  });
+
+  it('rejects a BigInt and a value nested past 128 levels, writing nothing', async () => {
+    const big = await rejection(native.put(undefined, [{ table: TABLE, tenant_id: TENANT, id: 'big', fields: { n: 10n } }]));
+    expect(big).toMatchObject({ code: 'invalid_record', status: 400 });
+    let deep: unknown = 1;
+    for (let i = 0; i < 200; i++) deep = [deep];
+    const nested = await rejection(native.put(undefined, [{ table: TABLE, tenant_id: TENANT, id: 'deep', fields: { d: deep } }]));
+    expect(nested).toMatchObject({ code: 'invalid_record', status: 400 });
+    expect(nested.message).toMatch(/nest too deeply \(more than 128 levels\)/);
+    expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'big' })).toBeNull();
+  });
+
+  it('rejects engine errors with code, status and the batch index', async () => {
+    const batch = await rejection(
+      native.put(undefined, [
+        { table: TABLE, tenant_id: TENANT, id: 'ok', fields: { title: 'fine' } },
+        { table: TABLE, tenant_id: TENANT, id: 'bad', fields: { title: 7 } },
+      ]),
+    );
+    expect(batch).toMatchObject({ code: 'schema_type_mismatch', status: 400, index: 1 });
+    expect(await rejection(native.query(undefined, { table: TABLE, tenant_id: TENANT, text: 'x', top_k: 0 }))).toMatchObject({ code: 'top_k_out_of_range', status: 400 });
+    expect(await rejection(native.query(undefined, { table: TABLE, tenant_id: TENANT, text: 'x', bogus: 1 } as never))).toMatchObject({ code: 'invalid_query', status: 400 });
+    expect(await rejection(native.get({ branchId: 'nope' }, { table: TABLE, tenant_id: TENANT, id: 'a' }))).toMatchObject({ code: 'branch_not_found', status: 404 });
+    expect(await rejection(native.restore('no_such_snapshot', 'x'))).toMatchObject({ code: 'snapshot_not_found', status: 404 });
+  });
+
+  it('a panic inside the engine rejects with internal_panic and the engine keeps serving', async () => {
+    expect(await rejection(native.panicForTest())).toMatchObject({ code: 'internal_panic', status: 500 });
+    expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'a' })).not.toBeNull();
+  });
+
+  it('runs the admin methods: schemas, receipts, snapshots, restore, branches, archive, metrics, events, faults', async () => {
+    const [schema] = await native.schemas(undefined);
+    expect(schema).toMatchObject({ name: TABLE, columns: { title: { type: 'string', text: true, scalar: true }, v: { type: 'vector', dim: 3, metric: 'cosine' } } });
+
+    const receipt = { key: 'k1', body_hash: 'h1', status: 200, body: { ok: true } };
+    expect((await native.recordReceipt(undefined, receipt)).committed).toBeDefined();
+    expect(await native.receipt(undefined, 'k1')).toEqual({ status: 200, body: { ok: true }, body_hash: 'h1' });
+    expect(await native.receipt(undefined, 'k2')).toBeNull();
+    const keyed = await native.put(undefined, [{ table: TABLE, tenant_id: TENANT, id: 'r' }], { key: 'k1', body_hash: 'h1', status: 200, body: {} });
+    expect(keyed.replayed).toEqual({ status: 200, body: { ok: true } });
+
+    const snap = await native.snapshot(undefined, 'snap_1', { key: 's1', body_hash: 'h' });
+    expect(snap).toMatchObject({ name: 'snap_1', database_id: 'default', branch_id: 'main', replayed: false });
+    expect((await native.snapshot(undefined, 'snap_1', { key: 's1', body_hash: 'h' })).replayed).toBe(true);
+    expect((await native.snapshots()).map((s) => s.name)).toContain('snap_1');
+    const restored = await native.restore('snap_1', 'restored', { table: TABLE, tenant_id: TENANT, id: 'a' });
+    expect(restored).toMatchObject({ restored: true, source: 'snap_1', target: 'restored', replayed: false });
+    expect(restored.verified).toMatchObject({ id: 'a', fields: { title: 'solar wind' } });
+    expect((await native.branches('embedded')).map((b) => b.branch_id).sort()).toEqual(['main', 'restored']);
+
+    await native.setBranchArchived({ branchId: 'restored' }, true);
+    expect(await rejection(native.put({ branchId: 'restored' }, [{ table: TABLE, tenant_id: TENANT, id: 'z' }]))).toMatchObject({ code: 'branch_archived', status: 409 });
+    const del = await native.delete(undefined, { table: TABLE, tenant_id: TENANT, id: 'b' });
+    expect(del.committed?.changed).toBe(true);
+
+    const metrics = native.metrics(undefined);
+    expect(metrics.record_count).toBe(1); // a (b deleted, the failed batch and the replayed put wrote nothing)
+    expect(metrics.latest_epoch).toBe(del.committed!.epoch);
+    expect(native.events().some((e) => e.event === 'recovery')).toBe(true);
+
+    await native.faultForTest('wal::sync', 'return(eio)');
+    try {
+      expect(await rejection(native.put({ branchId: 'main' }, [{ table: TABLE, tenant_id: TENANT, id: 'f' }]))).toMatchObject({ code: 'storage_failure', status: 503 });
+    } finally {
+      await native.faultForTest('wal::sync', 'off');
+    }
+  });
+
+  it('doctor reads a data directory the engine does not hold', () => {
+    const other = tempDir('braid-binding-doctor-');
+    try {
+      const report = loadNative().doctor(other, false);
+      expect(report).toMatchObject({ healthy: true, logs: [] });
+    } finally {
+      rmSync(other, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the embedded API over the binding', () => {
+  let db: Braid;
+  const dir = tempDir('braid-binding-embedded-');
+
+  beforeAll(() => {
+    db = Braid.open({ dataDir: dir });
+  });
+  afterAll(() => {
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('turns the binding errors into BraidErrors with the same code, status and index', async () => {
+    const err = await db
+      .putBatch([
+        { table: TABLE, tenant_id: TENANT, id: 'x', fields: { n: 1 } },
+        { table: TABLE, tenant_id: TENANT, id: 'y', fields: { n: 'one' } },
+      ])
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BraidError);
+    expect(err).toMatchObject({ code: 'schema_type_mismatch', status: 400, index: 1 });
+    const nan = await db.query({ table: TABLE, tenant_id: TENANT, vector: [NaN] }).catch((e: unknown) => e);
+    expect(nan).toMatchObject({ code: 'vector_not_finite', status: 400 });
+    expect(await db.panicForTest().catch((e: unknown) => e)).toMatchObject({ code: 'internal_panic', status: 500 });
+  });
+
+  it('an argument of the wrong type from an embedded caller is invalid_request, not a crash', async () => {
+    const err = await db.get({ table: TABLE, tenant_id: 7, id: 'x' } as never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BraidError);
+    expect(err).toMatchObject({ code: 'invalid_request', status: 400 });
+  });
+});
