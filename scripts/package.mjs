@@ -7,9 +7,9 @@
 //
 //   node scripts/package.mjs [--release] [--out <dir>]
 //
-// --release builds the optimised addon (what a published package carries);
-// without it the dev-profile addon the tests use is packed, which is enough
-// to check the packaging itself. Prints the tarball paths as JSON.
+// The addon packed is native/'s, the release build `npm install` makes
+// (`--release` is kept for old scripts and changes nothing). Prints the
+// tarball paths as JSON.
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -41,7 +41,7 @@ export function packageAll({ release = false, build = true, out = path.join(root
 
   // 1. the addon, and dist/ (tsc), the web console included
   if (build) {
-    buildNative({ release });
+    buildNative();
     const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
     run(process.execPath, [tsc, '-p', 'tsconfig.build.json'], root);
     if (!buildConsole()) throw new Error('tsc failed on src/console');
@@ -60,7 +60,7 @@ export function packageAll({ release = false, build = true, out = path.join(root
     const triple = tripleOf(target);
     const dir = path.join(root, 'npm', triple);
     const platformPkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
-    const built = path.join(nativeOutDir({ release }), platformPkg.main);
+    const built = path.join(nativeOutDir(), platformPkg.main);
     if (existsSync(built)) copyFileSync(built, path.join(dir, platformPkg.main));
     else {
       // a target this machine did not build is left out, not packed empty

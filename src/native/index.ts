@@ -24,7 +24,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const packageRoot = path.resolve(here, '..', '..');
 // src/native and dist/native both sit two levels below the package root;
 // BRAID_NATIVE_DIR points at another build (benchmarks use a release build
-// in target/bench-native so they never replace the dev addon tests use)
+// in target/bench-native, so a build of another profile in native/ never
+// changes what they measure)
 const loaderPath = path.resolve(process.env.BRAID_NATIVE_DIR ?? path.join(packageRoot, 'native'), 'index.cjs');
 
 let cached: NativeModule | undefined;
