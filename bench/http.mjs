@@ -1,132 +1,121 @@
 #!/usr/bin/env node
-// HTTP benchmark of the engine (npm run bench:http): single puts at 1 and 32
-// concurrent clients, put-batch of 1,000 records, and gets, plus a bare
-// fastify route doing no work as this machine's HTTP ceiling. The server runs
-// pinned to core 0 and the load generator (wrk, else autocannon) to core 1.
-import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir, cpus } from 'node:os';
+// HTTP throughput of the engine (npm run bench:http; also part 1 of
+// bench/service.mjs): gets, single durable puts at 1 and 32 concurrent
+// clients and put-batch of 1,000 small records, against a bare fastify route
+// doing no work (bench/bare-server.mjs) as this machine's HTTP ceiling,
+// measured before and after the engine's cases. The servers run pinned to
+// core 0 and the load generator (wrk when installed, else autocannon;
+// bench/service/load.mjs) to core 1. Each case runs untimed for a moment
+// first, starts once the engine's indexes have caught up with earlier
+// writes, and reports how busy each core was.
+//
+//   node bench/http.mjs [--seconds 5] [--warmup-seconds 1] [--skip-build]
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { CLIENT_CORE, SERVER_CORE, build, flag, hasWrk, log, pin, pinned, runChild, startBraid, startServer, stopServer } from './service/common.mjs';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const seconds = Number(process.env.BENCH_SECONDS ?? 5);
-const has = (cmd) => {
-  try {
-    execFileSync('which', [cmd], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-};
-const pin = (core, argv) => (has('taskset') ? ['taskset', '-c', String(core), ...argv] : argv);
-
-function build() {
-  execFileSync(process.execPath, [path.join(root, 'scripts', 'build-native.mjs'), '--release'], { stdio: 'inherit' });
-  execFileSync(process.execPath, [path.join(root, 'scripts', 'build.mjs')], { stdio: 'inherit' });
-}
-
-function start(argv, env, pattern) {
-  const [cmd, ...args] = argv;
-  const child = spawn(cmd, args, { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = pattern.exec(out);
-      if (m) resolve({ child, url: m[1] });
-    });
-    child.on('exit', (code) => reject(new Error(`server exited ${code}`)));
-  });
-}
-
-const luaHeader = `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n`;
-function script(name, body) {
-  const file = path.join(tmpdir(), `braid-bench-${name}.lua`);
-  writeFileSync(file, luaHeader + body);
-  return file;
-}
-
-const putLua = script('put', `
-local n = 0
-local tag = tostring(math.random(1, 1000000000))
-request = function()
-  n = n + 1
-  local body = string.format('{"record":{"table":"bench","tenant_id":"t%d","id":"%s-%d","fields":{"title":"record %d about solar wind and rain","n":%d}}}', n % 4, tag, n, n, n % 100)
-  return wrk.format(nil, "/v1/records/put", nil, body)
-end`);
-
+const tag = Date.now().toString(36);
 const batchRecords = Array.from({ length: 1000 }, (_, i) => ({ table: 'bench', tenant_id: `t${i % 4}`, id: `batch-${i}`, fields: { title: `batch record ${i} about solar wind`, n: i % 100 } }));
-const batchLua = script('batch', `wrk.body = [[${JSON.stringify({ records: batchRecords })}]]\nwrk.path = "/v1/records/put-batch"\n`);
+const BARE = { server: 'bare', connections: 32, path: '/noop', body: '{"table":"bench","tenant_id":"t1","id":"x"}' };
+const PUT = { server: 'braid', path: '/v1/records/put', body: `{"record":{"table":"bench","tenant_id":"t{seq%4}","id":"${tag}-{seq}","fields":{"title":"record {seq} about solar wind and rain","n":{seq%100}}}}` };
+const SEEDS = 2000;
 
-const getLua = script('get', `
-request = function()
-  local i = math.random(0, 1999)
-  local body = string.format('{"table":"bench","tenant_id":"t%d","id":"seed-%d"}', i % 4, i)
-  return wrk.format(nil, "/v1/records/get", nil, body)
-end`);
+/**
+ * The cases in the order they run; bodies are templates (bench/service/load.mjs).
+ * `target`: the least req/s as a share of the bare route's (issue 13).
+ */
+export const CASES = [
+  { id: 'bare_before', name: 'bare fastify POST (no work), before', ...BARE },
+  { id: 'get_32', name: 'get, 32 clients', server: 'braid', connections: 32, path: '/v1/records/get', body: '{"table":"bench","tenant_id":"t{rand%4}","id":"seed-{rand}"}', range: SEEDS, target: 0.7 },
+  { id: 'put_1', name: 'put, 1 client', ...PUT, connections: 1 },
+  { id: 'put_32', name: 'put, 32 clients', ...PUT, connections: 32, target: 0.5 },
+  { id: 'put_batch_4', name: 'put-batch of 1,000 records, 4 clients', server: 'braid', connections: 4, path: '/v1/records/put-batch', body: JSON.stringify({ records: batchRecords }), recordsPerRequest: 1000 },
+  { id: 'bare_after', name: 'bare fastify POST (no work), after', ...BARE },
+];
 
-const noopLua = script('noop', `wrk.body = '{"table":"bench","tenant_id":"t1","id":"x"}'\nwrk.path = "/noop"\n`);
-
-function parseWrk(out) {
-  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]);
-  const unit = (v, u) => Number(v) * ({ us: 0.001, ms: 1, s: 1000 }[u] ?? 1);
-  const pct = (p) => {
-    const m = new RegExp(`\\s${p}%\\s+([\\d.]+)(us|ms|s)`).exec(out);
-    return m ? unit(m[1], m[2]) : NaN;
-  };
-  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0);
-  return { rps, p50: pct(50), p99: pct(99), errors: non2xx };
-}
-
-async function load(url, luaFile, connections) {
-  if (has('wrk')) {
-    const [cmd, ...args] = pin(1, ['wrk', '-t', '1', '-c', String(connections), '-d', `${seconds}s`, '--latency', '-s', luaFile, url]);
-    const out = execFileSync(cmd, args, { encoding: 'utf8' });
-    return parseWrk(out);
+/**
+ * Waits until the engine's indexes have taken every committed row (the lag
+ * gauges of GET /metrics are 0), so the indexing a case's writes leave behind
+ * on the server's core is not charged to the next case.
+ */
+async function settle(url, limitMs = 180_000) {
+  const t0 = performance.now();
+  for (;;) {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const lag = [...text.matchAll(/^braid_branch_(?:text|vector)_index_lag_rows\{[^}]*\} (\d+)/gm)].reduce((a, m) => a + Number(m[1]), 0);
+    if (lag === 0) return performance.now() - t0;
+    if (performance.now() - t0 > limitMs) {
+      log(`[http] indexes still ${lag} rows behind after ${limitMs / 1000} s; going on`);
+      return performance.now() - t0;
+    }
+    await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error('wrk is not installed: apt-get install wrk');
 }
 
-async function main() {
-  build();
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'braid-http-bench-'));
-  const env = { BRAID_NATIVE_DIR: path.join(root, 'target', 'bench-native'), BRAID_LOG_LEVEL: 'error' };
-  const engine = await start(pin(0, [process.execPath, 'bin/braid.js', 'serve', '--port', '0', '--data-dir', dataDir]), env, /listening on (http:\/\/\S+)/);
-  const bare = await start(pin(0, [process.execPath, 'bench/bare-server.mjs']), {}, /listening on (http:\/\/\S+)/);
+async function seed(url) {
+  const records = Array.from({ length: SEEDS }, (_, i) => ({ table: 'bench', tenant_id: `t${i % 4}`, id: `seed-${i}`, fields: { title: `seed ${i}`, n: i } }));
+  const res = await fetch(`${url}/v1/records/put-batch`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ records }) });
+  if (res.status !== 200) throw new Error(`seeding: ${res.status} ${await res.text()}`);
+}
+
+/**
+ * Runs every case for `seconds`; returns the rows and the bare route's
+ * req/s (the mean of its runs before and after) every ratio divides by.
+ */
+export async function throughput({ seconds, warmupSeconds = 1 }) {
+  // the server's data directory and the load generator's case files
+  const work = mkdtempSync(path.join(tmpdir(), 'braid-http-bench-'));
+  const servers = {};
   try {
-    // seed records for the get benchmark
-    const seed = Array.from({ length: 2000 }, (_, i) => ({ table: 'bench', tenant_id: `t${i % 4}`, id: `seed-${i}`, fields: { title: `seed ${i}`, n: i } }));
-    await fetch(`${engine.url}/v1/records/put-batch`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ records: seed }) });
-    const cases = [
-      ['bare fastify POST (no work)', bare.url, noopLua, 32],
-      ['put, 1 client', engine.url, putLua, 1],
-      ['put, 32 clients', engine.url, putLua, 32],
-      ['put-batch of 1,000 records, 4 clients', engine.url, batchLua, 4],
-      ['get, 32 clients', engine.url, getLua, 32],
-    ];
+    servers.braid = await startBraid(path.join(work, 'data'));
+    servers.bare = await startServer(pin(SERVER_CORE, [process.execPath, 'bench/bare-server.mjs']), {}, 'bare fastify');
+    await seed(servers.braid.url);
     const rows = [];
-    for (const [name, url, lua, conns] of cases) {
-      const r = await load(url, lua, conns);
-      rows.push({ name, ...r });
-      console.error(`${name}: ${r.rps.toFixed(0)} req/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors}`);
+    for (const c of CASES) {
+      const server = servers[c.server];
+      const spec = path.join(work, `${c.id}.json`);
+      writeFileSync(spec, JSON.stringify({ path: c.path, body: c.body, range: c.range }));
+      const load = (s) => runChild('service/load.mjs', ['--url', server.url, '--spec', spec, '--connections', String(c.connections), '--seconds', String(s), '--server-pid', String(server.child.pid)], CLIENT_CORE);
+      // a short untimed run first: connections open, the server's code paths warm
+      if (warmupSeconds > 0) await load(warmupSeconds);
+      const settle_ms = await settle(servers.braid.url);
+      const r = await load(seconds);
+      const row = { id: c.id, name: c.name, route: c.path, connections: c.connections, ...r, records_per_s: r.rps * (c.recordsPerRequest ?? 1), settle_ms, target: c.target ?? null };
+      rows.push(row);
+      log(`[http] ${c.name}: ${row.rps.toFixed(0)} req/s, p50 ${row.p50_ms} ms, p99 ${row.p99_ms} ms, non-2xx ${row.non2xx}, errors ${row.errors}, server ${pct(row.server_cpu)} of core ${SERVER_CORE} (busy ${pct(row.cores_busy[SERVER_CORE])}), client ${pct(row.client_cpu)} of core ${CLIENT_CORE} (busy ${pct(row.cores_busy[CLIENT_CORE])})`);
     }
-    const ceiling = rows[0].rps;
-    const cpu = cpus()[0]?.model ?? 'unknown';
-    let table = `Machine: ${cpus().length} cores (${cpu}); ${seconds} s per case; server on core 0, wrk on core 1.\n\n`;
-    table += '| case | req/s | records/s | p50 ms | p99 ms | non-2xx | req/s vs bare fastify |\n|---|---:|---:|---:|---:|---:|---:|\n';
-    for (const r of rows) {
-      const perReq = r.name.startsWith('put-batch') ? 1000 : 1;
-      table += `| ${r.name} | ${r.rps.toFixed(0)} | ${(r.rps * perReq).toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.errors} | ${(r.rps / ceiling).toFixed(2)} |\n`;
-    }
-    console.log(table);
+    const bare = rows.filter((r) => r.id.startsWith('bare'));
+    const bareRps = bare.reduce((a, r) => a + r.rps, 0) / bare.length;
+    for (const r of rows) r.vs_bare = r.rps / bareRps;
+    return { generator: rows[0].generator, pinned, seconds, warmup_seconds: warmupSeconds, bare_rps: bareRps, cases: rows };
   } finally {
-    engine.child.kill('SIGTERM');
-    bare.child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 500));
-    rmSync(dataDir, { recursive: true, force: true });
+    await Promise.all(Object.values(servers).map(stopServer));
+    rmSync(work, { recursive: true, force: true });
   }
 }
 
-if (!existsSync(path.join(root, 'bin', 'braid.js'))) throw new Error('run from a checkout');
-await main();
+const pct = (x) => `${Math.round(x * 100)}%`;
+
+export function throughputTable(t) {
+  const lines = [
+    `${t.seconds} s per case after ${t.warmup_seconds} s untimed;${t.generator.startsWith('autocannon') ? ' latencies in whole ms (autocannon);' : ''} indexes caught up before each case; ${t.pinned ? `servers on core ${SERVER_CORE}, ${t.generator} on core ${CLIENT_CORE}` : `not pinned (no taskset or one core), ${t.generator}`}; bare ceiling = mean of its two runs, ${t.bare_rps.toFixed(0)} req/s.`,
+    '',
+    `| case | req/s | records/s | p50 ms | p99 ms | non-2xx + errors | core ${SERVER_CORE}: server / all busy | core ${CLIENT_CORE}: client / all busy | req/s vs bare | target |`,
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+  ];
+  const digits = t.generator.startsWith('autocannon') ? 0 : 2;
+  for (const r of t.cases) {
+    const target = r.target === null ? '' : `>= ${r.target}x: ${r.vs_bare >= r.target ? 'met' : 'NOT met'}`;
+    lines.push(`| ${r.name} | ${r.rps.toFixed(0)} | ${r.records_per_s.toFixed(0)} | ${r.p50_ms?.toFixed(digits) ?? '-'} | ${r.p99_ms?.toFixed(digits) ?? '-'} | ${r.non2xx + r.errors} | ${pct(r.server_cpu)} / ${pct(r.cores_busy[SERVER_CORE])} | ${pct(r.client_cpu)} / ${pct(r.cores_busy[CLIENT_CORE])} | ${r.vs_bare.toFixed(2)}x | ${target} |`);
+  }
+  return lines.join('\n');
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  if (!process.argv.includes('--skip-build')) build();
+  const seconds = Number(flag('seconds', process.env.BENCH_SECONDS ?? 5));
+  log(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}); load generator: ${hasWrk ? 'wrk' : 'autocannon'}`);
+  console.log(throughputTable(await throughput({ seconds, warmupSeconds: Number(flag('warmup-seconds', 1)) })));
+}

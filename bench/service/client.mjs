@@ -1,0 +1,99 @@
+// The HTTP side of bench/service.mjs: one client (undici, one keep-alive
+// connection) in its own process, which the harness pins to the client core.
+// The same work as bench/service/embedded.mjs, sent to a running server:
+//
+//   --task latency --url U --records N --warmup W --passes P [--route /noop]
+//                                                              POST /v1/query, one at a time (--route: the same
+//                                                              bodies to the bare route, for the round trip's floor)
+//   --task batches --url U --records N --batch-size S --batches B --warmup-batches W
+//                                                              POST /v1/records/put-batch, one at a time
+//
+// Bodies are serialised before any timing; a timed request ends when its
+// response is read and parsed. Writes its result as JSON to --out.
+import { writeFileSync } from 'node:fs';
+import { Client } from 'undici';
+import { KINDS, batch, flag, log, msSince, query, summarise } from './common.mjs';
+
+const { loadCorpus } = await import('../corpus.mjs');
+
+const task = flag('task', '');
+const url = flag('url', '');
+const records = Number(flag('records', 100_000));
+const out = flag('out', '');
+const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000 });
+
+async function post(route, body) {
+  const res = await client.request({ method: 'POST', path: route, headers: { 'content-type': 'application/json' }, body });
+  const json = await res.body.json();
+  if (res.statusCode !== 200) throw new Error(`${route}: ${res.statusCode} ${JSON.stringify(json).slice(0, 500)}`);
+  return json;
+}
+
+/** A server that has just opened a data directory may still be catching its indexes up. */
+async function waitIndexed(probe) {
+  const t0 = process.hrtime.bigint();
+  while ((await post('/v1/explain', probe)).pending_feature_count > 0) await new Promise((r) => setTimeout(r, 50));
+  return msSince(t0);
+}
+
+async function latency(corpus) {
+  const warmup = Number(flag('warmup', 30));
+  const passes = Number(flag('passes', 3));
+  const route = flag('route', '/v1/query');
+  const braid = route === '/v1/query';
+  const index_wait_ms = braid ? await waitIndexed(JSON.stringify(query('hybrid', corpus.queries[0], true))) : 0;
+  const bodiesOf = (kind) => corpus.queries.map((q) => JSON.stringify(query(kind, q, true)));
+  const warm = async (bodies) => {
+    for (const body of bodies.slice(0, warmup)) await post(route, body);
+  };
+  // as embedded.mjs: every kind warms once, then each kind warms again before it is timed
+  for (const kind of KINDS) await warm(bodiesOf(kind));
+  const kinds = {};
+  const ids = {};
+  for (const kind of KINDS) {
+    const bodies = bodiesOf(kind);
+    await warm(bodies);
+    const samples = [];
+    let bytes = 0;
+    ids[kind] = [];
+    for (let pass = 0; pass < passes; pass++) {
+      for (const body of bodies) {
+        const t = process.hrtime.bigint();
+        const res = await post(route, body);
+        samples.push(msSince(t));
+        if (pass === 0) {
+          if (braid) ids[kind].push(res.results.map((r) => r.record_id));
+          bytes += Buffer.byteLength(body);
+        }
+      }
+    }
+    kinds[kind] = { ...summarise(samples), mean_request_bytes: bytes / bodies.length };
+    log(`[http ${route}] ${kind}: p50 ${kinds[kind].p50_ms.toFixed(3)} ms over ${samples.length} queries`);
+  }
+  return { index_wait_ms, warmup, passes, kinds, ids };
+}
+
+async function batches(corpus) {
+  const size = Number(flag('batch-size', 1_000));
+  const count = Number(flag('batches', 10));
+  const warmup = Number(flag('warmup-batches', 2));
+  const bodies = Array.from({ length: warmup + count }, (_, b) => JSON.stringify({ records: batch(corpus, b, size, true) }));
+  const samples = [];
+  for (const [b, body] of bodies.entries()) {
+    const t = process.hrtime.bigint();
+    const res = await post('/v1/records/put-batch', body);
+    const ms = msSince(t);
+    if (res.record_count !== size) throw new Error(`batch ${b}: ${JSON.stringify(res)}`);
+    if (b >= warmup) samples.push(ms);
+  }
+  return { batch_size: size, batches: count, warmup_batches: warmup, batch_ms: samples, mean_body_bytes: bodies.reduce((a, s) => a + Buffer.byteLength(s), 0) / bodies.length };
+}
+
+const TASKS = { latency, batches };
+if (!TASKS[task] || !url || !out) throw new Error(`usage: client.mjs --task ${Object.keys(TASKS).join('|')} --url U --out F`);
+const corpus = loadCorpus(records);
+try {
+  writeFileSync(out, JSON.stringify(await TASKS[task](corpus)));
+} finally {
+  await client.close();
+}
