@@ -12,6 +12,7 @@
 
 mod js;
 mod pool;
+mod settle;
 mod types;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -54,6 +55,7 @@ pub fn doctor(env: &Env, data_dir: String, salvage: bool) -> Result<Value> {
 pub struct NativeEngine {
     engine: Arc<Engine>,
     pool: pool::Pool,
+    settler: settle::Settler,
 }
 
 #[napi]
@@ -63,7 +65,9 @@ impl NativeEngine {
     pub fn open(env: &Env, options: OpenOptions) -> Result<NativeEngine> {
         let config = config(options).map_err(|e| js_error(env, &e))?;
         let engine = guard("open", || Engine::open(config)).map_err(|e| js_error(env, &e))?;
-        Ok(NativeEngine { engine: Arc::new(engine), pool: pool::Pool::new(32) })
+        // SAFETY: a factory runs on the JS thread
+        let settler = unsafe { settle::Settler::new(env.raw()) }?;
+        Ok(NativeEngine { engine: Arc::new(engine), pool: pool::Pool::new(32), settler })
     }
 
     /// Writes records atomically at one epoch; resolves once durable.
@@ -78,7 +82,7 @@ impl NativeEngine {
         records: Unknown<'env>,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> Result<_> {
+        let job = (|| -> EngineResult<_> {
             let records: Vec<braid_engine::RecordInput> = read(env, records, "records", Code::InvalidRecord)?;
             let receipt = read_receipt(env, receipt)?;
             Ok(move |e: &Engine| {
@@ -101,7 +105,7 @@ impl NativeEngine {
         key: RecordKey,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> Result<_> {
+        let job = (|| -> EngineResult<_> {
             let receipt = read_receipt(env, receipt)?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
@@ -120,8 +124,8 @@ impl NativeEngine {
         key: RecordKey,
         epoch: Option<f64>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> Result<_> {
-            let epoch = epoch.map(|v| whole("epoch", v)).transpose().map_err(|e| js_error(env, &e))?;
+        let job = (|| -> EngineResult<_> {
+            let epoch = epoch.map(|v| whole("epoch", v)).transpose()?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
                 e.get(db, br, &engine_key(key), epoch).map(|r| r.map(RecordOutput::from))
@@ -136,7 +140,7 @@ impl NativeEngine {
         ts_return_type = "Promise<QueryResponse>"
     )]
     pub fn query<'env>(&self, env: &'env Env, branch: Option<BranchRef>, query: Unknown<'env>) -> Result<Object<'env>> {
-        let job = (|| -> Result<_> {
+        let job = (|| -> EngineResult<_> {
             let query: braid_engine::query::HybridQuery = read(env, query, "query", Code::InvalidQuery)?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
@@ -158,7 +162,7 @@ impl NativeEngine {
         table: String,
         columns: Unknown<'env>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> Result<_> {
+        let job = (|| -> EngineResult<_> {
             let columns: Value = read(env, columns, "columns", Code::InvalidRecord)?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
@@ -191,7 +195,7 @@ impl NativeEngine {
         branch: Option<BranchRef>,
         receipt: Unknown<'env>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> Result<_> {
+        let job = (|| -> EngineResult<_> {
             let receipt: braid_engine::storage::ReceiptDraft = read(env, receipt, "receipt", Code::InvalidRecord)?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
@@ -348,25 +352,32 @@ impl NativeEngine {
     /// Runs `job` on the pool and returns the promise it settles; when the
     /// arguments could not be read (`job` is an error), the promise rejects
     /// with that error, as every asynchronous method's failures do.
-    fn run<'env, T, F>(&self, env: &'env Env, job: Result<F>) -> Result<Object<'env>>
+    fn run<'env, T, F>(&self, env: &'env Env, job: EngineResult<F>) -> Result<Object<'env>>
     where
         T: ToNapiValue + Send + 'static,
         F: FnOnce(&Engine) -> EngineResult<T> + Send + 'static,
     {
-        type Settle<T> = Box<dyn FnOnce(Env) -> Result<T> + Send>;
-        let (deferred, promise) = env.create_deferred::<T, Settle<T>>()?;
+        // SAFETY: methods run on the JS thread
+        let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
         match job {
-            Err(e) => deferred.reject(e),
+            Err(e) => unsafe { pending.settle_now(env.raw(), outcome::<T>(Err(e))) },
             Ok(job) => {
                 let engine = self.engine.clone();
-                self.pool.spawn(Box::new(move || {
-                    let out = guard("a call", || job(&engine));
-                    deferred.resolve(Box::new(move |env| out.map_err(|e| js_error(&env, &e))));
-                }));
+                self.pool.spawn(Box::new(move || pending.settle(outcome(guard("a call", || job(&engine))))));
             }
         }
-        Ok(promise)
+        Ok(Object::from_raw(env.raw(), promise))
     }
+}
+
+/// How a finished call settles its promise on the JS thread.
+fn outcome<T: ToNapiValue + Send + 'static>(out: EngineResult<T>) -> settle::Outcome {
+    Box::new(move |env| match out {
+        // SAFETY: settle runs this on the JS thread of `env`
+        Ok(value) => unsafe { T::to_napi_value(env, value) }
+            .map_err(|e| error_value(env, &EngineError::internal(format!("the result could not be converted: {e}")))),
+        Err(e) => Err(error_value(env, &e)),
+    })
 }
 
 /// Runs `f`, turning a panic into `internal_panic`.
@@ -376,23 +387,34 @@ fn guard<T>(what: &str, f: impl FnOnce() -> EngineResult<T>) -> EngineResult<T> 
     })
 }
 
-/// A JavaScript `Error` with the engine error's `code`, `status` and `index`.
+/// A JavaScript `Error` with the engine error's `code`, `status` and `index`,
+/// to throw.
 fn js_error(env: &Env, err: &EngineError) -> Error {
-    let build = || -> Result<Error> {
+    // SAFETY: a live value of this call's environment
+    Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), error_value(env.raw(), err)) })
+}
+
+/// The same error as a value (to reject a promise with).
+fn error_value(env: napi::sys::napi_env, err: &EngineError) -> napi::sys::napi_value {
+    let env = Env::from_raw(env);
+    let build = || -> Result<napi::sys::napi_value> {
         let mut obj = env.create_error(Error::new(Status::GenericFailure, err.message.clone()))?;
         obj.set_named_property("code", err.code.as_str())?;
         obj.set_named_property("status", u32::from(err.code.status()))?;
         if let Some(index) = err.index {
             obj.set_named_property("index", index as u32)?;
         }
-        Ok(Error::from(obj.to_unknown()))
+        Ok(obj.raw())
     };
-    build().unwrap_or_else(|e| e)
+    build().unwrap_or_else(|_| {
+        // no object could be made: reject with the message alone
+        env.create_string(&err.message).map(|s| s.raw()).unwrap_or(std::ptr::null_mut())
+    })
 }
 
 /// Reads a JavaScript value into an engine type: `code` when its shape is
 /// wrong, the reader's own reasons otherwise (js.rs).
-fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) -> Result<T> {
+fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<T> {
     // SAFETY: both handles belong to this call on the JS thread
     let json = unsafe { js::read(env.raw(), value.raw()) }.map_err(|e| {
         let code = match e.reason {
@@ -402,15 +424,14 @@ fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) 
             js::Reason::TooDeep => Code::InvalidRecord,
             _ => code,
         };
-        js_error(env, &EngineError::new(code, e.message(what)))
+        EngineError::new(code, e.message(what))
     })?;
-    serde_json::from_value(json.unwrap_or(Value::Null))
-        .map_err(|e| js_error(env, &EngineError::new(code, format!("{what}: {e}"))))
+    serde_json::from_value(json.unwrap_or(Value::Null)).map_err(|e| EngineError::new(code, format!("{what}: {e}")))
 }
 
-fn read_receipt(env: &Env, receipt: Option<Unknown>) -> Result<Option<braid_engine::storage::ReceiptDraft>> {
+fn read_receipt(env: &Env, receipt: Option<Unknown>) -> EngineResult<Option<braid_engine::storage::ReceiptDraft>> {
     match receipt {
-        Some(r) if !matches!(r.get_type()?, ValueType::Undefined | ValueType::Null) => {
+        Some(r) if !matches!(r.get_type(), Ok(ValueType::Undefined | ValueType::Null)) => {
             read(env, r, "receipt", Code::InvalidRecord).map(Some)
         }
         _ => Ok(None),
