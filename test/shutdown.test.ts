@@ -1,8 +1,11 @@
-// SIGTERM drains: in-flight requests finish, the store closes cleanly, the
-// process exits 0 and everything acknowledged is there after a restart.
+// SIGTERM drains: every write the server received before the signal is
+// answered 200, the store closes cleanly, the process exits 0, and every
+// record of those writes reads back after a restart.
 import { afterAll, describe, expect, it } from 'vitest';
 import { rmSync } from 'node:fs';
-import { request, spawnServer, tempDir, type ChildServer } from './helpers.js';
+import http from 'node:http';
+import net from 'node:net';
+import { request, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const dir = tempDir('braid-shutdown-');
 const children: ChildServer[] = [];
@@ -12,41 +15,125 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+interface WrittenRecord {
+  table: string;
+  tenant_id: string;
+  id: string;
+  fields: { body: string; emb: number[] };
+}
+
+const record = (batch: number, i: number): WrittenRecord => ({
+  table: 'drain', tenant_id: 't', id: `b${batch}-r${i}`, fields: { body: `record ${i} of batch ${batch} with some words to index`, emb: [i % 7, i % 11, 1] },
+});
+
+/**
+ * A put-batch whose body is sent but for its last byte: the server has the
+ * request (its onRequest hooks ran) and cannot answer it until `finish()`.
+ */
+function heldWrite(url: string, records: WrittenRecord[]): { finish(): void; response: Promise<HttpResult> } {
+  const body = Buffer.from(JSON.stringify({ records }));
+  const req = http.request(`${url}/v1/records/put-batch`, {
+    method: 'POST',
+    // a connection of its own: the server must not count it idle and close it
+    agent: false,
+    headers: { 'content-type': 'application/json', 'content-length': String(body.length) },
+  });
+  const response = new Promise<HttpResult>((resolve, reject) => {
+    req.on('error', reject);
+    req.on('response', (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (text += chunk));
+      res.on('end', () => {
+        let parsed: unknown = text;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          // not JSON: the assertion shows the text
+        }
+        resolve({ status: res.statusCode ?? 0, body: parsed, headers: new Headers() });
+      });
+      res.on('error', reject);
+    });
+  });
+  // settled by the caller; marked handled so a failure is reported there, not as unhandled
+  response.catch(() => undefined);
+  req.write(body.subarray(0, body.length - 1));
+  return { finish: () => req.end(body.subarray(body.length - 1)), response };
+}
+
+/** True once nothing listens on the server's port: close() has begun and no new connection is taken. */
+function refused(url: string): Promise<boolean> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: hostname, port: Number(port) });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', () => resolve(true));
+  });
+}
+
+const inFlightOf = (scrape: HttpResult): number => Number(/^braid_http_requests_in_flight (\d+)/m.exec(String(scrape.body))?.[1] ?? 0);
+
 describe('SIGTERM', () => {
-  it('drains in-flight writes and closes the store cleanly', async () => {
+  it('answers 200 to every write received before it, and every record of them reads back after a restart', async () => {
     const server = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
     children.push(server);
-    const records = Array.from({ length: 5000 }, (_, i) => ({
-      table: 'drain', tenant_id: 't', id: `r${i}`, fields: { body: `record ${i} with some words to index`, emb: [i % 7, i % 11, 1] },
-    }));
-    const inFlight = Array.from({ length: 4 }, (_, b) =>
-      request(`${server.url}/v1/records/put-batch`, 'POST', { records: records.slice(b * 1250, (b + 1) * 1250) }),
-    );
-    // ask it to stop once the server holds the four requests (its in-flight
-    // gauge counts them, and the scrape itself), or once they are answered
+    // four large batches the engine is busy with, and four whose bodies the
+    // server is still waiting for when the signal arrives
+    const busy = Array.from({ length: 4 }, (_, b) => Array.from({ length: 1250 }, (_, i) => record(b, i)));
+    const held = Array.from({ length: 4 }, (_, h) => Array.from({ length: 100 }, (_, i) => record(4 + h, i)));
+    const busyWrites = busy.map((records) => request(`${server.url}/v1/records/put-batch`, 'POST', { records }));
+    const heldWrites = held.map((records) => heldWrite(server.url, records));
     let settled = 0;
     const count = (): void => void (settled += 1);
-    for (const p of inFlight) p.then(count, count);
-    for (;;) {
+    for (const p of busyWrites) p.then(count, count);
+
+    // signal once the server holds every write not yet answered (its
+    // in-flight gauge counts them, and the scrape itself)
+    await waitFor('the server to hold every write', async () => {
       const scrape = await request(`${server.url}/metrics`, 'GET');
-      const inFlightNow = Number(/^braid_http_requests_in_flight (\d+)/m.exec(String(scrape.body))?.[1] ?? 0);
-      if (inFlightNow >= 5 || settled === inFlight.length) break;
-    }
+      return inFlightOf(scrape) >= busyWrites.length - settled + heldWrites.length + 1;
+    });
     server.child.kill('SIGTERM');
-    const results = await Promise.allSettled(inFlight);
-    const code = await server.exited;
-    expect(code).toBe(0);
-    const acked = results.filter((r) => r.status === 'fulfilled' && r.value.status === 200).length;
-    // every request the server had received when it was told to stop finished
-    expect(acked).toBe(inFlight.length);
+    // the held bodies complete only once the server has stopped listening, and
+    // after several of the drain's idle-connection sweeps (every 100 ms,
+    // src/server.ts): a sweep must not take a connection with a request on it
+    await waitFor('the server to stop listening', () => refused(server.url), 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    for (const w of heldWrites) w.finish();
+
+    const results = await Promise.allSettled([...busyWrites, ...heldWrites.map((w) => w.response)]);
+    expect(await server.exited).toBe(0);
+    const written = [...busy, ...held];
+    results.forEach((r, i) => {
+      const what = `write ${i} (${written[i]!.length} records)`;
+      expect(r.status, `${what}: ${r.status === 'rejected' ? String(r.reason) : ''}`).toBe('fulfilled');
+      const res = (r as PromiseFulfilledResult<HttpResult>).value;
+      expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBe(200);
+      expect(res.body.record_count, what).toBe(written[i]!.length);
+    });
 
     const again = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
     children.push(again);
     const metrics = await request(`${again.url}/v1/metrics/public-safe`, 'GET');
     expect(metrics.body.recovery_state).toBe('healthy');
-    expect(metrics.body.latest_epoch).toBeGreaterThanOrEqual(acked);
+    // one epoch per batch, no more and no fewer
+    expect(metrics.body.latest_epoch).toBe(written.length);
+    const records = written.flat();
     const q = await request(`${again.url}/v1/explain`, 'POST', { table: 'drain', tenant_id: 't', top_k: 1000 });
-    expect(q.body.tenant_mask_visible_records).toBe(metrics.body.latest_epoch * 1250);
+    expect(q.body.tenant_mask_visible_records).toBe(records.length);
+    // each record, as it was written
+    for (let at = 0; at < records.length; at += 100) {
+      const chunk = records.slice(at, at + 100);
+      const got = await Promise.all(chunk.map((r) => request(`${again.url}/v1/records/get`, 'POST', { table: r.table, tenant_id: r.tenant_id, id: r.id })));
+      got.forEach((res, i) => {
+        expect(res.status, chunk[i]!.id).toBe(200);
+        expect(res.body.record, chunk[i]!.id).toMatchObject({ id: chunk[i]!.id, fields: chunk[i]!.fields });
+      });
+    }
     again.child.kill('SIGTERM');
     expect(await again.exited).toBe(0);
   });
