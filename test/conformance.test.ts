@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Braid } from '../src/engine.js';
 import { ERROR_STATUS } from '../src/errors.js';
-import { API_METHODS } from '../src/gateway/app.js';
+import { API_METHODS } from '../src/gateway/routing.js';
 import { resolveGatewayConfig, startGateway, type RunningGateway } from '../src/gateway/index.js';
 import { ROOT, request, startTestServer, tempDir, type HttpResult, type TestServer } from './helpers.js';
 

@@ -180,6 +180,14 @@ describe('gateway in front of a real engine', () => {
     expect(basic.status).toBe(401);
   });
 
+  it('answers a path that does not decode 400 invalid_request, in the error body every failure has', async () => {
+    for (const route of ['/v1/%zz', '/v1/records/get%E0%A4%A']) {
+      const res = await get(gateway.url, route, GOOD);
+      expect(res.status, route).toBe(400);
+      expect(res.body, route).toEqual({ code: 'invalid_request', error: expect.stringContaining('not a valid url component') });
+    }
+  });
+
   it('proxies put and get with a good token', async () => {
     const put = await post(gateway.url, '/v1/records/put', record('a', { title: 'through the gateway' }), GOOD);
     expect(put.status).toBe(200);

@@ -1,5 +1,6 @@
 /** The gateway: bearer auth, per-token rate limits and managed routing in front of engines. */
-export { buildGateway, GATEWAY_SERVICE_NAME, type GatewayOptions, type GatewayState } from './app.js';
+export { buildGateway, type GatewayOptions, type GatewayState } from './app.js';
+export { GATEWAY_SERVICE_NAME } from './ops.js';
 export { startGateway, exitGatewayOnSignals, type RunningGateway } from './server.js';
 export {
   GATEWAY_DEFAULTS,
@@ -15,5 +16,5 @@ export {
   type GatewayFlags,
 } from './config.js';
 export { Router, parsePutBody, type Route } from './routing.js';
-export { TokenSet } from './auth.js';
+export { TokenSet } from '../auth.js';
 export { Upstream, isUnreachable, type Readiness } from './upstream.js';

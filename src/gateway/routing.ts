@@ -9,6 +9,28 @@ import { DEFAULT_BRANCH, type Catalog, type CatalogBranch } from './config.js';
 
 export { BRANCH_HEADER, DATABASE_HEADER } from '../names.js';
 
+const GET = ['GET', 'HEAD'];
+const POST = ['POST'];
+/**
+ * The paths Braid serves and their methods, as the engine serves them (a
+ * test checks the two agree): a known path asked with another method is
+ * answered 405 by the gateway, before it is routed by its branch headers.
+ * The paths are also the route label of the gateway's metrics (any other is
+ * "other").
+ */
+export const API_METHODS: ReadonlyMap<string, readonly string[]> = new Map([
+  ['/v1/graphql/schema', GET], ['/v1/nativeql', POST], ['/v1/query', POST], ['/v1/admin/restore', POST], ['/v1/explain', POST],
+  ['/v1/insert', POST], ['/v1/graphql/bounded', POST], ['/v1/graphql', POST], ['/v1/branches', GET],
+  ['/v1/records/put-batch', POST], ['/v1/admin/snapshot', POST], ['/v1/records/put', POST],
+  ['/v1/metrics/public-safe', GET], ['/v1/ready', GET], ['/v1/records/get', POST], ['/v1/admin/branch-state', POST],
+  ['/v1/openapi.json', GET], ['/metrics', GET],
+]);
+
+/** The path of a request URL, without its query. */
+export function pathOf(url: string): string {
+  return url.split('?', 1)[0]!;
+}
+
 /** Where a request goes: the catalog names, the engine's names and the endpoint. */
 export interface Route {
   database_id: string;

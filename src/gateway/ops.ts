@@ -1,0 +1,108 @@
+/**
+ * The routes the gateway answers itself, from what its engines say:
+ * metrics (route 12), branches (8) across every engine, readiness (13), the
+ * OpenAPI document with the gateway's bearer security, and its own
+ * Prometheus metrics.
+ */
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { BraidError } from '../errors.js';
+import { securedDocument } from '../openapi.js';
+import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
+import { isObject, listedKey } from './engines.js';
+import type { GatewayMetrics } from './metrics.js';
+import { headerValue, type Route } from './routing.js';
+
+export const GATEWAY_SERVICE_NAME = 'braid-gateway';
+
+export interface OpsOptions {
+  metrics: GatewayMetrics;
+}
+
+const num = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+
+/** Sends an engine's non-200 JSON answer back as is (or 502 when it is not JSON). */
+function relayError(reply: FastifyReply, route: Route, res: { status: number; body: unknown }) {
+  if (isObject(res.body)) return reply.status(res.status).send(res.body);
+  throw new BraidError('upstream_error', `engine ${route.endpoint} answered ${res.status} without a JSON body`);
+}
+
+export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions): Promise<void> {
+  const state = app.gateway;
+  const { config, engines } = state;
+
+  app.get('/v1/metrics/public-safe', {
+    schema: { response: { 200: MetricsResponse } },
+  }, async (request, reply) => {
+    const route = await engines.route(request);
+    const res = await engines.getJson(request, route, '/v1/metrics/public-safe');
+    if (res.status !== 200 || !isObject(res.body)) return relayError(reply, route, res);
+    return {
+      ...res.body,
+      gateway: true,
+      rate_limit_enabled: state.limiter,
+      rate_limit_requests: state.limiter ? config.rateLimitMax : 0,
+      requests: state.requests,
+      service: GATEWAY_SERVICE_NAME,
+    };
+  });
+
+  app.get('/v1/branches', {
+    schema: { response: { 200: BranchesResponse } },
+  }, async (request) => {
+    const perEndpoint = await engines.list(request);
+    const branches = engines.router.all().map((route) => {
+      const listed = perEndpoint.get(route.endpoint);
+      const engine = listed?.get(listedKey(route.upstreamDatabaseId, route.upstreamBranchId));
+      return {
+        branch_id: route.branch_id,
+        database_id: route.database_id,
+        endpoint: route.endpoint,
+        latest_epoch: num(engine?.latest_epoch),
+        parent_branch_id: typeof engine?.parent_branch_id === 'string' ? engine.parent_branch_id : null,
+        // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not answer
+        state: engine ? String(engine.state) : listed ? 'missing' : 'unreachable',
+      };
+    });
+    return { branches, gateway: true };
+  });
+
+  app.get('/v1/ready', {
+    schema: { response: { 200: ReadyResponse, 503: ReadyResponse } },
+  }, async (request, reply) => {
+    const route = await engines.route(request);
+    const up = engines.upstreamOf(route);
+    // draining: not ready, whatever the engine says (its last known state, no new check)
+    const r = state.closing
+      ? { ...up.readiness, ready: false, error: 'gateway is shutting down', code: 'shutting_down' }
+      : await up.check(route, engines.authorization ?? headerValue(request.headers.authorization));
+    const body = r.body ?? {};
+    reply.status(r.ready ? 200 : 503);
+    return {
+      catalog_databases: engines.router.databaseCount,
+      durable_epoch: num(body.durable_epoch),
+      engine_health_checked: r.checked,
+      engine_status_code: r.statusCode,
+      engine_url: route.endpoint,
+      error: r.error,
+      latest_epoch: num(body.latest_epoch),
+      metered_requests: state.metered,
+      ok: r.ready,
+      ready: r.ready,
+      recovery_state: typeof body.recovery_state === 'string' ? body.recovery_state : r.reachable ? 'unknown' : 'unreachable',
+      service: GATEWAY_SERVICE_NAME,
+      ...(r.ready ? {} : { code: r.code ?? 'not_ready' }),
+    };
+  });
+
+  // The engine's OpenAPI document, declaring the bearer token every request
+  // through the gateway needs (an engine without tokens does not declare it).
+  app.get('/v1/openapi.json', async (request, reply) => {
+    const route = await engines.route(request);
+    const res = await engines.getJson(request, route, '/v1/openapi.json');
+    if (res.status !== 200 || !isObject(res.body)) return relayError(reply, route, res);
+    return securedDocument(res.body);
+  });
+
+  const { registry } = options.metrics;
+  app.get('/metrics', async (_request, reply) => reply.type(registry.contentType).send(await registry.metrics()));
+}
