@@ -137,7 +137,7 @@ export function model() {
   const r = rng(c.seed);
   const words = makeVocab(c.vocab, r);
   const zipfW = new Float64Array(c.vocab);
-  for (let k = 0; k < c.vocab; k++) zipfW[k] = 1 / Math.pow(k + 1, c.zipfS);
+  for (let k = 0; k < c.vocab; k++) zipfW[k] = 1 / (k + 1) ** c.zipfS;
   const zipfCdf = cdf(zipfW);
   const zsum = zipfW.reduce((a, b) => a + b, 0);
   // term weight: self-information of the word under the global Zipf
@@ -146,7 +146,7 @@ export function model() {
   // topics: each category favours its own mid/low-frequency words
   const topics = [];
   const topicW = new Float64Array(c.topicSize);
-  for (let k = 0; k < c.topicSize; k++) topicW[k] = 1 / Math.pow(k + 1, 0.9);
+  for (let k = 0; k < c.topicSize; k++) topicW[k] = 1 / (k + 1) ** 0.9;
   const topicCdf = cdf(topicW);
   for (let cat = 0; cat < c.categories; cat++) {
     const t = new Uint16Array(c.topicSize);
@@ -161,7 +161,7 @@ export function model() {
   }
   // skewed category frequencies (about 20% .. 4.6%)
   const catW = new Float64Array(c.categories);
-  for (let k = 0; k < c.categories; k++) catW[k] = 1 / Math.pow(k + 1, 0.6);
+  for (let k = 0; k < c.categories; k++) catW[k] = 1 / (k + 1) ** 0.6;
   const catCdf = cdf(catW);
   // random projection: one Gaussian row per word
   const proj = new Float32Array(c.vocab * c.dim);

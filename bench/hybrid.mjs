@@ -174,8 +174,8 @@ function tuningText(r) {
 
 function mainTable() {
   const lines = [];
-  lines.push('| system | ingest s | peak RSS MB | ' + KINDS.map((k) => `${KIND_LABEL[k]} p50 / p99 ms, QPS`).join(' | ') + ' | recall@10 vector / vector+filter | setting |');
-  lines.push('|---|---:|---:|' + KINDS.map(() => '---:|').join('') + '---:|---|');
+  lines.push(`| system | ingest s | peak RSS MB | ${KINDS.map((k) => `${KIND_LABEL[k]} p50 / p99 ms, QPS`).join(' | ')} | recall@10 vector / vector+filter | setting |`);
+  lines.push(`|---|---:|---:|${KINDS.map(() => '---:|').join('')}---:|---|`);
   for (const name of reported) {
     const r = results[name];
     if (!r.ok) {
@@ -196,8 +196,8 @@ function ratioTable(base) {
   const b = results[base];
   if (!b?.ok) return `(${base} did not complete; no ratios)`;
   const lines = [];
-  lines.push('| peer | ' + KINDS.map((k) => `${KIND_LABEL[k]}: p50 ratio, QPS ratio`).join(' | ') + ' |');
-  lines.push('|---|' + KINDS.map(() => '---:|').join(''));
+  lines.push(`| peer | ${KINDS.map((k) => `${KIND_LABEL[k]}: p50 ratio, QPS ratio`).join(' | ')} |`);
+  lines.push(`|---|${KINDS.map(() => '---:|').join('')}`);
   for (const name of reported) {
     if (name === base || name.startsWith('braid')) continue;
     const r = results[name];
@@ -303,7 +303,7 @@ const generated = [
   ...(findings().length ? ['Measured in this run:', '', ...findings(), ''] : []),
   'Settings and notes per system:',
   '',
-  ...reported.map((n) => `- ${label(n)}: ${results[n].ok ? settingText(results[n]) + (results[n].setting_given ? ' (taken from the embedded run)' : '') : 'FAILED: ' + String(results[n].error).split('\n')[0]}. ${(results[n].notes ?? []).join('; ')}.${tuningText(results[n])} Load average (1 min) at start / end: ${fmt(results[n].loadavg_start?.[0])} / ${fmt(results[n].loadavg_end?.[0])}.${results[n].reused_from ? ` Reused from ${results[n].reused_from} (--reuse).` : ''}`),
+  ...reported.map((n) => `- ${label(n)}: ${results[n].ok ? `${settingText(results[n])}${results[n].setting_given ? ' (taken from the embedded run)' : ''}` : `FAILED: ${String(results[n].error).split('\n')[0]}`}. ${(results[n].notes ?? []).join('; ')}.${tuningText(results[n])} Load average (1 min) at start / end: ${fmt(results[n].loadavg_start?.[0])} / ${fmt(results[n].loadavg_end?.[0])}.${results[n].reused_from ? ` Reused from ${results[n].reused_from} (--reuse).` : ''}`),
 ].join('\n');
 
 console.log(`\n${generated}\n`);

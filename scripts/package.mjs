@@ -35,7 +35,7 @@ function tarballName(pkg) {
  * addon and dist/ once in its global setup; rebuilding dist/ here would race
  * with tests running bin/braid.js).
  */
-export function packageAll({ release = false, build = true, out = path.join(root, 'target', 'npm-pack') } = {}) {
+export function packageAll({ build = true, out = path.join(root, 'target', 'npm-pack') } = {}) {
   mkdirSync(out, { recursive: true });
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
 
@@ -101,9 +101,6 @@ function tripleOf(target) {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const args = process.argv.slice(2);
   const outAt = args.indexOf('--out');
-  const tarballs = packageAll({
-    release: args.includes('--release'),
-    ...(outAt >= 0 ? { out: path.resolve(args[outAt + 1]) } : {}),
-  });
+  const tarballs = packageAll(outAt >= 0 ? { out: path.resolve(args[outAt + 1]) } : {});
   console.log(JSON.stringify(tarballs, null, 2));
 }

@@ -8,7 +8,7 @@ import { BRANCH_HEADER, DATABASE_HEADER, checkBranchHeaders } from './names.js';
 import { engineDocument } from './openapi.js';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Braid, type BranchRef } from './engine.js';
+import type { Braid, BranchRef } from './engine.js';
 import { BraidError, isErrorCode } from './errors.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv, validationError } from './validation.js';

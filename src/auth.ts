@@ -144,7 +144,7 @@ export function graphqlScope(document: DocumentNode, operationName?: string | nu
       const fieldNeed: Scope = name === undefined || ADMIN_MUTATIONS.has(name) ? 'admin' : 'write';
       if (RANK[fieldNeed] > RANK[need]) need = fieldNeed;
     }
-    if (RANK['write'] > RANK[need]) need = 'write';
+    if (RANK.write > RANK[need]) need = 'write';
   }
   return need;
 }

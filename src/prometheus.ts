@@ -95,7 +95,9 @@ class EngineSeries {
   }
 
   addHistogram(labels: Labels, h: EngineHistogram): void {
-    h.bounds.forEach((le, i) => this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: String(le) }, value: h.cumulative[i]! }));
+    h.bounds.forEach((le, i) => {
+      this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: String(le) }, value: h.cumulative[i]! });
+    });
     this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: '+Inf' }, value: h.count });
     this.values.push({ metricName: `${this.name}_sum`, labels, value: h.sum });
     this.values.push({ metricName: `${this.name}_count`, labels, value: h.count });

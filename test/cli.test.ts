@@ -41,7 +41,7 @@ const articles = [
   { tenant_id: 'acme', id: 'a3', fields: { title: 'Sourdough at home', topic: 'food', year: 2024, embedding: [0, 1, 0] } },
   { tenant_id: 'acme', id: 'a4', fields: { title: 'Solar cookers', topic: 'food', year: 2022, embedding: [0.5, 0.5, 0] } },
 ];
-const ndjson = (rows: unknown[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';
+const ndjson = (rows: unknown[]) => `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`;
 
 let work: string;
 let s: TestServer;
@@ -106,7 +106,7 @@ describe('against a running server (--url)', () => {
       JSON.stringify({ tenant_id: 'acme', id: 'bad', fields: { year: 'not a number' } }),
       JSON.stringify(articles[3]),
     ];
-    writeFileSync(file, lines.join('\n') + '\n');
+    writeFileSync(file, `${lines.join('\n')}\n`);
     const r = await braid(['import', 'articles', file, '--batch', '2', ...url]);
     expect(r.code, r.stderr).toBe(1);
     const sum = summary(r.stdout);
@@ -345,7 +345,7 @@ describe('against a data directory (--data-dir)', () => {
 
   it('import from a file and from stdin, with a bad line', async () => {
     const file = path.join(work, 'local.ndjson');
-    writeFileSync(file, ndjson(articles.slice(0, 3)) + '[1, 2]\n' + ndjson(articles.slice(3)));
+    writeFileSync(file, `${ndjson(articles.slice(0, 3))}[1, 2]\n${ndjson(articles.slice(3))}`);
     const r = await braid(['import', 'articles', file, ...dd]);
     expect(r.code).toBe(1);
     const sum = summary(r.stdout);

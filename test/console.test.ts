@@ -24,9 +24,10 @@ import { buckets, parsePrometheus, quantileBetween } from '../src/console/prom.j
 import { findHistory, type Seen } from '../src/console/versions.js';
 import { ROOT, startTestServer, type TestServer } from './helpers.js';
 
-// tsc checks that what the routes answer fits the console's view of it (src/console/types.ts)
+// tsc checks that what the routes answer fits the console's view of it (src/console/types.ts),
+// in the type arguments of this alias; nothing uses it (the leading _ says so to the linter)
 type Fits<V, Served extends V> = Served;
-export type ConsoleViewChecked = [
+type _ConsoleViewChecked = [
   Fits<View.QueryResponse, Static<typeof QueryResponse>>,
   Fits<View.BranchesResponse, Static<typeof BranchesResponse>>,
   Fits<View.PublicMetrics, Static<typeof MetricsResponse>>,

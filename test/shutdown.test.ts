@@ -88,7 +88,9 @@ describe('SIGTERM', () => {
     const busyWrites = busy.map((records) => request(`${server.url}/v1/records/put-batch`, 'POST', { records }));
     const heldWrites = held.map((records) => heldWrite(server.url, records));
     let settled = 0;
-    const count = (): void => void (settled += 1);
+    const count = (): void => {
+      settled += 1;
+    };
     for (const p of busyWrites) p.then(count, count);
 
     // signal once the server holds every write not yet answered (its

@@ -165,7 +165,7 @@ export async function run(system) {
 /** Reciprocal-rank fusion of ranked id lists (k = 60), top `limit`. */
 export function rrf(lists, limit = TOP_K, k = RRF_K) {
   const score = new Map();
-  for (const list of lists) list.forEach((id, rank) => score.set(id, (score.get(id) ?? 0) + 1 / (k + rank + 1)));
+  for (const list of lists) list.forEach((id, rank) => { score.set(id, (score.get(id) ?? 0) + 1 / (k + rank + 1)); });
   return [...score.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, limit).map(([id]) => id);
 }
 

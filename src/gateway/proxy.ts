@@ -28,7 +28,10 @@ const SMALL_BODY_BYTES = 64 * 1024;
 /** The gateway's one content-type parser: small bodies of a known length become a Buffer, others stay a stream. */
 export function bufferSmallBodies(request: FastifyRequest, payload: IncomingMessage, done: (err: Error | null, body?: unknown) => void): void {
   const length = Number(request.headers['content-length']);
-  if (!Number.isInteger(length) || length > SMALL_BODY_BYTES) return done(null);
+  if (!Number.isInteger(length) || length > SMALL_BODY_BYTES) {
+    done(null);
+    return;
+  }
   const chunks: Buffer[] = [];
   let size = 0;
   payload.on('data', (chunk: Buffer) => {

@@ -29,7 +29,7 @@ import { GraphQLJSON } from './scalars.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery, type GraphQLContext } from './types.js';
 
 type Args = Record<string, unknown>;
-type Field = GraphQLFieldConfig<unknown, GraphQLContext, any>;
+type Field = GraphQLFieldConfig<unknown, GraphQLContext>;
 
 const nn = <T extends GraphQLOutputType | GraphQLInputType>(t: T) => new GraphQLNonNull(t);
 const list = <T extends GraphQLOutputType | GraphQLInputType>(t: T) => new GraphQLList(new GraphQLNonNull(t));

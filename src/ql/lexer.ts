@@ -324,7 +324,7 @@ function scanNumber(src: string, i: number): number {
   if (c === 0x30) {
     i++;
   } else if (isDigit(c)) {
-    while (isDigit((c = src.charCodeAt(i)))) {
+    for (c = src.charCodeAt(i); isDigit(c); c = src.charCodeAt(i)) {
       mantissa = mantissa * 10 + (c - 0x30);
       if (mantissa > 0) digits++;
       i++;
@@ -335,7 +335,7 @@ function scanNumber(src: string, i: number): number {
   if (src.charCodeAt(i) === 0x2e /* . */) {
     i++;
     if (!isDigit(src.charCodeAt(i))) return -1;
-    while (isDigit((c = src.charCodeAt(i)))) {
+    for (c = src.charCodeAt(i); isDigit(c); c = src.charCodeAt(i)) {
       mantissa = mantissa * 10 + (c - 0x30);
       if (mantissa > 0) digits++;
       exponent--;
@@ -353,7 +353,7 @@ function scanNumber(src: string, i: number): number {
     }
     if (!isDigit(src.charCodeAt(i))) return -1;
     let e = 0;
-    while (isDigit((c = src.charCodeAt(i)))) {
+    for (c = src.charCodeAt(i); isDigit(c); c = src.charCodeAt(i)) {
       if (e < 10_000) e = e * 10 + (c - 0x30);
       i++;
     }

@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
-  GraphQLError,
+  type GraphQLError,
   KnownFragmentNamesRule,
   NoFragmentCyclesRule,
   execute,

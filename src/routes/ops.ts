@@ -52,7 +52,7 @@ export async function opsRoutes(fastify: FastifyInstance): Promise<void> {
   app.get('/v1/ready', {
     schema: { summary: 'Readiness', response: { ...errorResponses, 200: ReadyResponse, 503: ReadyResponse } },
   }, async (request, reply) => {
-    let metrics;
+    let metrics: ReturnType<typeof state.engine.metrics> | undefined;
     let error = '';
     let code: string | undefined;
     try {
