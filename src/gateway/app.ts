@@ -36,8 +36,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: config.bodyLimitBytes,
-    // fastify's own drain answer has no `code`; the first onRequest hook
-    // below answers 503 shutting_down instead
+    // fastify's own drain answer has no `code`; the onRequest hook below
+    // answers 503 shutting_down instead
     return503OnClosing: false,
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     // the client's X-Request-Id when it is a plain token, else a new one; the
