@@ -1,31 +1,30 @@
 //! A fixed pool of worker threads for engine calls. Writes block a worker
 //! until their group commit is durable, so the pool is larger than the core
 //! count: concurrent writers then share fsyncs.
+//!
+//! The queue is crossbeam's multi-consumer channel: a call wakes one idle
+//! worker and nothing else (a `Mutex` around std's receiver woke a second
+//! thread per call to take the lock over).
 
-use std::sync::{mpsc, Arc, Mutex};
+use crossbeam_channel::{unbounded, Sender};
 
 type Job = Box<dyn FnOnce() + Send>;
 
 pub struct Pool {
-    tx: mpsc::Sender<Job>,
+    tx: Sender<Job>,
 }
 
 impl Pool {
     pub fn new(threads: usize) -> Pool {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
+        let (tx, rx) = unbounded::<Job>();
         for i in 0..threads {
             let rx = rx.clone();
             std::thread::Builder::new()
                 .name(format!("braid-call-{i}"))
-                .spawn(move || loop {
-                    let job = match rx.lock() {
-                        Ok(guard) => guard.recv(),
-                        Err(_) => return,
-                    };
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return,
+                .spawn(move || {
+                    // ends when the pool (its sender) is dropped
+                    for job in rx.iter() {
+                        job();
                     }
                 })
                 .expect("spawn worker thread");
