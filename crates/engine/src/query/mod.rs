@@ -4,6 +4,7 @@ pub mod cursor;
 pub mod explain;
 pub mod fusion;
 pub mod plan;
+mod rank;
 
 pub use explain::{Explain, ScoreComponents};
 pub use plan::{HybridQuery, HybridRow, QueryResponse, RankedCache};

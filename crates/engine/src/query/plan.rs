@@ -16,19 +16,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
-use crate::index::text::{self, TextSearch};
+use crate::index::text;
 use crate::index::{graph, vector};
 use crate::names;
 use crate::query::cursor::{self, CursorPayload};
 use crate::query::explain::{self, Candidate, Explain, ScoreComponents};
-use crate::query::fusion::{self, FusionMethod, Path, PathList, Weights};
+use crate::query::fusion::{self, FusionMethod, Weights};
+use crate::query::rank::rank;
 use crate::schema::Metric;
 use crate::storage::commit::now_ms;
 use crate::storage::{Branch, ScalarKey, State};
@@ -150,7 +150,7 @@ pub enum Freshness {
 }
 
 impl Freshness {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Freshness::Latest => "latest",
             Freshness::Indexed => "indexed",
@@ -159,40 +159,40 @@ impl Freshness {
 }
 
 /// A validated query.
-struct Plan {
-    table: String,
-    tenant: String,
-    terms: Option<Vec<String>>,
-    text_field: Option<String>,
-    vector: Option<(String, Metric, Vec<f32>)>,
-    scalar: Vec<(String, ScalarKey, String)>,
-    graph: Option<(String, u32, Vec<String>)>,
-    top_k: usize,
-    budget: usize,
-    freshness: Freshness,
-    fusion: FusionMethod,
-    weights: Weights,
+pub(super) struct Plan {
+    pub(super) table: String,
+    pub(super) tenant: String,
+    pub(super) terms: Option<Vec<String>>,
+    pub(super) text_field: Option<String>,
+    pub(super) vector: Option<(String, Metric, Vec<f32>)>,
+    pub(super) scalar: Vec<(String, ScalarKey, String)>,
+    pub(super) graph: Option<(String, u32, Vec<String>)>,
+    pub(super) top_k: usize,
+    pub(super) budget: usize,
+    pub(super) freshness: Freshness,
+    pub(super) fusion: FusionMethod,
+    pub(super) weights: Weights,
     /// Fields each result carries; `None` is every field.
-    return_fields: Option<Vec<String>>,
+    pub(super) return_fields: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
-struct RankedRow {
-    row: u32,
-    record_id: Arc<str>,
-    version_id: u32,
-    fused: fusion::Fused,
-    penalty: Option<f64>,
-    overlay: bool,
-    source: String,
+pub(super) struct RankedRow {
+    pub(super) row: u32,
+    pub(super) record_id: Arc<str>,
+    pub(super) version_id: u32,
+    pub(super) fused: fusion::Fused,
+    pub(super) penalty: Option<f64>,
+    pub(super) overlay: bool,
+    pub(super) source: String,
 }
 
 /// A ranked list computed once and shared by the pages of one cursor.
 pub struct Ranked {
-    rows: Vec<RankedRow>,
-    explain: Explain,
+    pub(super) rows: Vec<RankedRow>,
+    pub(super) explain: Explain,
     /// The text path returned only its best `text_depth` rows of more.
-    text_truncated: bool,
+    pub(super) text_truncated: bool,
 }
 
 /// Ranked lists kept for cursor paging: page 2 reads the same list page 1
@@ -622,359 +622,6 @@ fn seek(rows: &[RankedRow], score: f64, id: &str) -> usize {
     rows.iter()
         .position(|r| r.fused.final_score < score || (r.fused.final_score == score && &*r.record_id > id))
         .unwrap_or(rows.len())
-}
-
-/// Best first; ties by row so the order is total and repeatable.
-fn hit_order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
-    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
-}
-
-fn sort_hits(hits: &mut [(u32, f32)]) {
-    hits.sort_by(hit_order);
-}
-
-/// Computes the ranked list of a query at `epoch`, with the text path
-/// contributing its best `text_depth` rows.
-fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) -> Result<Ranked> {
-    let mut ex = Explain {
-        candidate_budget: plan.budget as u64,
-        freshness_mode: plan.freshness.name().to_string(),
-        fusion_method: plan.fusion.name().to_string(),
-        failed_feature_count: branch.shared.failed_features.load(std::sync::atomic::Ordering::Relaxed),
-        ..Default::default()
-    };
-    let text_wm = branch.text.watermark();
-    let vec_wm = branch.vector_watermark();
-    let overlay_on = plan.freshness == Freshness::Latest;
-
-    let plan_started = Instant::now();
-    let state = branch.state.read();
-    let empty = crate::storage::TableData::default();
-    let table = state.tables.get(&plan.table).unwrap_or(&empty);
-    let no_rows = RoaringBitmap::new();
-    let mask = table.tenants.get(plan.tenant.as_str()).unwrap_or(&no_rows);
-    let mask_ms = ms(plan_started);
-    let temporal_started = Instant::now();
-    let base: RoaringBitmap = if epoch == state.latest_epoch {
-        &table.live & mask
-    } else {
-        mask.iter().filter(|r| state.rows[*r as usize].visible_at(epoch)).collect()
-    };
-    let temporal_ms = ms(temporal_started);
-    ex.tenant_mask_visible_records = base.len();
-    let scalar_started = Instant::now();
-    let mut eligible = base;
-    for (col, key, text) in &plan.scalar {
-        let bitmap = table.scalar.get(col).and_then(|m| m.get(key));
-        match bitmap {
-            Some(b) => eligible &= b,
-            None => eligible.clear(),
-        }
-        ex.scalar_filter_predicates.push(text.clone());
-    }
-    ex.scalar_filter_applied = !plan.scalar.is_empty();
-    ex.scalar_filter_visible_records = eligible.len();
-    ex.scalar_filter_removed_records = ex.tenant_mask_visible_records - eligible.len();
-    let scalar_ms = ms(scalar_started);
-    // the mask is looked up (build) and intersected with the live set or
-    // filtered by epoch (open); at an older epoch the latter is the temporal path
-    let at_latest = epoch == state.latest_epoch;
-    ex.path("tenant_mask", ex.tenant_mask_visible_records, true, mask_ms, if at_latest { temporal_ms } else { 0.0 });
-    if ex.scalar_filter_applied {
-        ex.path("scalar", eligible.len(), true, 0.0, scalar_ms);
-    } else {
-        ex.skipped("scalar", "no scalar_eq predicates");
-    }
-    if !at_latest {
-        ex.path("temporal", ex.tenant_mask_visible_records, true, 0.0, temporal_ms);
-    }
-    let eligible = Arc::new(eligible);
-    ex.phase("plan", plan_started);
-
-    // -- text: stats and hot overlay under the lock, tantivy after it
-    let mut text_hits: Option<Vec<(u32, f32)>> = None;
-    let mut text_truncated = false;
-    let text_columns: Vec<String> = match &plan.text_field {
-        Some(f) => vec![f.clone()],
-        None => {
-            state.schemas.get(&plan.table).map(|s| s.text_columns().map(str::to_string).collect()).unwrap_or_default()
-        }
-    };
-    let mut text_search = None;
-    let mut overlay_rows: HashMap<u32, u8> = HashMap::new();
-    let mut pending = 0u64;
-    if let Some(terms) = &plan.terms {
-        let t = Instant::now();
-        let stats = table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms);
-        let mut hits = Vec::new();
-        // this table and tenant's rows the text index has not committed yet
-        pending += mask.range(text_wm..).count() as u64;
-        if overlay_on && !terms.is_empty() {
-            let columns = &text_columns;
-            let mut analyzer = text::analyzer();
-            for row_id in eligible.range(text_wm..) {
-                let fields = state.fields(row_id, Some(columns)).unwrap_or_default();
-                let mut score = 0.0;
-                for col in columns {
-                    if let Some(s) = fields.get(col).and_then(Value::as_str) {
-                        let toks = text::tokens(&mut analyzer, s);
-                        score += text::bm25(&stats, terms, &toks);
-                        ex.lexical_scored_documents += 1;
-                    }
-                }
-                ex.dirty_feature_count += 1;
-                ex.hot_overlay_searched = true;
-                if score > 0.0 {
-                    hits.push((row_id, score));
-                    *overlay_rows.entry(row_id).or_default() += 1;
-                }
-            }
-        }
-        text_search = Some((stats, ms(t)));
-        text_hits = Some(hits);
-    } else {
-        ex.skipped("text", "no text in query");
-    }
-
-    // -- vector: exact parts under the lock, HNSW after it
-    let mut vector_hits: Option<Vec<(u32, f32)>> = None;
-    let mut hnsw = None;
-    let mut vector_prep_ms = 0.0;
-    if let Some((col, metric, query)) = &plan.vector {
-        let t = Instant::now();
-        let mut hits = Vec::new();
-        if let Some(vc) = table.vectors.get(col) {
-            // this tenant's vectors the graph has not taken yet
-            pending += (mask & &vc.rows).range(vec_wm..).count() as u64;
-            let mut with_vec = &*eligible & &vc.rows;
-            ex.missing_feature_count = eligible.len() - with_vec.len();
-            if !overlay_on {
-                with_vec.remove_range(vec_wm..);
-            }
-            let lagging = with_vec.range(vec_wm..).count() as u64;
-            let ef = plan.budget.max(MIN_EF);
-            let exact = prefer_exact(with_vec.len(), vc.index.len() as u64, ef) || lagging * 2 > with_vec.len();
-            let scan: Box<dyn Iterator<Item = u32>> =
-                if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(vec_wm..)) };
-            for row_id in scan {
-                if let Some(v) = vc.data.get(row_id) {
-                    hits.push((row_id, vector::similarity(*metric, query, v)));
-                    if row_id >= vec_wm {
-                        *overlay_rows.entry(row_id).or_default() += 1;
-                        ex.dirty_feature_count += 1;
-                        ex.hot_overlay_searched = true;
-                    }
-                }
-            }
-            if exact {
-                ex.exact_fallback_triggered = true;
-            } else {
-                hnsw = Some((vc.index.clone(), Arc::new(with_vec)));
-            }
-            vector_hits = Some(hits);
-            // exact scoring (or the overlay beside HNSW) under the lock
-            vector_prep_ms = ms(t);
-        } else {
-            ex.skipped("vector", "the column holds no vectors yet");
-        }
-    } else {
-        ex.skipped("vector", "no vector in query");
-    }
-    ex.pending_feature_count = pending;
-
-    // -- graph neighbourhood
-    let mut graph_hits: Option<Vec<(u32, f32)>> = None;
-    if let Some((seed, depth, edges)) = &plan.graph {
-        if edges.is_empty() {
-            ex.skipped("graph", "table has no edge columns");
-            graph_hits = Some(Vec::new());
-        } else {
-            let t = Instant::now();
-            let reached = graph::neighbourhood(&state, &plan.table, &plan.tenant, seed, epoch, *depth, edges);
-            let walk_ms = ms(t);
-            let t = Instant::now();
-            let hits: Vec<(u32, f32)> = reached
-                .into_iter()
-                .filter(|(row, _)| eligible.contains(*row))
-                .map(|(row, hops)| (row, graph::relational_score(hops)))
-                .collect();
-            // build: filtering and scoring what the walk (open) reached
-            ex.path("graph", hits.len() as u64, true, ms(t), walk_ms);
-            graph_hits = Some(hits);
-        }
-    } else {
-        ex.skipped("graph", "no graph_seed in query");
-    }
-    let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
-    let mut filter_rows: Vec<(u32, Arc<str>)> = Vec::new();
-    if filter_only {
-        filter_rows = eligible.iter().map(|r| (r, state.key_entry(r).id.clone())).collect();
-    }
-    drop(state);
-
-    // -- tantivy and HNSW, outside the state lock
-    if let (Some(terms), Some((stats, build_ms))) = (&plan.terms, &text_search) {
-        let t = Instant::now();
-        let hits = text_hits.as_mut().expect("text hits exist with terms");
-        let opened = !terms.is_empty();
-        if opened {
-            let found = branch.text.search(&TextSearch {
-                table: &plan.table,
-                tenant: &plan.tenant,
-                columns: &text_columns,
-                terms,
-                stats,
-                eligible: eligible.clone(),
-                upto: text_wm,
-                depth: Some(text_depth),
-            })?;
-            ex.lexical_scored_documents += found.scored_documents;
-            ex.segments_scanned = found.segments;
-            text_truncated = found.truncated;
-            hits.extend(found.rows);
-        }
-        ex.lexical_indexed_documents = branch.text.scope_documents(&plan.table, &plan.tenant);
-        // the index's best rows and the overlay's (disjoint: the index reads
-        // rows below the watermark the overlay started from)
-        if hits.len() > text_depth {
-            hits.select_nth_unstable_by(text_depth, hit_order);
-            hits.truncate(text_depth);
-            text_truncated = true;
-        }
-        sort_hits(hits);
-        if text_truncated {
-            ex.early_stop_reason = Some("candidate_budget".into());
-        }
-        ex.text_candidates = hits.len() as u64;
-        if opened {
-            ex.path("text", hits.len() as u64, true, *build_ms, ms(t));
-        } else {
-            ex.skipped("text", "the text has no searchable terms");
-        }
-    }
-    if let Some(hits) = vector_hits.as_mut() {
-        let t = Instant::now();
-        if let (Some((index, filter)), Some((_, _, query))) = (&hnsw, &plan.vector) {
-            hits.extend(index.search(query, plan.budget, plan.budget.max(MIN_EF), filter));
-        } else if hits.len() > plan.budget + 1 {
-            // an exact scan scored every eligible row once (no duplicates):
-            // keep the best budget + 1 (one more tells the budget was filled)
-            // in linear time instead of sorting them all
-            hits.select_nth_unstable_by(plan.budget, hit_order);
-            hits.truncate(plan.budget + 1);
-        }
-        sort_hits(hits);
-        hits.dedup_by_key(|h| h.0);
-        if hits.len() > plan.budget {
-            hits.truncate(plan.budget);
-            ex.early_stop_reason = Some("candidate_budget".into());
-        } else if hnsw.is_some() && hits.len() == plan.budget {
-            ex.early_stop_reason = Some("candidate_budget".into());
-        }
-        ex.vector_candidates = hits.len() as u64;
-        let id = if hnsw.is_some() { "vector_hnsw" } else { "vector_exact" };
-        // build: exact scoring under the lock; open: the graph walk, or the
-        // selection of the best exact hits
-        ex.path(id, hits.len() as u64, true, vector_prep_ms, ms(t));
-    }
-
-    // -- fusion
-    let fuse_started = Instant::now();
-    let mut lists = Vec::new();
-    if let Some(h) = &text_hits {
-        lists.push(PathList { path: Path::Lexical, hits: h });
-    }
-    if let Some(h) = &vector_hits {
-        lists.push(PathList { path: Path::Vector, hits: h });
-    }
-    if let Some(h) = &graph_hits {
-        lists.push(PathList { path: Path::Relational, hits: h });
-    }
-    let index_paths = plan.terms.is_some() as u8 + plan.vector.is_some() as u8;
-    let names: Vec<&str> = lists
-        .iter()
-        .map(|l| match l.path {
-            Path::Lexical => "text",
-            Path::Vector => "vector",
-            Path::Relational => "graph",
-        })
-        .collect();
-    let fused = fusion::fuse(plan.fusion, &plan.weights, &lists);
-    ex.deduped_candidate_count = if filter_only { filter_rows.len() as u64 } else { fused.len() as u64 };
-    ex.selected_strategy = Some(strategy(&names, plan, &ex));
-
-    let state = branch.state.read();
-    let mut rows: Vec<RankedRow> = if filter_only {
-        filter_rows
-            .into_iter()
-            .map(|(row, id)| RankedRow {
-                row,
-                record_id: id,
-                version_id: state.rows[row as usize].version_id,
-                fused: fusion::Fused { final_score: 1.0, upper_bound: 1.0, ..Default::default() },
-                penalty: Some(0.0),
-                overlay: false,
-                source: "filter".into(),
-            })
-            .collect()
-    } else {
-        fused
-            .into_iter()
-            .map(|(row, f)| {
-                let overlay = overlay_rows.get(&row).copied().unwrap_or(0);
-                let mut source = Vec::new();
-                if f.lexical.is_some() {
-                    source.push("text");
-                }
-                if f.vector.is_some() {
-                    source.push("vector");
-                }
-                if f.relational.is_some() {
-                    source.push("graph");
-                }
-                RankedRow {
-                    row,
-                    record_id: state.key_entry(row).id.clone(),
-                    version_id: state.rows[row as usize].version_id,
-                    penalty: Some(if index_paths == 0 { 0.0 } else { overlay as f64 / index_paths as f64 }),
-                    overlay: overlay > 0,
-                    source: source.join("+"),
-                    fused: f,
-                }
-            })
-            .collect()
-    };
-    drop(state);
-    rows.sort_by(|a, b| {
-        b.fused
-            .final_score
-            .total_cmp(&a.fused.final_score)
-            .then_with(|| a.record_id.cmp(&b.record_id))
-            .then(a.row.cmp(&b.row))
-    });
-    ex.phase("fuse_and_rank", fuse_started);
-    Ok(Ranked { rows, explain: ex, text_truncated })
-}
-
-fn strategy(names: &[&str], plan: &Plan, ex: &Explain) -> String {
-    if names.is_empty() {
-        return "filter_scan".into();
-    }
-    let parts: Vec<String> = names
-        .iter()
-        .map(|n| match *n {
-            "vector" if ex.exact_fallback_triggered => "vector_exact".to_string(),
-            "vector" => "vector_hnsw".to_string(),
-            "text" => "text_bm25".to_string(),
-            "graph" => "graph_bfs".to_string(),
-            other => other.to_string(),
-        })
-        .collect();
-    if parts.len() == 1 {
-        parts[0].clone()
-    } else {
-        format!("hybrid({})+{}", parts.join("+"), plan.fusion.name())
-    }
 }
 
 #[cfg(test)]

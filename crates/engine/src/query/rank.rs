@@ -1,0 +1,504 @@
+//! Ranking: a validated query's candidates from each access path, fused and
+//! ordered into one list.
+//!
+//! [`rank`] runs in two halves around the branch's state lock:
+//! 1. under the read lock, [`prepare`] builds the eligible rows (tenant
+//!    mask, visibility at the epoch, scalar bitmaps) and does each path's
+//!    work that needs rows: the text overlay of rows tantivy has not
+//!    indexed yet, exact vector scoring (or the overlay beside HNSW), the
+//!    graph walk;
+//! 2. after it, [`search_text`] (tantivy) and [`search_vectors`] (HNSW)
+//!    search their indexes with the eligible set as a filter, and
+//!    [`fuse_and_order`] fuses the lists and orders them.
+//!
+//! Each step records what it did in the query's [`Explain`], in the order
+//! the access paths are listed there.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use roaring::RoaringBitmap;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::index::graph;
+use crate::index::text::{self, QueryStats, TextSearch};
+use crate::index::vector::{self, VectorIndex};
+use crate::query::explain::Explain;
+use crate::query::fusion::{self, Path, PathList};
+use crate::query::plan::{prefer_exact, Freshness, Plan, Ranked, RankedRow, MIN_EF};
+use crate::storage::{Branch, State, TableData};
+
+type Hits = Vec<(u32, f32)>;
+
+/// How far each index has taken the branch's rows: rows at or above a
+/// watermark are only in the hot overlay.
+#[derive(Clone, Copy)]
+struct Watermarks {
+    text: u32,
+    vector: u32,
+}
+
+/// The text path's work under the lock: the overlay's hits and the
+/// statistics tantivy scores with.
+struct TextPrep {
+    hits: Hits,
+    stats: QueryStats,
+    columns: Vec<String>,
+    build_ms: f64,
+}
+
+/// The vector path's work under the lock: exact hits (every eligible row,
+/// or only the overlay's when HNSW searches the rest).
+struct VectorPrep {
+    hits: Hits,
+    hnsw: Option<(Arc<VectorIndex>, Arc<RoaringBitmap>)>,
+    build_ms: f64,
+}
+
+/// What the locked half found.
+struct Prepared {
+    eligible: Arc<RoaringBitmap>,
+    text: Option<TextPrep>,
+    vector: Option<VectorPrep>,
+    graph: Option<Hits>,
+    /// A query with no text, vector or graph: every eligible row, with its id.
+    filter_rows: Option<Vec<(u32, Arc<str>)>>,
+    /// How many index paths found each overlay row (its freshness penalty).
+    overlay_rows: HashMap<u32, u8>,
+}
+
+/// Computes the ranked list of a query at `epoch`, with the text path
+/// contributing its best `text_depth` rows.
+pub(super) fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) -> Result<Ranked> {
+    let mut ex = Explain {
+        candidate_budget: plan.budget as u64,
+        freshness_mode: plan.freshness.name().to_string(),
+        fusion_method: plan.fusion.name().to_string(),
+        failed_feature_count: branch.shared.failed_features.load(std::sync::atomic::Ordering::Relaxed),
+        ..Default::default()
+    };
+    let marks = Watermarks { text: branch.text.watermark(), vector: branch.vector_watermark() };
+    let prepared = prepare(&branch.state.read(), plan, epoch, marks, &mut ex);
+    let Prepared { eligible, text, vector, graph, filter_rows, overlay_rows } = prepared;
+
+    let mut text_truncated = false;
+    let text_hits = match text {
+        Some(prep) => Some(search_text(branch, plan, prep, eligible, marks, text_depth, &mut text_truncated, &mut ex)?),
+        None => None,
+    };
+    let vector_hits = vector.map(|prep| search_vectors(plan, prep, &mut ex));
+    let lists = Lists { text: text_hits, vector: vector_hits, graph };
+    let rows = fuse_and_order(branch, plan, lists, filter_rows, &overlay_rows, &mut ex);
+    Ok(Ranked { rows, explain: ex, text_truncated })
+}
+
+/// The locked half: eligible rows, then each requested path's row work.
+fn prepare(state: &State, plan: &Plan, epoch: u64, marks: Watermarks, ex: &mut Explain) -> Prepared {
+    let plan_started = Instant::now();
+    let empty = TableData::default();
+    let table = state.tables.get(&plan.table).unwrap_or(&empty);
+    let no_rows = RoaringBitmap::new();
+    let mask = table.tenants.get(plan.tenant.as_str()).unwrap_or(&no_rows);
+    let eligible = Arc::new(eligible_rows(state, table, mask, plan, epoch, plan_started, ex));
+    ex.phase("plan", plan_started);
+
+    let mut overlay_rows = HashMap::new();
+    let mut pending = 0u64;
+    let text = match &plan.terms {
+        Some(terms) => {
+            Some(text_overlay(state, table, mask, plan, terms, &eligible, marks, &mut overlay_rows, &mut pending, ex))
+        }
+        None => {
+            ex.skipped("text", "no text in query");
+            None
+        }
+    };
+    let vector = match &plan.vector {
+        Some((column, metric, query)) => {
+            let prep = table.vectors.get(column).map(|vc| {
+                pending += (mask & &vc.rows).range(marks.vector..).count() as u64;
+                vector_exact(vc, *metric, query, plan, &eligible, marks, &mut overlay_rows, ex)
+            });
+            if prep.is_none() {
+                ex.skipped("vector", "the column holds no vectors yet");
+            }
+            prep
+        }
+        None => {
+            ex.skipped("vector", "no vector in query");
+            None
+        }
+    };
+    ex.pending_feature_count = pending;
+    let graph = graph_hits(state, plan, epoch, &eligible, ex);
+    let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
+    let filter_rows = filter_only.then(|| eligible.iter().map(|r| (r, state.key_entry(r).id.clone())).collect());
+    Prepared { eligible, text, vector, graph, filter_rows, overlay_rows }
+}
+
+/// The tenant's rows visible at `epoch` that pass every scalar predicate;
+/// explains the tenant mask, scalar and temporal paths.
+fn eligible_rows(
+    state: &State,
+    table: &TableData,
+    mask: &RoaringBitmap,
+    plan: &Plan,
+    epoch: u64,
+    mask_started: Instant,
+    ex: &mut Explain,
+) -> RoaringBitmap {
+    let mask_ms = ms(mask_started);
+    let temporal_started = Instant::now();
+    let at_latest = epoch == state.latest_epoch;
+    let base: RoaringBitmap = if at_latest {
+        &table.live & mask
+    } else {
+        mask.iter().filter(|r| state.rows[*r as usize].visible_at(epoch)).collect()
+    };
+    let temporal_ms = ms(temporal_started);
+    ex.tenant_mask_visible_records = base.len();
+    let scalar_started = Instant::now();
+    let mut eligible = base;
+    for (col, key, text) in &plan.scalar {
+        match table.scalar.get(col).and_then(|m| m.get(key)) {
+            Some(b) => eligible &= b,
+            None => eligible.clear(),
+        }
+        ex.scalar_filter_predicates.push(text.clone());
+    }
+    ex.scalar_filter_applied = !plan.scalar.is_empty();
+    ex.scalar_filter_visible_records = eligible.len();
+    ex.scalar_filter_removed_records = ex.tenant_mask_visible_records - eligible.len();
+    let scalar_ms = ms(scalar_started);
+    // the mask is looked up (build) and intersected with the live set or
+    // filtered by epoch (open); at an older epoch the latter is the temporal path
+    ex.path("tenant_mask", ex.tenant_mask_visible_records, true, mask_ms, if at_latest { temporal_ms } else { 0.0 });
+    if ex.scalar_filter_applied {
+        ex.path("scalar", eligible.len(), true, 0.0, scalar_ms);
+    } else {
+        ex.skipped("scalar", "no scalar_eq predicates");
+    }
+    if !at_latest {
+        ex.path("temporal", ex.tenant_mask_visible_records, true, 0.0, temporal_ms);
+    }
+    eligible
+}
+
+/// BM25 statistics for the query's terms, and the hot overlay: eligible
+/// rows tantivy has not indexed yet, scored here.
+#[allow(clippy::too_many_arguments)]
+fn text_overlay(
+    state: &State,
+    table: &TableData,
+    mask: &RoaringBitmap,
+    plan: &Plan,
+    terms: &[String],
+    eligible: &RoaringBitmap,
+    marks: Watermarks,
+    overlay_rows: &mut HashMap<u32, u8>,
+    pending: &mut u64,
+    ex: &mut Explain,
+) -> TextPrep {
+    let t = Instant::now();
+    let columns: Vec<String> = match &plan.text_field {
+        Some(f) => vec![f.clone()],
+        None => {
+            state.schemas.get(&plan.table).map(|s| s.text_columns().map(str::to_string).collect()).unwrap_or_default()
+        }
+    };
+    let stats = table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms);
+    let mut hits = Vec::new();
+    // this table and tenant's rows the text index has not committed yet
+    *pending += mask.range(marks.text..).count() as u64;
+    if plan.freshness == Freshness::Latest && !terms.is_empty() {
+        let mut analyzer = text::analyzer();
+        for row_id in eligible.range(marks.text..) {
+            let fields = state.fields(row_id, Some(&columns)).unwrap_or_default();
+            let mut score = 0.0;
+            for col in &columns {
+                if let Some(s) = fields.get(col).and_then(Value::as_str) {
+                    let toks = text::tokens(&mut analyzer, s);
+                    score += text::bm25(&stats, terms, &toks);
+                    ex.lexical_scored_documents += 1;
+                }
+            }
+            ex.dirty_feature_count += 1;
+            ex.hot_overlay_searched = true;
+            if score > 0.0 {
+                hits.push((row_id, score));
+                *overlay_rows.entry(row_id).or_default() += 1;
+            }
+        }
+    }
+    TextPrep { hits, stats, columns, build_ms: ms(t) }
+}
+
+/// Exact vector scores: of every eligible row when that is cheaper than
+/// HNSW (or the graph lags behind), else of the overlay only, with HNSW to
+/// search the rest after the lock.
+#[allow(clippy::too_many_arguments)]
+fn vector_exact(
+    vc: &crate::storage::state::VectorColumn,
+    metric: crate::schema::Metric,
+    query: &[f32],
+    plan: &Plan,
+    eligible: &RoaringBitmap,
+    marks: Watermarks,
+    overlay_rows: &mut HashMap<u32, u8>,
+    ex: &mut Explain,
+) -> VectorPrep {
+    let t = Instant::now();
+    let mut hits = Vec::new();
+    let mut with_vec = eligible & &vc.rows;
+    ex.missing_feature_count = eligible.len() - with_vec.len();
+    if plan.freshness != Freshness::Latest {
+        with_vec.remove_range(marks.vector..);
+    }
+    let lagging = with_vec.range(marks.vector..).count() as u64;
+    let ef = plan.budget.max(MIN_EF);
+    let exact = prefer_exact(with_vec.len(), vc.index.len() as u64, ef) || lagging * 2 > with_vec.len();
+    let scan: Box<dyn Iterator<Item = u32>> =
+        if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(marks.vector..)) };
+    for row_id in scan {
+        if let Some(v) = vc.data.get(row_id) {
+            hits.push((row_id, vector::similarity(metric, query, v)));
+            if row_id >= marks.vector {
+                *overlay_rows.entry(row_id).or_default() += 1;
+                ex.dirty_feature_count += 1;
+                ex.hot_overlay_searched = true;
+            }
+        }
+    }
+    let hnsw = if exact {
+        ex.exact_fallback_triggered = true;
+        None
+    } else {
+        Some((vc.index.clone(), Arc::new(with_vec)))
+    };
+    VectorPrep { hits, hnsw, build_ms: ms(t) }
+}
+
+/// Rows the graph walk from `graph_seed` reaches, scored by hops.
+fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, ex: &mut Explain) -> Option<Hits> {
+    let Some((seed, depth, edges)) = &plan.graph else {
+        ex.skipped("graph", "no graph_seed in query");
+        return None;
+    };
+    if edges.is_empty() {
+        ex.skipped("graph", "table has no edge columns");
+        return Some(Vec::new());
+    }
+    let t = Instant::now();
+    let reached = graph::neighbourhood(state, &plan.table, &plan.tenant, seed, epoch, *depth, edges);
+    let walk_ms = ms(t);
+    let t = Instant::now();
+    let hits: Hits = reached
+        .into_iter()
+        .filter(|(row, _)| eligible.contains(*row))
+        .map(|(row, hops)| (row, graph::relational_score(hops)))
+        .collect();
+    // build: filtering and scoring what the walk (open) reached
+    ex.path("graph", hits.len() as u64, true, ms(t), walk_ms);
+    Some(hits)
+}
+
+/// tantivy's best rows below the text watermark, added to the overlay's,
+/// cut to `text_depth`.
+#[allow(clippy::too_many_arguments)]
+fn search_text(
+    branch: &Branch,
+    plan: &Plan,
+    prep: TextPrep,
+    eligible: Arc<RoaringBitmap>,
+    marks: Watermarks,
+    text_depth: usize,
+    truncated: &mut bool,
+    ex: &mut Explain,
+) -> Result<Hits> {
+    let t = Instant::now();
+    let TextPrep { mut hits, stats, columns, build_ms } = prep;
+    let terms = plan.terms.as_deref().unwrap_or_default();
+    let opened = !terms.is_empty();
+    if opened {
+        let found = branch.text.search(&TextSearch {
+            table: &plan.table,
+            tenant: &plan.tenant,
+            columns: &columns,
+            terms,
+            stats: &stats,
+            eligible,
+            upto: marks.text,
+            depth: Some(text_depth),
+        })?;
+        ex.lexical_scored_documents += found.scored_documents;
+        ex.segments_scanned = found.segments;
+        *truncated = found.truncated;
+        hits.extend(found.rows);
+    }
+    ex.lexical_indexed_documents = branch.text.scope_documents(&plan.table, &plan.tenant);
+    // the index's best rows and the overlay's (disjoint: the index reads
+    // rows below the watermark the overlay started from)
+    if hits.len() > text_depth {
+        hits.select_nth_unstable_by(text_depth, hit_order);
+        hits.truncate(text_depth);
+        *truncated = true;
+    }
+    sort_hits(&mut hits);
+    if *truncated {
+        ex.early_stop_reason = Some("candidate_budget".into());
+    }
+    ex.text_candidates = hits.len() as u64;
+    if opened {
+        ex.path("text", hits.len() as u64, true, build_ms, ms(t));
+    } else {
+        ex.skipped("text", "the text has no searchable terms");
+    }
+    Ok(hits)
+}
+
+/// HNSW's hits added to the exact ones, deduplicated and cut to the budget.
+fn search_vectors(plan: &Plan, prep: VectorPrep, ex: &mut Explain) -> Hits {
+    let t = Instant::now();
+    let VectorPrep { mut hits, hnsw, build_ms } = prep;
+    if let (Some((index, filter)), Some((_, _, query))) = (&hnsw, &plan.vector) {
+        hits.extend(index.search(query, plan.budget, plan.budget.max(MIN_EF), filter));
+    } else if hits.len() > plan.budget + 1 {
+        // an exact scan scored every eligible row once (no duplicates):
+        // keep the best budget + 1 (one more tells the budget was filled)
+        // in linear time instead of sorting them all
+        hits.select_nth_unstable_by(plan.budget, hit_order);
+        hits.truncate(plan.budget + 1);
+    }
+    sort_hits(&mut hits);
+    hits.dedup_by_key(|h| h.0);
+    if hits.len() > plan.budget {
+        hits.truncate(plan.budget);
+        ex.early_stop_reason = Some("candidate_budget".into());
+    } else if hnsw.is_some() && hits.len() == plan.budget {
+        ex.early_stop_reason = Some("candidate_budget".into());
+    }
+    ex.vector_candidates = hits.len() as u64;
+    let id = if hnsw.is_some() { "vector_hnsw" } else { "vector_exact" };
+    // build: exact scoring under the lock; open: the graph walk, or the
+    // selection of the best exact hits
+    ex.path(id, hits.len() as u64, true, build_ms, ms(t));
+    hits
+}
+
+/// Each path's hits, `None` for a path the query did not ask for.
+struct Lists {
+    text: Option<Hits>,
+    vector: Option<Hits>,
+    graph: Option<Hits>,
+}
+
+/// Fuses the paths' lists (or takes the filter's rows) and orders them by
+/// final score desc, then record id.
+fn fuse_and_order(
+    branch: &Branch,
+    plan: &Plan,
+    lists: Lists,
+    filter_rows: Option<Vec<(u32, Arc<str>)>>,
+    overlay_rows: &HashMap<u32, u8>,
+    ex: &mut Explain,
+) -> Vec<RankedRow> {
+    let fuse_started = Instant::now();
+    let mut paths = Vec::new();
+    for (path, name, hits) in [
+        (Path::Lexical, "text", &lists.text),
+        (Path::Vector, "vector", &lists.vector),
+        (Path::Relational, "graph", &lists.graph),
+    ] {
+        if let Some(hits) = hits {
+            paths.push((name, PathList { path, hits }));
+        }
+    }
+    let names: Vec<&str> = paths.iter().map(|(name, _)| *name).collect();
+    let path_lists: Vec<PathList<'_>> = paths.into_iter().map(|(_, list)| list).collect();
+    let fused = fusion::fuse(plan.fusion, &plan.weights, &path_lists);
+    ex.deduped_candidate_count = filter_rows.as_ref().map_or(fused.len(), Vec::len) as u64;
+    ex.selected_strategy = Some(strategy(&names, plan, ex));
+
+    let index_paths = plan.terms.is_some() as u8 + plan.vector.is_some() as u8;
+    let state = branch.state.read();
+    let mut rows: Vec<RankedRow> = match filter_rows {
+        Some(filter_rows) => filter_rows
+            .into_iter()
+            .map(|(row, id)| RankedRow {
+                row,
+                record_id: id,
+                version_id: state.rows[row as usize].version_id,
+                fused: fusion::Fused { final_score: 1.0, upper_bound: 1.0, ..Default::default() },
+                penalty: Some(0.0),
+                overlay: false,
+                source: "filter".into(),
+            })
+            .collect(),
+        None => fused
+            .into_iter()
+            .map(|(row, f)| {
+                let overlay = overlay_rows.get(&row).copied().unwrap_or(0);
+                let source: Vec<&str> = [(f.lexical, "text"), (f.vector, "vector"), (f.relational, "graph")]
+                    .into_iter()
+                    .filter_map(|(score, name)| score.map(|_| name))
+                    .collect();
+                RankedRow {
+                    row,
+                    record_id: state.key_entry(row).id.clone(),
+                    version_id: state.rows[row as usize].version_id,
+                    penalty: Some(if index_paths == 0 { 0.0 } else { overlay as f64 / index_paths as f64 }),
+                    overlay: overlay > 0,
+                    source: source.join("+"),
+                    fused: f,
+                }
+            })
+            .collect(),
+    };
+    drop(state);
+    rows.sort_by(|a, b| {
+        b.fused
+            .final_score
+            .total_cmp(&a.fused.final_score)
+            .then_with(|| a.record_id.cmp(&b.record_id))
+            .then(a.row.cmp(&b.row))
+    });
+    ex.phase("fuse_and_rank", fuse_started);
+    rows
+}
+
+/// The explain's `selected_strategy`: the paths that ran and the fusion.
+fn strategy(names: &[&str], plan: &Plan, ex: &Explain) -> String {
+    if names.is_empty() {
+        return "filter_scan".into();
+    }
+    let parts: Vec<String> = names
+        .iter()
+        .map(|n| match *n {
+            "vector" if ex.exact_fallback_triggered => "vector_exact".to_string(),
+            "vector" => "vector_hnsw".to_string(),
+            "text" => "text_bm25".to_string(),
+            "graph" => "graph_bfs".to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("hybrid({})+{}", parts.join("+"), plan.fusion.name())
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Best first; ties by row so the order is total and repeatable.
+fn hit_order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+fn sort_hits(hits: &mut [(u32, f32)]) {
+    hits.sort_by(hit_order);
+}
