@@ -69,6 +69,7 @@ export const ERROR_STATUS = {
   format_unsupported: 503,
   data_dir_locked: 503,
   native_binding_missing: 503,
+  invalid_config: 500,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
