@@ -190,6 +190,16 @@ describe('the same bad query answers the same code through every door', () => {
     });
   }
 
+  it('the embedded API takes a typed-array vector, and judges its values as the engine does', async () => {
+    const plain = await s.engine.query({ ...base, vector: [1, 0, 0], top_k: 2 });
+    const typed = await s.engine.query({ ...base, vector: new Float32Array([1, 0, 0]), top_k: 2 });
+    expect(typed.results.map((r) => r.record_id)).toEqual(plain.results.map((r) => r.record_id));
+    expect(await embeddedCode(() => s.engine.query({ ...base, vector: new Float32Array([NaN, 0, 0]) }))).toBe('vector_not_finite');
+    expect(await embeddedCode(() => s.engine.query({ ...base, vector: new Float64Array([1, 0]) }))).toBe('vector_dimension_mismatch');
+    // the rest of the query is still checked for its shape
+    expect(await embeddedCode(() => s.engine.query({ ...base, vector: new Float32Array([1, 0, 0]), bogus: 1 } as never))).toBe('unknown_field');
+  });
+
   it('a QL syntax error is a BraidError from the one table, on every door', async () => {
     const err = await s.engine.nativeQuery(`${SEARCH} LIMTI 5`).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BraidError);
