@@ -8,9 +8,12 @@
  * - Same key and same raw body: the first successful response is replayed
  *   (same status and body) with `Idempotent-Replayed: true`, without running
  *   the request again. A different body: 409 `idempotency_key_reused`.
- * - Write routes (5, 9, 11) hand the receipt to the engine, which commits it
- *   in the same WAL frame as the records: a crash keeps both or neither.
- *   Other routes store the receipt right after they succeed.
+ * - Write routes (5, 9, 11) hand their key to the records service
+ *   (src/services/records.ts), whose receipt the engine commits in the same
+ *   WAL frame as the records: a crash keeps both or neither. GraphQL's write
+ *   mutations do the same per field, snapshot and restore write the key with
+ *   what they create. Every route also stores the response's receipt right
+ *   after it succeeds, except the write routes, whose receipt is committed.
  * - A second request with a key whose first request is still running waits
  *   for it and then replays (or gets the 409). Within one engine process a
  *   keyed request never executes twice; the engine re-checks receipts inside
