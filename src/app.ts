@@ -4,14 +4,18 @@
  */
 import { REQUEST_ID_HEADER, requestId } from './request-id.js';
 import { HEADER_CONSTRAINTS, documentedBody } from './openapi-constraints.js';
-import { BRANCH_HEADER, DATABASE_HEADER, checkBranchHeaders } from './names.js';
+import { checkBranchHeaders } from './names.js';
 import { engineDocument } from './openapi.js';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { Braid, BranchRef } from './engine.js';
-import { BraidError, isErrorCode } from './errors.js';
+import type { Braid } from './engine.js';
+import type { BranchRef, Engine } from './native/engine.js';
+import { BraidError } from './errors.js';
+import { frameworkErrors, httpError } from './http-errors.js';
+import { headerBranch, resolveBranch } from './services/branch.js';
+import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
-import { ajv, validationError } from './validation.js';
+import { ajv } from './validation.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
 import { prometheusRoutes } from './prometheus.js';
@@ -23,7 +27,6 @@ import { adminRoutes } from './routes/admin.js';
 import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import sjson from 'secure-json-parse';
-import { QlSyntaxError, formatQlError } from './ql/index.js';
 import swagger from '@fastify/swagger';
 import { TokenSet, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
 
@@ -35,11 +38,10 @@ export interface AppOptions {
 }
 
 /** Per-process counters and state shared by the routes. */
-export interface ServiceState {
-  engine: Braid;
+export interface ServiceState extends ProcessState {
+  /** The typed binding the routes hand their services. */
+  engine: Engine;
   config: ServerConfig;
-  requests: number;
-  closing: boolean;
 }
 
 declare module 'fastify' {
@@ -64,61 +66,14 @@ function principalOf(request: FastifyRequest): string | undefined {
 
 export type App = FastifyInstance & { withTypeProvider: () => FastifyInstance };
 
-/** The branch a request addresses through headers (body fields win on put). */
-export function branchOf(request: FastifyRequest): BranchRef {
-  const header = (name: string): string | undefined => {
-    const v = request.headers[name];
-    return Array.isArray(v) ? v[0] : v;
-  };
-  return { databaseId: header(DATABASE_HEADER), branchId: header(BRANCH_HEADER) };
-}
-
-/**
- * The branch of a put whose body names one (`branch_id` / `database_id`,
- * which SDKs and the gateway inject). The headers and the body must agree:
- * the gateway routes by its catalog and sets the headers, so a body that
- * names another branch is refused (400 branch_mismatch) rather than allowed
- * to reach a branch the catalog does not expose.
- */
-export function putBranch(headers: BranchRef, body: { database_id?: string; branch_id?: string }): BranchRef {
-  const pick = (what: string, header: string | undefined, named: string | undefined): string | undefined => {
-    if (header !== undefined && named !== undefined && header !== named) {
-      throw new BraidError('branch_mismatch', `body ${what} "${named}" disagrees with the request's x-braid-${what === 'branch_id' ? 'branch' : 'database'} header "${header}"`);
-    }
-    return named ?? header;
-  };
-  return { databaseId: pick('database_id', headers.databaseId, body.database_id), branchId: pick('branch_id', headers.branchId, body.branch_id) };
-}
-
-/** The branch a keyed request's receipt lives in: the one its write goes to. */
+/** The branch a keyed request's receipt lives in: the one its write goes to (src/services/branch.ts). */
 function receiptBranch(request: FastifyRequest): BranchRef {
-  const headers = branchOf(request);
+  const headers = headerBranch(request.headers);
   const body = request.body as { record?: unknown; database_id?: string; branch_id?: string } | undefined;
   if (request.routeOptions.url === '/v1/records/put' && body && typeof body === 'object' && 'record' in body) {
-    return putBranch(headers, body);
+    return resolveBranch(headers, body);
   }
   return headers;
-}
-
-function errorReply(err: FastifyError | BraidError | Error): BraidError {
-  if (err instanceof BraidError) return err;
-  const e = err as FastifyError & { validation?: unknown[]; validationContext?: string };
-  if (e.validation) return validationError(e.validation as never, e.validationContext ?? 'body');
-  switch (e.code) {
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new BraidError('invalid_json', e.message.toLowerCase());
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new BraidError('body_too_large', 'request body is larger than the configured limit');
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return new BraidError('unsupported_media_type', 'request body must be application/json');
-    default:
-      break;
-  }
-  if (e instanceof SyntaxError || e.statusCode === 400) return new BraidError('invalid_json', e.message);
-  if (typeof e.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, e.message);
-  return new BraidError('internal_error', e.message || 'internal error');
 }
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
@@ -132,6 +87,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // fastify's own drain answer has no `code`; the onRequest hook below
     // answers 503 shutting_down instead
     return503OnClosing: false,
+    // what fastify answers before any hook runs (a path that does not decode) gets a {code, error} body too
+    frameworkErrors,
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');
@@ -150,7 +107,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }
   });
 
-  const state: ServiceState = { engine: options.engine, config, requests: 0, closing: false };
+  const engine = options.engine.engine;
+  /** Where this engine answers, as branches report it: the public URL, else the address it listens on. */
+  const endpoint = (): string => {
+    if (config.publicUrl) return config.publicUrl;
+    const address = app.server.address();
+    if (address && typeof address === 'object') {
+      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+      return `http://${host}:${address.port}`;
+    }
+    return 'embedded';
+  };
+  const state: ServiceState = { engine, config, requests: 0, closing: false, endpoint };
   // without tokens (development) the engine accepts any request, as the spec allows
   const tokens = config.authTokens.length > 0 ? new TokenSet(config.authTokens) : undefined;
   app.decorate('braid', state);
@@ -171,9 +139,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${allowed.join(' or ')}`);
   };
   // first, so its timings and counts cover every request, refused ones included
-  await app.register(fp(prometheusRoutes), { engine: options.engine });
+  await app.register(fp(prometheusRoutes), { engine });
   // the engine's own events (recovery, checkpoints, indexer, faults) in this log
-  pollEngineEvents(app, options.engine);
+  pollEngineEvents(app, engine);
 
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
@@ -205,12 +173,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
 
   app.setErrorHandler((err, request, reply) => {
-    if (err instanceof QlSyntaxError) return reply.status(400).send(formatQlError(err));
-    const braidErr = errorReply(err as Error);
+    const braidErr = httpError(err);
     if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
-    const body: Record<string, unknown> = braidErr.toBody();
-    if (braidErr.index !== undefined) body.index = braidErr.index;
-    return reply.status(braidErr.status).send(body);
+    return reply.status(braidErr.status).send(braidErr.toBody());
   });
 
   app.setNotFoundHandler((request, reply) => {
@@ -264,7 +229,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       return payload;
     });
   }
-  await app.register(idempotency, { engine: options.engine, branchOf: receiptBranch });
+  await app.register(idempotency, { engine, branchOf: receiptBranch });
   await app.register(recordRoutes);
   await app.register(opsRoutes);
   await app.register(queryRoutes);

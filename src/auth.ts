@@ -37,11 +37,11 @@ export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown
     return { token: spec, scope: 'admin' };
   }
   if (typeof spec !== 'object' || spec === null || typeof spec.token !== 'string' || spec.token === '') {
-    throw new Error(`${where} must be a string or {token, scope}`);
+    throw new BraidError('invalid_config', `${where} must be a string or {token, scope}`);
   }
   const scope = spec.scope ?? 'admin';
   if (typeof scope !== 'string' || !(SCOPES as readonly string[]).includes(scope)) {
-    throw new Error(`${where}.scope must be one of ${SCOPES.join(', ')}`);
+    throw new BraidError('invalid_config', `${where}.scope must be one of ${SCOPES.join(', ')}`);
   }
   return { token: spec.token, scope: scope as Scope };
 }

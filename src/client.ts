@@ -6,7 +6,7 @@
  */
 import type { Static } from 'typebox';
 import { BraidError, isErrorCode, type ErrorCode } from './errors.js';
-import type { BranchRef, BranchSummary, HybridExplain, HybridQuery, QueryResponse, RecordInput, RecordKey, RecordOutput } from './engine.js';
+import type { BranchRef, BranchSummary, HybridExplain, HybridQuery, QueryResponse, RecordInput, RecordKey, RecordOutput } from './native/engine.js';
 import type { RestoreResponse, SnapshotResponse } from './schemas/admin.js';
 import type { MetricsResponse, ReadyResponse } from './schemas/ops.js';
 

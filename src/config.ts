@@ -2,6 +2,8 @@
  * Server configuration: defaults, overridden by environment variables,
  * overridden by command-line flags. Documented in docs/operations.md.
  */
+import { BraidError } from './errors.js';
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -44,7 +46,7 @@ export const DEFAULTS: ServerConfig = {
 function int(value: string | undefined, name: string): number | undefined {
   if (value === undefined || value === '') return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
+  if (!Number.isInteger(n) || n < 0) throw new BraidError('invalid_config', `${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
   return n;
 }
 

@@ -9,7 +9,7 @@
  * "Engine events", lists them.
  */
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import type { Braid, EngineEvent } from './engine.js';
+import type { Engine, EngineEvent } from './native/engine.js';
 
 export const EVENT_POLL_MS = 1000;
 
@@ -20,7 +20,7 @@ export function logEngineEvents(log: FastifyBaseLogger, events: EngineEvent[]): 
 }
 
 /** Logs `engine`'s events while `app` runs. */
-export function pollEngineEvents(app: FastifyInstance, engine: Braid, intervalMs = EVENT_POLL_MS): void {
+export function pollEngineEvents(app: FastifyInstance, engine: Engine, intervalMs = EVENT_POLL_MS): void {
   const drain = (): void => {
     try {
       logEngineEvents(app.log, engine.events());

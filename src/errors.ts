@@ -1,7 +1,10 @@
 /**
  * The one error table: every stable code Braid returns and its HTTP status.
- * Engine codes come from `crates/engine/src/error.rs`; service codes are
- * added here. Documented in docs/errors.md; a test checks the two agree.
+ * Engine codes come from `crates/engine/src/error.rs` (the binding's
+ * `errorCodes()` lists them with their statuses; test/binding.test.ts checks
+ * this table against it); service codes are added here. Every error the
+ * TypeScript side raises is a `BraidError` with a code of this table.
+ * Documented in docs/errors.md; a test checks the two agree.
  */
 export const ERROR_STATUS = {
   // request shape
@@ -65,6 +68,8 @@ export const ERROR_STATUS = {
   wal_corrupt: 503,
   format_unsupported: 503,
   data_dir_locked: 503,
+  native_binding_missing: 503,
+  invalid_config: 500,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -89,8 +94,9 @@ export class BraidError extends Error {
     return statusOf(this.code);
   }
 
-  toBody(): { code: string; error: string } {
-    return { code: this.code, error: this.message };
+  /** The error body: `{code, error}`, and `index` for the offending record of a batch. */
+  toBody(): { code: string; error: string; index?: number } {
+    return this.index === undefined ? { code: this.code, error: this.message } : { code: this.code, error: this.message, index: this.index };
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * What the server enforces, written into the OpenAPI document (documentation
- * only: fastify's validation of the same schemas is unchanged, so every
- * error keeps the engine's own code). The engine checks names, ranges and
+ * only: the validation of the same schemas, by fastify or by the query
+ * service, is unchanged, so every error keeps the engine's own code). The engine checks names, ranges and
  * enums itself (crates/engine/src/names.rs, schema.rs, query/plan.rs) and
  * the JSON parser refuses prototype keys (src/app.ts); this states them
  * where clients and fuzzers read the interface, so that a request the
@@ -135,6 +135,10 @@ function patch(node: unknown, limits: Limits): void {
       if (name === 'records') for (const arr of members(prop, 'array')) Object.assign(arr, { minItems: 1, maxItems: limits.maxBatch });
       if (name === 'vector') {
         for (const arr of members(prop, 'array')) Object.assign(arr, { minItems: 1, maxItems: limits.maxVectorDim, items: { ...(arr.items as Node), ...fresh(FINITE_F32) } });
+      }
+      // the engine's limit (invalid_query), and an empty name is no column (unknown_column)
+      if (name === 'return_fields') {
+        for (const arr of members(prop, 'array')) Object.assign(arr, { maxItems: 1000, items: { ...(arr.items as Node), minLength: 1 } });
       }
       if (name === 'fields') {
         props[name] = fieldMap(limits, prop.description);

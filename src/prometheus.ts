@@ -18,7 +18,7 @@
  */
 import client from 'prom-client';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Braid, EngineHistogram, EngineMetrics } from './engine.js';
+import type { Engine, EngineHistogram, EngineMetrics } from './native/engine.js';
 
 export const HTTP_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const INDEXER_STATES = ['running', 'failing', 'stopped'] as const;
@@ -110,7 +110,7 @@ class EngineSeries {
 
 const MEMORY_STRUCTURES = ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts'] as const;
 
-export async function prometheusRoutes(app: FastifyInstance, options: { engine: Braid }): Promise<void> {
+export async function prometheusRoutes(app: FastifyInstance, options: { engine: Engine }): Promise<void> {
   const { engine } = options;
   const registry = createRegistry('braid_');
   const registers = [registry];
@@ -177,7 +177,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
   };
 
   app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {
-    const branches = await engine.branches();
+    const branches = await engine.branches('embedded');
     // from here to the registry's read nothing awaits, so concurrent scrapes do not mix
     for (const g of Object.values(engineGauges)) g.reset();
     for (const s of Object.values(engineSeries)) s.reset();

@@ -64,6 +64,36 @@ describe('snapshot and restore', () => {
     expect(fail.body.verification).toMatchObject({ status: 'failed', record_visible: false, record: null });
   });
 
+  it('restore with verification answers alike from REST, GraphQL and the embedded API (issue 17)', async () => {
+    // one service (src/services/admin.ts): REST used to throw where the GraphQL resolver caught
+    await s.post('/v1/admin/snapshot', { target: 'verify_doors' });
+    const branchNames = async () => (await s.get('/v1/branches')).body.branches.map((b: { branch_id: string }) => b.branch_id);
+    const gql = (target: string, table: string) =>
+      s.post('/v1/graphql', {
+        query: `mutation { restore(source: "verify_doors", target: "${target}", verify_record: {table: "${table}", tenant_id: "t1", id: "a"}) { target verification { status record_visible error } } }`,
+      });
+    // a table the snapshot does not have: the restore happens and the verification fails
+    const rest = await s.post('/v1/admin/restore', { source: 'verify_doors', target: 'vd_rest', verify_record: { table: 'nope', tenant_id: 't1', id: 'a' } });
+    expect(rest.status).toBe(200);
+    expect(rest.body.verification).toMatchObject({ status: 'failed', record_visible: false, record: null });
+    const graphql = await gql('vd_graphql', 'nope');
+    expect(graphql.body).toEqual({ data: { restore: { target: 'vd_graphql', verification: { status: 'failed', record_visible: false, error: null } } } });
+    const embedded = await s.engine.restore('verify_doors', 'vd_embedded', { verify: { table: 'nope', tenant_id: 't1', id: 'a' } });
+    expect(embedded.verification).toEqual(rest.body.verification);
+    // a verify key that is not a name: the whole restore fails, before the branch exists
+    const badRest = await s.post('/v1/admin/restore', { source: 'verify_doors', target: 'vd_bad_rest', verify_record: { table: 'no-dashes', tenant_id: 't1', id: 'a' } });
+    expect(badRest.status).toBe(400);
+    expect(badRest.body.code).toBe('invalid_name');
+    const badGraphql = await gql('vd_bad_graphql', 'no-dashes');
+    expect(badGraphql.body.data).toEqual({ restore: null });
+    expect(badGraphql.body.errors[0].extensions.code).toBe('invalid_name');
+    const badEmbedded = await s.engine.restore('verify_doors', 'vd_bad_embedded', { verify: { table: 'no-dashes', tenant_id: 't1', id: 'a' } }).catch((e: unknown) => e);
+    expect(badEmbedded).toMatchObject({ code: 'invalid_name' });
+    const names = await branchNames();
+    expect(names).toEqual(expect.arrayContaining(['vd_rest', 'vd_graphql', 'vd_embedded']));
+    for (const absent of ['vd_bad_rest', 'vd_bad_graphql', 'vd_bad_embedded']) expect(names).not.toContain(absent);
+  });
+
   it('branches are independent after the restore', async () => {
     await s.post('/v1/admin/snapshot', { target: 'fork_point' });
     await s.post('/v1/admin/restore', { source: 'fork_point', target: 'fork' });

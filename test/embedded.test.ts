@@ -35,6 +35,8 @@ describe('docs/embedded.md', () => {
       expect(lines).toContain('committed at epoch 1');
       expect(lines).toContain('invalid_name 400');
       expect(lines.some((l) => l.startsWith('restored into audit'))).toBe(true);
+      // snapshot answers as route 10 does (issue 17): its name is `target`
+      expect(lines.some((l) => /^snapshot before_cleanup at epoch \d+$/.test(l))).toBe(true);
     } finally {
       log.mockRestore();
       rmSync(file, { force: true });

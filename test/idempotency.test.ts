@@ -82,18 +82,20 @@ describe('Idempotency-Key', () => {
     // load). The schedule below made that happen every time: A looks up slowly, B claims first and
     // writes slowly, C waits on B's claim, A overwrites it and finishes first.
     const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-    const { receipt, put } = { receipt: s.engine.receipt.bind(s.engine), put: s.engine.put.bind(s.engine) };
+    // the typed binding under the app's services (src/native/engine.ts)
+    const engine = s.engine.engine;
+    const { receipt, put } = { receipt: engine.receipt.bind(engine), put: engine.put.bind(engine) };
     let lookups = 0;
     let puts = 0;
-    s.engine.receipt = async (key, branch) => {
+    engine.receipt = async (key, branch) => {
       lookups += 1;
       await sleep(lookups === 1 ? 60 : 1);
       return receipt(key, branch);
     };
-    s.engine.put = async (record, options) => {
+    engine.put = async (records, branch, draft) => {
       puts += 1;
       if (puts === 1) await sleep(150);
-      return put(record, options);
+      return put(records, branch, draft);
     };
     try {
       const before = await epochNow();
@@ -110,8 +112,8 @@ describe('Idempotency-Key', () => {
       expect(results.filter((r) => r.headers.get('idempotent-replayed') === 'true')).toHaveLength(2);
       expect(await epochNow()).toBe(before + 1);
     } finally {
-      s.engine.receipt = receipt;
-      s.engine.put = put;
+      engine.receipt = receipt;
+      engine.put = put;
     }
   }, 20_000);
 

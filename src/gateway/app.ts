@@ -7,7 +7,7 @@
  */
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import { errorBody, frameworkErrors, toBraidError } from '../error-reply.js';
+import { errorBody, frameworkErrors, httpError } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -92,7 +92,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   }
 
   app.setErrorHandler((err, request, reply) => {
-    const braidErr = toBraidError(err);
+    const braidErr = httpError(err);
     if (braidErr.status >= 500 && !EXPECTED_5XX.has(braidErr.code)) request.log.error({ err }, 'gateway request failed');
     return reply.status(braidErr.status).send(errorBody(braidErr));
   });

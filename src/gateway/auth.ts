@@ -13,7 +13,7 @@ import { BraidError } from '../errors.js';
 import { checkBranchHeaders } from '../names.js';
 import { isConsoleRequest } from '../routes/console.js';
 import { API_METHODS, pathOf } from './routing.js';
-import type { GatewayState } from './state.js';
+import type { GatewayConfig } from './config.js';
 
 export interface Authenticated {
   token: string;
@@ -32,7 +32,7 @@ export function authOf(request: FastifyRequest): Authenticated | undefined {
 }
 
 /** Adds the authentication hook to `app` (not a plugin: it must cover every route of the app). */
-export function authenticateRequests(app: FastifyInstance, state: GatewayState): void {
+export function authenticateRequests(app: FastifyInstance, state: { readonly config: GatewayConfig; metered: number }): void {
   const { config } = state;
   const tokens = new TokenSet(config.tokens);
   const failures = new Map<string, { count: number; until: number }>();

@@ -3,6 +3,7 @@
  * overridden by environment variables, overridden by command-line flags.
  * Tokens are the union of all three sources. Documented in docs/gateway.md.
  */
+import { BraidError } from '../errors.js';
 import { readFileSync } from 'node:fs';
 import { allows, parseTokenSpec, type TokenSpec } from '../auth.js';
 
@@ -99,9 +100,10 @@ export interface GatewayFlags {
   logLevel?: string;
 }
 
-export class GatewayConfigError extends Error {
+/** A gateway setting it cannot start with: `invalid_config` of the one error table. */
+export class GatewayConfigError extends BraidError {
   constructor(message: string) {
-    super(message);
+    super('invalid_config', message);
     this.name = 'GatewayConfigError';
   }
 }

@@ -18,6 +18,7 @@ import { isObject, type Engines } from './engines.js';
 import { responseHeaders } from './headers.js';
 import type { GatewayMetrics } from './metrics.js';
 import { BRANCH_HEADER, DATABASE_HEADER, headerValue, parsePutBody, pathOf, type Route } from './routing.js';
+import { resolveBranch } from '../services/branch.js';
 import { upstreamFailure } from './upstream.js';
 
 const PUT_PATH = '/v1/records/put';
@@ -91,12 +92,9 @@ function graphqlDocumentScope(bytes: Buffer): Scope {
  */
 async function routePut(engines: Engines, request: FastifyRequest, bytes: Buffer): Promise<{ route: Route; body: Buffer }> {
   const parsed = parsePutBody(bytes);
-  for (const [named, header, what] of [[parsed?.databaseId, DATABASE_HEADER, 'database_id'], [parsed?.branchId, BRANCH_HEADER, 'branch_id']] as const) {
-    const sent = headerValue(request.headers[header]);
-    if (named !== undefined && sent !== undefined && named !== sent) {
-      throw new BraidError('branch_mismatch', `body ${what} "${named}" disagrees with the request's ${header} header "${sent}"`);
-    }
-  }
+  // the one branch rule of every front door (src/services/branch.ts): a body's names must agree with the headers
+  const headers = { databaseId: headerValue(request.headers[DATABASE_HEADER]), branchId: headerValue(request.headers[BRANCH_HEADER]) };
+  resolveBranch(headers, { database_id: parsed?.databaseId, branch_id: parsed?.branchId });
   const route = await engines.route(request, parsed?.databaseId, parsed?.branchId);
   return { route, body: parsed ? parsed.rewrite(route) : bytes };
 }

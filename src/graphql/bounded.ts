@@ -19,7 +19,7 @@ import {
   type SelectionSetNode,
   type ASTNode,
 } from 'graphql';
-import type { HybridQuery } from '../engine.js';
+import type { HybridQuery } from '../native/engine.js';
 import { BraidError } from '../errors.js';
 import { checkLimits, BOUNDED_LIMITS, type Limits } from './bounds.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery } from './types.js';

@@ -23,7 +23,11 @@ import {
   type GraphQLInputType,
   type GraphQLResolveInfo,
 } from 'graphql';
-import type { Braid, BranchRef, ColumnDeclaration, Committed, ReceiptDraft, RecordKey, RequestKey, TableSchema, WriteResult } from '../engine.js';
+import type { BranchRef, ColumnDeclaration, Committed, Engine, RecordKey, RequestKey, TableSchema, WriteResult } from '../native/engine.js';
+import { declareTable, restoreSnapshot, takeSnapshot } from '../services/admin.js';
+import { listBranches } from '../services/ops.js';
+import { runQuery, schemaEpoch, tables } from '../services/queries.js';
+import { deleteRecord, getRecord, putRecords, type WriteOptions } from '../services/records.js';
 import { BraidError } from '../errors.js';
 import { GraphQLJSON } from './scalars.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery, type GraphQLContext } from './types.js';
@@ -130,7 +134,11 @@ const RestoreVerificationType = new GraphQLObjectType({
     record: { type: RecordType },
     record_visible: { type: nn(GraphQLBoolean) },
     request: { type: nn(RecordKeyType) },
-    error: { type: GraphQLString, description: 'why the verification read failed, when it did' },
+    error: {
+      type: GraphQLString,
+      description: 'always null',
+      deprecationReason: 'never set: the verification read cannot fail once the branch exists; a bad verify_record fails the whole restore before it (docs/graphql.md)',
+    },
   },
 });
 
@@ -171,10 +179,13 @@ function fieldKey(ctx: GraphQLContext, info: GraphQLResolveInfo): RequestKey | u
   return { key: `${ctx.requestKey.key}\n#${info.path.key}`, body_hash: ctx.requestKey.body_hash };
 }
 
-/** The receipt a keyed mutation's write commits with it; the engine fills in the placeholders. */
-function fieldReceipt(ctx: GraphQLContext, info: GraphQLResolveInfo): ReceiptDraft | undefined {
-  const key = fieldKey(ctx, info);
-  return key && { ...key, status: 200, body: { epoch: 0, record_count: 0, changed: true } };
+/**
+ * How a mutation field writes: on the request's branch, and for a keyed
+ * request with its own key, so its receipt commits with its write and a
+ * retry answers the WriteResult it committed (src/services/records.ts).
+ */
+function writeOptions(ctx: GraphQLContext, info: GraphQLResolveInfo): WriteOptions {
+  return { branch: ctx.branch, requestKey: fieldKey(ctx, info) };
 }
 
 function tableOut(t: TableSchema) {
@@ -284,17 +295,14 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
       type: resultType,
       description: `Hybrid search over table ${t.name}, rows with typed fields.`,
       args: searchArgs({ withTable: false, scalarEq }),
-      resolve: (_src, args: Args, ctx) => ctx.engine.query(toHybridQuery(args, t.name, scalarEq !== undefined), ctx.branch),
+      resolve: (_src, args: Args, ctx) => runQuery(ctx.engine, toHybridQuery(args, t.name, scalarEq !== undefined), ctx.branch),
     },
     [`${t.name}_record`]: {
       type: recordType,
       description: `Exact get of a record of table ${t.name}.`,
       args: { tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) }, as_of_epoch: { type: GraphQLInt } },
       resolve: (_src, args: Args, ctx) =>
-        ctx.engine.get(
-          { table: t.name, tenant_id: args.tenant_id as string, id: args.id as string },
-          { ...ctx.branch, epoch: (args.as_of_epoch as number | null) ?? undefined },
-        ),
+        getRecord(ctx.engine, { table: t.name, tenant_id: args.tenant_id as string, id: args.id as string }, ctx.branch, (args.as_of_epoch as number | null) ?? undefined),
     },
   };
 }
@@ -312,25 +320,22 @@ const queryFields: Record<string, Field> = {
       as_of_epoch: { type: GraphQLInt, description: 'read the version visible at this epoch' },
     },
     resolve: (_src, args: Args, ctx) =>
-      ctx.engine.get(
-        { table: args.table as string, tenant_id: args.tenant_id as string, id: args.id as string },
-        { ...ctx.branch, epoch: (args.as_of_epoch as number | null) ?? undefined },
-      ),
+      getRecord(ctx.engine, { table: args.table as string, tenant_id: args.tenant_id as string, id: args.id as string }, ctx.branch, (args.as_of_epoch as number | null) ?? undefined),
   },
   search: {
     type: SearchResult,
     description: 'Hybrid query: text, vector, scalar equality, graph seed and time in one ranked page.',
     args: searchArgs({ withTable: true }),
-    resolve: (_src, args: Args, ctx) => ctx.engine.query(toHybridQuery(args), ctx.branch),
+    resolve: (_src, args: Args, ctx) => runQuery(ctx.engine, toHybridQuery(args), ctx.branch),
   },
   tables: {
     type: nn(list(TableType)),
     description: 'The tables of the branch and their columns.',
-    resolve: async (_src, _args, ctx) => (await ctx.engine.schemas(ctx.branch)).map(tableOut),
+    resolve: async (_src, _args, ctx) => (await tables(ctx.engine, ctx.branch)).map(tableOut),
   },
   branches: {
     type: nn(list(BranchType)),
-    resolve: (_src, _args, ctx) => ctx.engine.branches(ctx.endpoint()),
+    resolve: (_src, _args, ctx) => listBranches(ctx.engine, ctx.endpoint()),
   },
 };
 
@@ -340,7 +345,7 @@ const mutationFields: Record<string, Field> = {
     description: 'Full replacement write of one record; resolves once it is durable.',
     args: { record: { type: nn(RecordInputType) } },
     resolve: async (_src, args: Args, ctx, info) =>
-      committed(await ctx.engine.put(recordInput(args.record as Args, 'record'), { ...ctx.branch, receipt: fieldReceipt(ctx, info) })),
+      committed(await putRecords(ctx.engine, [recordInput(args.record as Args, 'record')], writeOptions(ctx, info))),
   },
   put_batch: {
     type: WriteResultType,
@@ -348,7 +353,7 @@ const mutationFields: Record<string, Field> = {
     args: { records: { type: nn(list(RecordInputType)) } },
     resolve: async (_src, args: Args, ctx, info) => {
       const records = (args.records as Args[]).map((r, i) => recordInput(r, `records[${i}]`));
-      return committed(await ctx.engine.putBatch(records, { ...ctx.branch, receipt: fieldReceipt(ctx, info) }));
+      return committed(await putRecords(ctx.engine, records, writeOptions(ctx, info)));
     },
   },
   delete: {
@@ -356,32 +361,21 @@ const mutationFields: Record<string, Field> = {
     description: 'Writes a tombstone: later gets and searches no longer see the record; temporal reads before it still do.',
     args: { table: { type: nn(GraphQLString) }, tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) } },
     resolve: async (_src, args: Args, ctx, info) =>
-      committed(await ctx.engine.delete(args as unknown as RecordKey, { ...ctx.branch, receipt: fieldReceipt(ctx, info) })),
+      committed(await deleteRecord(ctx.engine, args as unknown as RecordKey, writeOptions(ctx, info))),
   },
   snapshot: {
     type: SnapshotResultType,
     description: 'Admin: takes snapshot `target` of the branch at its latest epoch.',
     args: { target: { type: nn(GraphQLString) } },
-    resolve: async (_src, args: Args, ctx, info) => {
-      const snap = await ctx.engine.snapshot(args.target as string, { ...ctx.branch, requestKey: fieldKey(ctx, info) });
-      return { snapshot: true, target: snap.name, database_id: snap.database_id, branch_id: snap.branch_id, epoch: snap.epoch };
-    },
+    resolve: (_src, args: Args, ctx, info) => takeSnapshot(ctx.engine, args.target as string, ctx.branch, fieldKey(ctx, info)),
   },
   restore: {
     type: RestoreResultType,
     description: 'Admin: restores snapshot `source` into a new branch `target`, then optionally checks that verify_record is visible there.',
     args: { source: { type: nn(GraphQLString) }, target: { type: nn(GraphQLString) }, verify_record: { type: RecordKeyInput } },
-    resolve: async (_src, args: Args, ctx, info) => {
-      const key = args.verify_record as RecordKey | null | undefined;
-      const request = key ? { table: key.table, tenant_id: key.tenant_id, id: key.id } : undefined;
-      // names are checked before the branch is created, as on route 3
-      const out = await ctx.engine.restore(args.source as string, args.target as string, { verify: request, requestKey: fieldKey(ctx, info) });
-      let verification = null;
-      if (request) {
-        const record = out.verified ?? null;
-        verification = { status: record ? 'passed' : 'failed', record, record_visible: record !== null, request };
-      }
-      return { restored: out.restored, source: out.source, target: out.target, epoch: out.epoch, verification };
+    resolve: (_src, args: Args, ctx, info) => {
+      const verify = (args.verify_record as RecordKey | null | undefined) ?? undefined;
+      return restoreSnapshot(ctx.engine, { source: args.source as string, target: args.target as string, verify_record: verify }, fieldKey(ctx, info));
     },
   },
   declare_table: {
@@ -397,9 +391,8 @@ const mutationFields: Record<string, Field> = {
       if (typeof columns !== 'object' || columns === null || Array.isArray(columns)) {
         throw new BraidError('invalid_record', 'columns must be an object mapping a column name to {type, dim, metric, text, scalar}');
       }
-      const result = committed(await ctx.engine.declareTable(table, columns as Record<string, ColumnDeclaration>, ctx.branch));
-      const schema = (await ctx.engine.schemas(ctx.branch)).find((t) => t.name === table);
-      return { epoch: result.epoch, table: schema ? tableOut(schema) : { name: table, columns: [] } };
+      const declared = await declareTable(ctx.engine, table, columns as Record<string, ColumnDeclaration>, ctx.branch);
+      return { epoch: committed(declared.result).epoch, table: tableOut(declared.table) };
     },
   },
 };
@@ -420,16 +413,16 @@ export class SchemaCache {
   private readonly entries = new Map<string, { epoch: number; schema: GraphQLSchema }>();
 
   constructor(
-    private readonly engine: Braid,
+    private readonly engine: Engine,
     private readonly maxEntries = 256,
   ) {}
 
   async get(branch: BranchRef): Promise<GraphQLSchema> {
     const key = `${branch.databaseId ?? ''}\u0000${branch.branchId ?? ''}`;
-    const epoch = this.engine.metrics(branch).schema_epoch;
+    const epoch = schemaEpoch(this.engine, branch);
     const hit = this.entries.get(key);
     if (hit && hit.epoch === epoch) return hit.schema;
-    const schema = buildNativeSchema(await this.engine.schemas(branch));
+    const schema = buildNativeSchema(await tables(this.engine, branch));
     this.entries.delete(key);
     this.entries.set(key, { epoch, schema });
     if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value as string);

@@ -1,6 +1,7 @@
 /**
  * GraphQL types shared by the native schema (route 7) and the bounded
- * schema (routes 6 and 1): hybrid search arguments and result rows, and the
+ * schema (routes 6 and 1): hybrid search arguments (built from the one
+ * HybridQuery definition, src/schemas/query.ts) and result rows, and the
  * mapping from GraphQL arguments to the engine's HybridQuery.
  */
 import {
@@ -15,12 +16,14 @@ import {
   type GraphQLFieldConfigArgumentMap,
   type GraphQLInputType,
 } from 'graphql';
-import type { Braid, BranchRef, HybridQuery, RequestKey } from '../engine.js';
+import type { BranchRef, Engine, HybridQuery as QueryInput, RequestKey } from '../native/engine.js';
+import { HYBRID_QUERY_FIELDS, HybridQuery, REQUIRED_QUERY_FIELDS } from '../schemas/query.js';
+import { BraidError } from '../errors.js';
 import { GraphQLJSON } from './scalars.js';
 
-/** What every resolver receives: the engine and the branch the request addresses. */
+/** What every resolver receives: the typed binding its services take and the branch the request addresses. */
 export interface GraphQLContext {
-  engine: Braid;
+  engine: Engine;
   branch: BranchRef;
   /** The endpoint reported by `branches` (same as GET /v1/branches). */
   endpoint: () => string;
@@ -67,15 +70,65 @@ export const SearchResult = new GraphQLObjectType({
   },
 });
 
-export const FusionWeightsInput = new GraphQLInputObjectType({
-  name: 'FusionWeightsInput',
-  description: 'Relative weights of the signals in score fusion.',
-  fields: {
-    lexical: { type: GraphQLFloat },
-    vector: { type: GraphQLFloat },
-    relational: { type: GraphQLFloat },
-  },
-});
+/**
+ * A JSON schema of the HybridQuery definition (src/schemas/query.ts) as a
+ * GraphQL input type: strings, integers, numbers and booleans as the
+ * GraphQL scalars, a union with null as the nullable type, arrays as
+ * lists, maps as JSON, objects as input objects named after their field.
+ */
+function inputType(schema: JsonSchema, field: string): GraphQLInputType {
+  const members = schema.anyOf?.filter((m) => m.type !== 'null');
+  if (members?.length === 1) return inputType(members[0]!, field);
+  switch (schema.type) {
+    case 'string':
+      return GraphQLString;
+    case 'integer':
+      return GraphQLInt;
+    case 'number':
+      return GraphQLFloat;
+    case 'boolean':
+      return GraphQLBoolean;
+    case 'array':
+      return new GraphQLList(new GraphQLNonNull(inputType(schema.items!, field)));
+    case 'object':
+      if (!schema.properties) return GraphQLJSON;
+      return inputObject(schema, field);
+    default:
+      throw new BraidError('internal_error', `the HybridQuery field ${field} has no GraphQL input type`);
+  }
+}
+
+interface JsonSchema {
+  type?: string;
+  anyOf?: JsonSchema[];
+  items?: JsonSchema;
+  properties?: Record<string, JsonSchema>;
+  description?: string;
+}
+
+const inputObjects = new Map<string, GraphQLInputObjectType>();
+
+/** `fusion_weights` -> `FusionWeightsInput`, built once. */
+function inputObject(schema: JsonSchema, field: string): GraphQLInputObjectType {
+  const name = `${field.split('_').map((w) => w[0]!.toUpperCase() + w.slice(1)).join('')}Input`;
+  let type = inputObjects.get(name);
+  if (!type) {
+    const fields = Object.fromEntries(Object.entries(schema.properties!).map(([k, v]) => [k, { type: inputType(v, k), description: v.description }]));
+    type = new GraphQLInputObjectType({ name, description: schema.description, fields });
+    inputObjects.set(name, type);
+  }
+  return type;
+}
+
+/** Every HybridQuery field as a GraphQL argument, in the definition's order. */
+const queryArgs: GraphQLFieldConfigArgumentMap = Object.fromEntries(
+  HYBRID_QUERY_FIELDS.map((name) => {
+    const schema = HybridQuery.properties[name] as JsonSchema;
+    const type = inputType(schema, name);
+    const description = schema.description ?? schema.anyOf?.find((m) => m.description)?.description;
+    return [name, { type: REQUIRED_QUERY_FIELDS.includes(name) ? new GraphQLNonNull(type) : type, description }];
+  }),
+);
 
 /**
  * The HybridQuery arguments, one per field. `table` is left out for the
@@ -83,33 +136,9 @@ export const FusionWeightsInput = new GraphQLInputObjectType({
  * scalar_eq with a typed input there.
  */
 export function searchArgs(options: { withTable: boolean; scalarEq?: GraphQLInputType }): GraphQLFieldConfigArgumentMap {
-  const args: GraphQLFieldConfigArgumentMap = {};
-  if (options.withTable) args.table = { type: new GraphQLNonNull(GraphQLString), description: 'table to search' };
-  Object.assign(args, {
-    tenant_id: { type: new GraphQLNonNull(GraphQLString), description: 'tenant scope' },
-    text: { type: GraphQLString, description: 'BM25 text query' },
-    text_field: { type: GraphQLString, description: 'text-indexed column to search; all text columns when omitted' },
-    vector: { type: new GraphQLList(new GraphQLNonNull(GraphQLFloat)), description: 'query vector' },
-    vector_field: { type: GraphQLString, description: 'vector column to score; the first vector column when omitted' },
-    scalar_eq: {
-      type: options.scalarEq ?? GraphQLJSON,
-      description: 'equality predicates keyed by scalar column, e.g. {lang: "en"}',
-    },
-    graph_seed: { type: GraphQLString, description: 'record id to expand the edges graph from' },
-    temporal_as_of: { type: GraphQLInt, description: 'read the state as of this epoch' },
-    freshness: { type: GraphQLString, description: 'latest (default) or indexed' },
-    top_k: { type: GraphQLInt, description: 'rows per page, 1..1000, default 10' },
-    cursor: { type: GraphQLString, description: 'next_cursor of the previous page' },
-    explain: { type: GraphQLBoolean, description: 'also fill explain.planner_candidates' },
-    fusion: { type: GraphQLString, description: 'rrf (default) or relative_score' },
-    fusion_weights: { type: FusionWeightsInput },
-    candidate_budget: { type: GraphQLInt, description: 'vector candidates, 1..10000' },
-    graph_depth: { type: GraphQLInt, description: 'graph hops, 1..8, default 2' },
-    return_fields: {
-      type: new GraphQLList(new GraphQLNonNull(GraphQLString)),
-      description: 'the fields each result carries (default every field; [] none)',
-    },
-  });
+  const args: GraphQLFieldConfigArgumentMap = { ...queryArgs };
+  if (!options.withTable) delete args.table;
+  if (options.scalarEq) args.scalar_eq = { ...args.scalar_eq!, type: options.scalarEq };
   return args;
 }
 
@@ -124,10 +153,10 @@ function dropNulls(value: Record<string, unknown>): Record<string, unknown> {
  * omitted (the engine default applies), inside fusion_weights and typed
  * scalar_eq inputs too; a JSON scalar_eq is passed through as written.
  */
-export function toHybridQuery(args: Record<string, unknown>, table?: string, typedScalarEq = false): HybridQuery {
+export function toHybridQuery(args: Record<string, unknown>, table?: string, typedScalarEq = false): QueryInput {
   const q = dropNulls(args);
   if (q.fusion_weights && typeof q.fusion_weights === 'object') q.fusion_weights = dropNulls(q.fusion_weights as Record<string, unknown>);
   if (typedScalarEq && q.scalar_eq && typeof q.scalar_eq === 'object') q.scalar_eq = dropNulls(q.scalar_eq as Record<string, unknown>);
   if (table !== undefined) q.table = table;
-  return q as HybridQuery;
+  return q as QueryInput;
 }

@@ -8,9 +8,12 @@
  * - Same key and same raw body: the first successful response is replayed
  *   (same status and body) with `Idempotent-Replayed: true`, without running
  *   the request again. A different body: 409 `idempotency_key_reused`.
- * - Write routes (5, 9, 11) hand the receipt to the engine, which commits it
- *   in the same WAL frame as the records: a crash keeps both or neither.
- *   Other routes store the receipt right after they succeed.
+ * - Write routes (5, 9, 11) hand their key to the records service
+ *   (src/services/records.ts), whose receipt the engine commits in the same
+ *   WAL frame as the records: a crash keeps both or neither. GraphQL's write
+ *   mutations do the same per field, snapshot and restore write the key with
+ *   what they create. Every route also stores the response's receipt right
+ *   after it succeeds, except the write routes, whose receipt is committed.
  * - A second request with a key whose first request is still running waits
  *   for it and then replays (or gets the 409). Within one engine process a
  *   keyed request never executes twice; the engine re-checks receipts inside
@@ -29,7 +32,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from './plugin.js';
 import { BraidError } from '../errors.js';
-import type { BranchRef, Braid, ReceiptDraft } from '../engine.js';
+import type { BranchRef, Engine, RequestKey } from '../native/engine.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAY_HEADER = 'idempotent-replayed';
@@ -97,12 +100,25 @@ function validKey(key: string): boolean {
   return key.length >= 1 && key.length <= MAX_KEY_LENGTH && /^[\x20-\x7e]+$/.test(key);
 }
 
-/** The receipt draft a write route passes to the engine with its records. */
-export function receiptFor(request: FastifyRequest, body: unknown): ReceiptDraft | undefined {
+/**
+ * The key of a keyed request, for a service that writes it with its work:
+ * the records of a write (committed in the same WAL frame), a snapshot or a
+ * restored branch. None for a request without a key.
+ */
+export function requestKeyOf(request: FastifyRequest): RequestKey | undefined {
+  const ctx = request.idempotency;
+  return ctx && { key: ctx.scopedKey, body_hash: ctx.bodyHash };
+}
+
+/**
+ * The key of a keyed write route (5, 9, 11), whose receipt the engine commits
+ * with the records: nothing is stored after the response.
+ */
+export function writeKeyOf(request: FastifyRequest): RequestKey | undefined {
   const ctx = request.idempotency;
   if (!ctx) return undefined;
   ctx.committed = true;
-  return { key: ctx.scopedKey, body_hash: ctx.bodyHash, status: 200, body };
+  return { key: ctx.scopedKey, body_hash: ctx.bodyHash };
 }
 
 /** Sends a stored response again. */
@@ -116,7 +132,7 @@ export function replay(reply: FastifyReply, status: number, body: unknown): Fast
 }
 
 export interface IdempotencyOptions {
-  engine: Braid;
+  engine: Engine;
   /** Where a request's receipts live: the branch its write goes to. */
   branchOf: (request: FastifyRequest) => BranchRef;
 }

@@ -1,10 +1,12 @@
 /**
  * Diagnostics of the native query language, as plain data.
  *
- * Every failure to parse a query is a `QlSyntaxError` carrying one
- * `QlDiagnostic`; the HTTP layer turns it into a 400 body with
- * `formatQlError`, so callers can point at the offending token.
+ * Every failure to parse a query is a `QlSyntaxError`: a `BraidError` with
+ * code `ql_syntax_error` carrying one `QlDiagnostic`, whose error body adds
+ * the position and what was expected, so callers can point at the
+ * offending token.
  */
+import { BraidError } from '../errors.js';
 import { preview, type Token } from './lexer.js';
 
 export interface QlDiagnostic {
@@ -22,17 +24,22 @@ export interface QlDiagnostic {
   message: string;
 }
 
-export class QlSyntaxError extends Error {
+export class QlSyntaxError extends BraidError {
   readonly diagnostic: QlDiagnostic;
 
   constructor(diagnostic: QlDiagnostic) {
-    super(diagnostic.message);
+    super('ql_syntax_error', diagnostic.message);
     this.name = 'QlSyntaxError';
     this.diagnostic = diagnostic;
   }
+
+  /** `{code, error}` plus `line`, `column` and `expected`. */
+  override toBody(): QlErrorBody {
+    return formatQlError(this);
+  }
 }
 
-/** The 400 body the HTTP layer sends for a query that does not parse. */
+/** The 400 body of a query that does not parse. */
 export interface QlErrorBody {
   code: 'ql_syntax_error';
   error: string;

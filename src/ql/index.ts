@@ -2,7 +2,7 @@
  * Braid's native query language (route `POST /v1/nativeql`, body `{query}`):
  * a SQL-like text form of `HybridQuery`. Grammar and error format: docs/ql.md.
  */
-import type { HybridQuery } from '../engine.js';
+import type { HybridQuery } from '../native/index.js';
 import { QlSyntaxError, formatQlError, type QlDiagnostic, type QlErrorBody } from './diagnostics.js';
 import { parse } from './parser.js';
 

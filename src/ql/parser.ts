@@ -8,7 +8,7 @@
  * Keywords are contextual, not reserved: wherever a name is expected any word
  * is a name, so a column called `limit` needs no quoting.
  */
-import type { HybridQuery } from '../engine.js';
+import type { HybridQuery } from '../native/index.js';
 import { LineIndex, QlSyntaxError, makeDiagnostic } from './diagnostics.js';
 import { tokenize, type PunctuationValue, type Token } from './lexer.js';
 

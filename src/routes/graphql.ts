@@ -15,7 +15,6 @@ import {
   type DocumentNode,
   type GraphQLSchema,
 } from 'graphql';
-import { branchOf } from '../app.js';
 import { graphqlScope, requireScope } from '../auth.js';
 import { BraidError } from '../errors.js';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
@@ -27,6 +26,9 @@ import { braidGraphQLError, formatGraphQLError, type GraphQlErrorBody } from '..
 import { GraphQlQueryRequest, GraphQlResponse, GraphQlSchemaResponse } from '../graphql/http.js';
 import { SchemaCache } from '../graphql/schema.js';
 import type { GraphQLContext } from '../graphql/types.js';
+import { requestKeyOf } from '../idempotency/index.js';
+import { headerBranch } from '../services/branch.js';
+import { runQuery, tables } from '../services/queries.js';
 
 export const GRAPHQL_EXECUTION = `graphql-js/${version} in-process against braid-engine`;
 
@@ -68,24 +70,14 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
   const cache = new SchemaCache(engine);
   const boundedSdl = printSchema(boundedSchema);
 
-  const endpoint = (): string => {
-    if (state.config.publicUrl) return state.config.publicUrl;
-    const address = app.server.address();
-    if (address && typeof address === 'object') {
-      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-      return `http://${host}:${address.port}`;
-    }
-    return 'embedded';
-  };
-
   app.get('/v1/graphql/schema', {
     schema: {
       summary: 'Export the bounded GraphQL schema (SDL) and the table names of the branch',
       response: { 200: GraphQlSchemaResponse, ...errorResponses },
     },
   }, async (request) => {
-    const tables = await engine.schemas(branchOf(request));
-    return { adapter: BOUNDED_ADAPTER, execution: GRAPHQL_EXECUTION, schema: boundedSdl, tables: tables.map((t) => t.name) };
+    const listed = await tables(engine, headerBranch(request.headers));
+    return { adapter: BOUNDED_ADAPTER, execution: GRAPHQL_EXECUTION, schema: boundedSdl, tables: listed.map((t) => t.name) };
   });
 
   app.post('/v1/graphql/bounded', {
@@ -101,7 +93,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     const fragments = fragmentErrors(boundedSchema, document);
     if (fragments.length) throw new BraidError('graphql_validation_failed', fragments.map((e) => e.message).join('; '));
     const hybrid = boundedQuery(document, variables, operationName, boundedLimits);
-    return engine.query(hybrid, branchOf(request));
+    return runQuery(engine, hybrid, headerBranch(request.headers));
   });
 
   app.post('/v1/graphql', {
@@ -113,7 +105,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     validatorCompiler: requestValidator,
   }, async (request) => {
     const { query, variables, operationName } = request.body;
-    const branch = branchOf(request);
+    const branch = headerBranch(request.headers);
     const schema = await cache.get(branch);
     // parse, fragment and limit failures are GraphQL errors in the 200 body
     // on this route (spec 4.3.3); the bounded route answers them with a 400
@@ -136,9 +128,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     if (request.scope) requireScope(request.scope, graphqlScope(document, operationName), 'this GraphQL operation');
     const invalid = validate(schema, document);
     if (invalid.length) return { errors: invalid.map(formatGraphQLError) };
-    const keyed = request.idempotency;
-    const requestKey = keyed ? { key: keyed.scopedKey, body_hash: keyed.bodyHash } : undefined;
-    const contextValue: GraphQLContext = { engine, branch, endpoint, requestKey };
+    const contextValue: GraphQLContext = { engine, branch, endpoint: state.endpoint, requestKey: requestKeyOf(request) };
     const result = await execute({
       schema,
       document,

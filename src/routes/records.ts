@@ -1,7 +1,6 @@
 /** Record routes: put (11), insert (5, deprecated), put-batch (9), get (14). */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { branchOf, putBranch } from '../app.js';
 import { RecordInput, errorResponses, idemErrorResponses } from '../schemas/common.js';
 import {
   EpochResponse,
@@ -14,8 +13,10 @@ import {
   type PutBody as PutBodyT,
 } from '../schemas/records.js';
 import { compile, validationError } from '../validation.js';
-import type { WriteResult } from '../engine.js';
-import { receiptFor, replay } from '../idempotency/index.js';
+import type { WriteResult } from '../native/engine.js';
+import { replay, writeKeyOf } from '../idempotency/index.js';
+import { headerBranch, resolveBranch } from '../services/branch.js';
+import { getRecord, putRecords } from '../services/records.js';
 
 const wrapperValidator = compile(RecordPutRequest);
 const bareValidator = compile(RecordInput);
@@ -35,6 +36,9 @@ function epochReply(reply: FastifyReply, result: WriteResult) {
   return { epoch: result.committed.epoch };
 }
 
+/** What a retry of a keyed single-record write answers; the commit fills in the epoch (the binding copies it). */
+const EPOCH_REPLY: Readonly<Record<string, unknown>> = Object.freeze({ epoch: null });
+
 export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const { engine } = app.braid;
@@ -48,13 +52,12 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     validatorCompiler: putValidator,
   }, async (request, reply) => {
     const body = request.body as PutBodyT;
-    const headers = branchOf(request);
-    const receipt = receiptFor(request, { epoch: null });
-    if ('record' in body) {
-      const branch = putBranch(headers, body);
-      return epochReply(reply, await engine.put(body.record, { ...branch, receipt }));
-    }
-    return epochReply(reply, await engine.put(body, { ...headers, receipt }));
+    const headers = headerBranch(request.headers);
+    const requestKey = writeKeyOf(request);
+    const result = 'record' in body
+      ? await putRecords(engine, [body.record], { branch: resolveBranch(headers, body), requestKey, reply: EPOCH_REPLY })
+      : await putRecords(engine, [body], { branch: headers, requestKey, reply: EPOCH_REPLY });
+    return epochReply(reply, result);
   });
 
   app.post('/v1/insert', {
@@ -67,8 +70,8 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
   }, async (request, reply) => {
     reply.header('Deprecation', 'true');
     reply.header('Link', '</v1/records/put>; rel="successor-version"');
-    const receipt = receiptFor(request, { epoch: null });
-    return epochReply(reply, await engine.put(request.body, { ...branchOf(request), receipt }));
+    const branch = headerBranch(request.headers);
+    return epochReply(reply, await putRecords(engine, [request.body], { branch, requestKey: writeKeyOf(request), reply: EPOCH_REPLY }));
   });
 
   app.post('/v1/records/put-batch', {
@@ -79,13 +82,17 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     },
   }, async (request, reply) => {
     const started = performance.now();
+    const { records, include_write_timing } = request.body;
     // a replayed batch answers with the committed epoch and count; its
     // write_timing is not replayed because the replay wrote nothing
-    const receipt = receiptFor(request, { epoch: null, record_count: request.body.records.length });
-    const result = await engine.putBatch(request.body.records, { ...branchOf(request), receipt });
+    const result = await putRecords(engine, records, {
+      branch: headerBranch(request.headers),
+      requestKey: writeKeyOf(request),
+      reply: { epoch: null, record_count: records.length },
+    });
     if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);
     const { epoch, record_count, timing } = result.committed;
-    if (!request.body.include_write_timing) return { epoch, record_count };
+    if (!include_write_timing) return { epoch, record_count };
     const write_timing = {
       queue_ms: timing.queue_ms,
       validate_ms: timing.validate_ms,
@@ -104,6 +111,6 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       response: { 200: GetResponse, ...errorResponses },
     },
   }, async (request) => {
-    return { record: await engine.get(request.body, branchOf(request)) };
+    return { record: await getRecord(engine, request.body, headerBranch(request.headers)) };
   });
 }

@@ -1,46 +1,65 @@
 /** Schemas of hybrid queries: explain (4), nativeql (2), the JSON query (extension) and the bounded GraphQL adapter (6). */
-import { Type, type Static } from 'typebox';
+import { Type, type Static, type TSchema } from 'typebox';
+import type { HybridQuery as BindingQuery } from '../native/index.js';
 
-const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
+/**
+ * Every field of a hybrid query, once. The field names and their TypeScript
+ * types are the binding's (`HybridQuery` in native/index.d.ts, generated from
+ * crates/node/src/types.rs): `satisfies` below fails the build when the two
+ * name different fields, and test/query-definition.test.ts checks that the
+ * types agree. The JSON schema of the REST bodies (this object), the GraphQL
+ * search arguments (src/graphql/types.ts) and the field list the QL docs
+ * test walks are all built from it; the QL grammar (src/ql/parser.ts) is
+ * the one other place a new field goes.
+ *
+ * The schema states the shape a query must have, which the service checks
+ * for every front door (src/services/queries.ts: `unknown_field`,
+ * `invalid_request`). Ranges, names, limits and enums are the engine's to
+ * judge, with its own codes (`top_k_out_of_range`, `invalid_query`, ...);
+ * the OpenAPI document states them (src/openapi-constraints.ts).
+ */
+const Nullable = <T extends TSchema>(t: T, description: string) => Type.Union([t, Type.Null()], { description });
 
-export const HybridQuery = Type.Object(
-  {
-    cursor: Type.Optional(Nullable(Type.String({ description: 'next_cursor of the previous page' }))),
-    explain: Type.Optional(Type.Boolean({ description: 'also fill planner_candidates' })),
-    freshness: Type.Optional(Type.String({ description: 'latest (default) or indexed' })),
-    graph_seed: Type.Optional(Type.Union([Type.String(), Type.Null()])),
-    scalar_eq: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
-    table: Type.Optional(Type.String()),
-    temporal_as_of: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
-    tenant_id: Type.Optional(Type.String()),
-    text: Type.Optional(Type.Union([Type.String(), Type.Null()])),
-    text_field: Type.Optional(Type.Union([Type.String(), Type.Null()])),
-    top_k: Type.Optional(Type.Integer({ description: '1..1000, default 10' })),
-    vector: Type.Optional(Type.Union([Type.Array(Type.Number()), Type.Null()])),
-    vector_field: Type.Optional(Type.Union([Type.String(), Type.Null()])),
-    fusion: Type.Optional(Type.String({ description: 'extension: rrf (default) or relative_score' })),
-    fusion_weights: Type.Optional(
-      Type.Object(
-        {
-          lexical: Type.Optional(Type.Number()),
-          vector: Type.Optional(Type.Number()),
-          relational: Type.Optional(Type.Number()),
-        },
-        { additionalProperties: false },
-      ),
+const hybridQueryFields = {
+  table: Type.Optional(Type.String({ description: 'table to search' })),
+  tenant_id: Type.Optional(Type.String({ description: 'tenant scope' })),
+  text: Type.Optional(Nullable(Type.String(), 'BM25 text query')),
+  text_field: Type.Optional(Nullable(Type.String(), 'text-indexed column to search; all text columns when omitted')),
+  vector: Type.Optional(Nullable(Type.Array(Type.Number()), 'query vector')),
+  vector_field: Type.Optional(Nullable(Type.String(), 'vector column to score; the first vector column when omitted')),
+  scalar_eq: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'equality predicates keyed by scalar column, e.g. {"lang": "en"}' })),
+  graph_seed: Type.Optional(Nullable(Type.String(), 'record id to expand the edges graph from')),
+  temporal_as_of: Type.Optional(Nullable(Type.Integer(), 'read the state as of this epoch')),
+  freshness: Type.Optional(Type.String({ description: 'latest (default) or indexed' })),
+  top_k: Type.Optional(Type.Integer({ description: 'rows per page, 1..1000, default 10' })),
+  cursor: Type.Optional(Nullable(Type.String(), 'next_cursor of the previous page')),
+  explain: Type.Optional(Type.Boolean({ description: 'also fill explain.planner_candidates' })),
+  fusion: Type.Optional(Type.String({ description: 'extension: rrf (default) or relative_score' })),
+  fusion_weights: Type.Optional(
+    Type.Object(
+      {
+        lexical: Type.Optional(Type.Number()),
+        vector: Type.Optional(Type.Number()),
+        relational: Type.Optional(Type.Number()),
+      },
+      { additionalProperties: false, description: 'extension: relative weights of the signals in score fusion' },
     ),
-    candidate_budget: Type.Optional(Type.Integer({ description: 'extension: vector candidates, 1..10000' })),
-    graph_depth: Type.Optional(Type.Integer({ description: 'extension: graph hops, 1..8, default 2' })),
-    return_fields: Type.Optional(
-      Type.Array(Type.String({ minLength: 1 }), {
-        maxItems: 1000,
-        description: 'extension: the fields each result carries (default every field; [] none)',
-      }),
-    ),
-  },
-  { additionalProperties: false },
-);
+  ),
+  candidate_budget: Type.Optional(Type.Integer({ description: 'extension: vector candidates, 1..10000' })),
+  graph_depth: Type.Optional(Type.Integer({ description: 'extension: graph hops, 1..8, default 2' })),
+  return_fields: Type.Optional(
+    Type.Array(Type.String(), { description: 'extension: the fields each result carries (default every field; [] none; at most 1000)' }),
+  ),
+} satisfies { [K in keyof BindingQuery]-?: TSchema };
+
+export const HybridQuery = Type.Object(hybridQueryFields, { additionalProperties: false });
 export type HybridQuery = Static<typeof HybridQuery>;
+
+/** The fields of a hybrid query, in the order documents list them. */
+export const HYBRID_QUERY_FIELDS = Object.keys(hybridQueryFields) as Array<keyof BindingQuery>;
+
+/** Fields the engine refuses a query without (invalid_query); GraphQL declares them non-null. */
+export const REQUIRED_QUERY_FIELDS: ReadonlyArray<keyof BindingQuery> = ['table', 'tenant_id'];
 
 const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
 

@@ -1,21 +1,21 @@
 /**
- * The error a request answers with when what failed is not Braid's own code:
- * fastify's errors (body limit, content type, JSON parse), plugins' errors
- * that carry a code of the table in src/errors.ts, anything else. Codes and
- * statuses all come from that table, for the engine and the gateway alike.
+ * Any failure of an HTTP request as a `BraidError`, so its body is
+ * `{code, error}` with a code of the one table (src/errors.ts): fastify's own
+ * errors (body parsing, schema validation, limits) are mapped here once, for
+ * the engine's app and the gateway alike.
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError, isErrorCode } from './errors.js';
+import { validationError } from './validation.js';
 
-/** `err` as a BraidError: known fastify errors by their code, other 4xx as invalid_request, the rest internal_error. */
-export function toBraidError(err: unknown): BraidError {
+export function httpError(err: unknown): BraidError {
   if (err instanceof BraidError) return err;
-  const e = (err ?? {}) as Partial<FastifyError>;
-  const message = typeof e.message === 'string' ? e.message : '';
-  switch (e.code) {
+  const e = err as (FastifyError & { validation?: unknown[]; validationContext?: string }) | undefined;
+  if (e?.validation) return validationError(e.validation as never, e.validationContext ?? 'body');
+  switch (e?.code) {
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new BraidError('invalid_json', message.toLowerCase());
+      return new BraidError('invalid_json', e.message.toLowerCase());
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new BraidError('body_too_large', 'request body is larger than the configured limit');
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
@@ -24,12 +24,10 @@ export function toBraidError(err: unknown): BraidError {
     default:
       break;
   }
-  if (typeof e.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, message);
-  if (err instanceof SyntaxError) return new BraidError('invalid_json', message);
-  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
-    return new BraidError('invalid_request', message || 'bad request');
-  }
-  return new BraidError('internal_error', message || 'internal error');
+  if (e instanceof SyntaxError) return new BraidError('invalid_json', e.message);
+  if (typeof e?.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, e.message);
+  if (typeof e?.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) return new BraidError('invalid_request', e.message || 'bad request');
+  return new BraidError('internal_error', (e as Error | undefined)?.message || 'internal error');
 }
 
 /** The JSON body of an error answer: `code`, `error`, and the failing item's `index` when there is one. */
@@ -43,6 +41,6 @@ export function errorBody(err: BraidError): { code: string; error: string; index
  * error body every other failure has, instead of fastify's own without a code.
  */
 export function frameworkErrors(err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
-  const braidErr = toBraidError(err);
+  const braidErr = httpError(err);
   void reply.status(braidErr.status).send(errorBody(braidErr));
 }

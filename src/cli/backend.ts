@@ -1,0 +1,160 @@
+/**
+ * What the client commands run against: a running server (`--url`, over
+ * HTTP with src/client.ts) or a data directory opened in-process
+ * (`--data-dir`, the embedded API). Both call the same services on the far
+ * side, so a command answers alike either way. Also the options every
+ * client command takes, and how a failure is printed.
+ */
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import path from 'node:path';
+import { BraidClient, DEFAULT_URL, RemoteBraidError, type PutBatchResult, type RestoreResult, type SnapshotResult } from '../client.js';
+import { Braid, type BranchRef, type BranchSummary, type HybridQuery, type QueryResponse, type RecordInput, type RecordKey } from '../engine.js';
+import { BraidError } from '../errors.js';
+import { QlSyntaxError } from '../ql/index.js';
+
+/** What the client commands need, from a server or from an embedded engine. */
+export interface Backend {
+  /** Where the command runs, for messages. */
+  readonly target: string;
+  putBatch(records: RecordInput[]): Promise<PutBatchResult>;
+  nativeQuery(text: string): Promise<QueryResponse>;
+  query(query: HybridQuery): Promise<QueryResponse>;
+  snapshot(name: string): Promise<SnapshotResult>;
+  restore(source: string, target: string, verify?: RecordKey): Promise<RestoreResult>;
+  branches(): Promise<BranchSummary[]>;
+  close(): void;
+}
+
+export interface ConnectionFlags {
+  url?: string;
+  token?: string;
+  dataDir?: string;
+  database?: string;
+  branch?: string;
+}
+
+function httpBackend(client: BraidClient): Backend {
+  return {
+    target: client.url,
+    putBatch: (records) => client.putBatch(records),
+    nativeQuery: (text) => client.nativeQuery(text),
+    query: (query) => client.query(query),
+    snapshot: (name) => client.snapshot(name),
+    restore: (source, target, verify) => client.restore(source, target, verify),
+    branches: () => client.branches(),
+    close: () => {},
+  };
+}
+
+/** A result without its `replayed` flag, which HTTP carries in a header and the CLI does not print. */
+function withoutReplayed<T extends { replayed: boolean }>({ replayed: _replayed, ...rest }: T): Omit<T, 'replayed'> {
+  return rest;
+}
+
+function openDataDir(dataDir: string): Braid {
+  try {
+    return Braid.open({ dataDir });
+  } catch (err) {
+    if (err instanceof BraidError && err.code === 'data_dir_locked') {
+      throw new BraidError(
+        'data_dir_locked',
+        `${err.message}\n(--data-dir opens the directory in this process: it fails while a server holds it; use --url to talk to that server)`,
+      );
+    }
+    throw err;
+  }
+}
+
+function embeddedBackend(dataDir: string, branch: BranchRef): Backend {
+  const db = openDataDir(dataDir);
+  return {
+    target: dataDir,
+    putBatch: async (records) => {
+      const result = await db.putBatch(records, branch);
+      return { epoch: result.committed?.epoch ?? 0, record_count: result.committed?.record_count ?? records.length };
+    },
+    nativeQuery: (text) => db.nativeQuery(text, branch),
+    query: (query) => db.query(query, branch),
+    snapshot: async (name) => withoutReplayed(await db.snapshot(name, branch)),
+    restore: async (source, target, verify) => withoutReplayed(await db.restore(source, target, { verify })),
+    branches: () => db.branches(),
+    close: () => db.close(),
+  };
+}
+
+function connect(flags: ConnectionFlags, command: Command): Backend {
+  const branch: BranchRef = { databaseId: flags.database, branchId: flags.branch };
+  if (flags.dataDir !== undefined) {
+    if (command.getOptionValueSource('url') === 'cli') throw new BraidError('invalid_request', 'give either --url or --data-dir, not both');
+    return embeddedBackend(path.resolve(flags.dataDir), branch);
+  }
+  return httpBackend(new BraidClient({ url: flags.url ?? DEFAULT_URL, token: flags.token, branch }));
+}
+
+/** Runs `body` against the backend the flags name, and closes it after. */
+export async function withBackend<T>(flags: ConnectionFlags, command: Command, body: (backend: Backend) => Promise<T>): Promise<T> {
+  const backend = connect(flags, command);
+  try {
+    return await body(backend);
+  } finally {
+    backend.close();
+  }
+}
+
+/** --url/--token/--data-dir, plus --database/--branch when the command addresses one branch. */
+export function connectionOptions(command: Command, addressesBranch: boolean): Command {
+  command
+    .addOption(new Option('--url <url>', 'URL of a running engine or gateway').env('BRAID_URL').default(DEFAULT_URL))
+    .addOption(new Option('--token <token>', 'bearer token for the server').env('BRAID_TOKEN'))
+    .addOption(new Option('--data-dir <dir>', 'open this data directory in-process instead (only while no server holds it)'));
+  if (addressesBranch) {
+    command
+      .addOption(new Option('--database <id>', 'database to address (default: default)'))
+      .addOption(new Option('--branch <id>', 'branch to address (default: main)'));
+  }
+  return command.addHelpText(
+    'after',
+    '\nConnection: by default the command talks to the server at --url (env BRAID_URL, else ' +
+      `${DEFAULT_URL}).\nWith --data-dir it opens that directory in this process instead, which works only while no\n` +
+      'server holds the directory (a running `braid serve` locks it).',
+  );
+}
+
+/** Runs a command: prints `braid: <code>: <message>` and exits 1 on failure. */
+export function run<A extends unknown[]>(body: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    try {
+      await body(...args);
+    } catch (err) {
+      process.exitCode = 1;
+      console.error(describeError(err, typeof args[0] === 'string' ? args[0] : undefined));
+    }
+  };
+}
+
+function describeError(err: unknown, query?: string): string {
+  if (err instanceof QlSyntaxError) return `braid: ql_syntax_error: ${err.message}${caret(query, err.diagnostic.line, err.diagnostic.column)}`;
+  if (err instanceof RemoteBraidError && err.code === 'ql_syntax_error') {
+    const { line, column } = err.body as { line?: number; column?: number };
+    return `braid: ql_syntax_error: ${err.message}${caret(query, line, column)}`;
+  }
+  if (err instanceof BraidError) return `braid: ${err.code}: ${err.message}`;
+  return `braid: ${err instanceof Error ? err.message : String(err)}`;
+}
+
+/** The offending line of a query with a ^ under the column. */
+function caret(query: string | undefined, line: number | undefined, column: number | undefined): string {
+  if (query === undefined || line === undefined || column === undefined) return '';
+  const text = query.split(/\r\n|\r|\n/)[line - 1];
+  if (text === undefined) return '';
+  return `\n  ${text}\n  ${' '.repeat(Math.max(0, column - 1))}^`;
+}
+
+/** An option value that must be an integer of at least `min` (commander reports the error). */
+export function integerOption(min: number): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`expected ${min === 0 ? 'a non-negative' : 'a positive'} integer, got ${value}`);
+    return n;
+  };
+}

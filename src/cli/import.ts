@@ -1,0 +1,171 @@
+/** The import client command: NDJSON records in put-batch chunks. docs/cli.md. */
+import { createReadStream, statSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { Option, type Command } from 'commander';
+import cliProgress from 'cli-progress';
+import type { RecordInput } from '../engine.js';
+import { BraidError } from '../errors.js';
+import { connectionOptions, integerOption, run, withBackend, type Backend, type ConnectionFlags } from './backend.js';
+
+interface ImportFlags extends ConnectionFlags {
+  batch: number;
+  tenant?: string;
+  idField?: string;
+}
+
+interface ImportSummary {
+  imported: number;
+  batches: number;
+  seconds: number;
+  failures: number;
+  firstFailure: { line: number; reason: string } | null;
+  /** What stopped the import early (a network or server failure), after the summary so far. */
+  aborted?: unknown;
+}
+
+const RECORD_KEYS = new Set(['table', 'tenant_id', 'id', 'fields']);
+
+/** One NDJSON line as a record, or the reason it is not one. */
+function lineToRecord(line: string, table: string, flags: ImportFlags): RecordInput | string {
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch (err) {
+    return `not valid JSON: ${(err as Error).message}`;
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'expected a JSON object';
+  const obj = value as Record<string, unknown>;
+  if (flags.tenant !== undefined) {
+    const idField = flags.idField ?? 'id';
+    const id = obj[idField];
+    if (typeof id === 'string' && id !== '') return { table, tenant_id: flags.tenant, id, fields: obj };
+    if (typeof id === 'number' && Number.isFinite(id)) return { table, tenant_id: flags.tenant, id: String(id), fields: obj };
+    return `field "${idField}" (--id-field) is missing or not a string or number`;
+  }
+  const unknown = Object.keys(obj).find((k) => !RECORD_KEYS.has(k));
+  if (unknown !== undefined) return `unknown key "${unknown}": expected {tenant_id, id, fields} (use --tenant for plain field objects)`;
+  if (typeof obj.tenant_id !== 'string') return 'expected {tenant_id, id, fields}: tenant_id is missing or not a string';
+  if (typeof obj.id !== 'string') return 'expected {tenant_id, id, fields}: id is missing or not a string';
+  if (obj.table !== undefined && obj.table !== table) return `table ${JSON.stringify(obj.table)} differs from the argument ${JSON.stringify(table)}`;
+  if (obj.fields !== undefined && (typeof obj.fields !== 'object' || obj.fields === null || Array.isArray(obj.fields))) return 'fields is not an object';
+  return { table, tenant_id: obj.tenant_id, id: obj.id, fields: (obj.fields as Record<string, unknown> | undefined) ?? {} };
+}
+
+async function importRecords(backend: Backend, table: string, file: string | undefined, flags: ImportFlags): Promise<ImportSummary> {
+  const fromStdin = file === undefined || file === '-';
+  if (fromStdin && process.stdin.isTTY) throw new BraidError('invalid_request', 'no input: give a file or pipe NDJSON on stdin');
+  if (flags.idField !== undefined && flags.tenant === undefined) throw new BraidError('invalid_request', '--id-field needs --tenant');
+  const input = fromStdin ? process.stdin : createReadStream(file);
+  const totalBytes = fromStdin ? 0 : statSync(file).size;
+  const started = performance.now();
+  const summary: ImportSummary = { imported: 0, batches: 0, seconds: 0, failures: 0, firstFailure: null };
+  const fail = (line: number, reason: string) => {
+    summary.failures += 1;
+    if (summary.firstFailure === null || line < summary.firstFailure.line) summary.firstFailure = { line, reason };
+  };
+
+  let bar: cliProgress.SingleBar | undefined;
+  if (process.stderr.isTTY) {
+    bar = new cliProgress.SingleBar(
+      {
+        stream: process.stderr,
+        format: totalBytes > 0 ? 'import [{bar}] {percentage}% | {records} records | {failed} failed' : 'import {records} records | {failed} failed',
+        hideCursor: true,
+        clearOnComplete: true,
+      },
+      cliProgress.Presets.shades_classic,
+    );
+    bar.start(Math.max(totalBytes, 1), 0, { records: 0, failed: 0 });
+  }
+  let bytesRead = 0;
+  const progress = () => bar?.update(Math.min(bytesRead, Math.max(totalBytes, 1)), { records: summary.imported, failed: summary.failures });
+
+  /** Sends one chunk; a record the server rejects by index is dropped and the rest is sent again. */
+  const flush = async (chunk: { line: number; record: RecordInput }[]) => {
+    let rest = chunk;
+    while (rest.length > 0) {
+      try {
+        await backend.putBatch(rest.map((r) => r.record));
+        summary.imported += rest.length;
+        summary.batches += 1;
+        break;
+      } catch (err) {
+        if (!(err instanceof BraidError) || err.status !== 400 || err.code === 'batch_too_large') throw err;
+        const bad = err.index !== undefined ? rest[err.index] : undefined;
+        if (bad === undefined) {
+          for (const r of rest) fail(r.line, `${err.code}: ${err.message}`);
+          break;
+        }
+        fail(bad.line, `${err.code}: ${err.message}`);
+        rest = rest.filter((r) => r !== bad);
+      }
+    }
+    progress();
+  };
+
+  const lines = createInterface({ input, crlfDelay: Infinity });
+  let lineNo = 0;
+  let pending: { line: number; record: RecordInput }[] = [];
+  try {
+    for await (const line of lines) {
+      lineNo += 1;
+      bytesRead += Buffer.byteLength(line) + 1;
+      if (line.trim() === '') continue;
+      const record = lineToRecord(line, table, flags);
+      if (typeof record === 'string') fail(lineNo, record);
+      else pending.push({ line: lineNo, record });
+      if (pending.length >= flags.batch) {
+        const chunk = pending;
+        pending = [];
+        await flush(chunk);
+      }
+    }
+    if (pending.length > 0) await flush(pending);
+  } catch (err) {
+    summary.aborted = err;
+  } finally {
+    lines.close();
+    bar?.stop();
+    summary.seconds = (performance.now() - started) / 1000;
+  }
+  return summary;
+}
+
+function printImportSummary(summary: ImportSummary): void {
+  const rate = summary.seconds > 0 ? Math.round(summary.imported / summary.seconds) : summary.imported;
+  console.log(`records imported: ${summary.imported}`);
+  console.log(`batches: ${summary.batches}`);
+  console.log(`seconds: ${summary.seconds.toFixed(3)}`);
+  console.log(`records/s: ${rate}`);
+  const first = summary.firstFailure;
+  console.log(`failures: ${summary.failures}${first ? ` (first bad record: line ${first.line}: ${first.reason})` : ''}`);
+}
+
+export function addImportCommand(program: Command): void {
+  const importCmd = program
+    .command('import')
+    .description('import NDJSON records into a table, in put-batch chunks')
+    .argument('<table>', 'table to write to')
+    .argument('[file]', 'NDJSON file (one JSON object per line); stdin when absent or -')
+    .addOption(new Option('--batch <n>', 'records per put-batch').argParser(integerOption(1)).default(1000))
+    .option('--tenant <tenant>', 'lines are plain field objects, all written to this tenant')
+    .option('--id-field <name>', 'with --tenant: the field holding the record id (default: id)');
+  connectionOptions(importCmd, true)
+    .addHelpText(
+      'after',
+      '\nEach line is a record {"tenant_id": ..., "id": ..., "fields": {...}} (the table is the argument), or,\n' +
+        'with --tenant, a plain object of fields whose --id-field is the record id. Each chunk of --batch\n' +
+        'records is one atomic put-batch; a record the server rejects is reported and the rest of its chunk\n' +
+        'is sent again. A bad line is skipped. The summary names the line of the first bad record; the exit\n' +
+        'status is 1 when any record failed. A progress bar is drawn on stderr when it is a terminal.\n\n' +
+        'Examples:\n  braid import articles articles.ndjson\n  cat users.ndjson | braid import users --tenant acme --id-field user_id --batch 5000',
+    )
+    .action(
+      run(async (table: string, file: string | undefined, opts: ImportFlags, command: Command) => {
+        const summary = await withBackend(opts, command, (backend) => importRecords(backend, table, file, opts));
+        printImportSummary(summary);
+        if (summary.aborted !== undefined) throw summary.aborted;
+        if (summary.failures > 0) process.exitCode = 1;
+      }),
+    );
+}

@@ -1,0 +1,233 @@
+/**
+ * The typed binding: the napi `NativeEngine` with its rejections turned into
+ * `BraidError`s (the engine's stable codes) and its write result as the
+ * union it is. Nothing else: no validation, no shaping, no HTTP. The
+ * services (src/services) are its only callers besides the embedded API's
+ * plain pass-throughs; a route never reaches it directly.
+ *
+ * The types are the binding's (`native/index.d.ts`, generated from
+ * crates/node/src/types.rs): records and queries cross to the engine as
+ * objects, vectors as numbers or a `Float32Array`, never as JSON text.
+ */
+import { BraidError, isErrorCode } from '../errors.js';
+import { loadNative, type NativeEngine, type Native } from './index.js';
+
+export type {
+  AccessPathExplain,
+  AccessPathTiming,
+  BranchRef,
+  BranchSummary,
+  ColumnDeclaration,
+  ColumnSchema,
+  Committed,
+  DoctorReport,
+  EngineEvent,
+  EngineMetrics,
+  EngineHistogram,
+  CheckpointTrigger,
+  HybridExplain,
+  HybridQuery,
+  HybridRow,
+  LogReport,
+  OpenOptions,
+  PhaseTiming,
+  PlannerCandidate,
+  QueryResponse,
+  ReceiptDraft,
+  RecordInput,
+  RecordKey,
+  RecordOutput,
+  Replayed,
+  RequestKey,
+  RestoreOutcome,
+  ScoreComponents,
+  SnapshotInfo,
+  StoredReceipt,
+  TableSchema,
+  WriteTiming,
+} from './index.js';
+
+type BranchRef = Native.BranchRef;
+
+export type Fields = Record<string, unknown>;
+
+/** A write's outcome: committed now, or the stored reply of the same keyed write. */
+export type WriteResult =
+  | { committed: Native.Committed; replayed?: undefined }
+  | { replayed: Native.Replayed; committed?: undefined };
+
+/**
+ * The binding rejects with a JavaScript Error carrying the engine's stable
+ * `code` (and `index` for a batch); that becomes a `BraidError`. Anything
+ * else the binding throws is an argument its types refuse (a number where a
+ * string belongs), which only an embedded caller can send: invalid_request.
+ */
+function braidError(err: unknown): BraidError {
+  if (err instanceof BraidError) return err;
+  const e = err as { code?: unknown; message?: unknown; index?: unknown };
+  const message = typeof e?.message === 'string' ? e.message : String(err);
+  const index = typeof e?.index === 'number' ? e.index : undefined;
+  if (typeof e?.code === 'string' && isErrorCode(e.code)) return new BraidError(e.code, message, index);
+  return new BraidError('invalid_request', message);
+}
+
+async function settle<T>(promise: () => Promise<T>): Promise<T> {
+  try {
+    return await promise();
+  } catch (err) {
+    throw braidError(err);
+  }
+}
+
+function settleSync<T>(call: () => T): T {
+  try {
+    return call();
+  } catch (err) {
+    throw braidError(err);
+  }
+}
+
+/** The binding's write result as the union it is: exactly one side is set. */
+function writeResult(result: Native.WriteResult): WriteResult {
+  if (result.committed) return { committed: result.committed };
+  if (result.replayed) return { replayed: result.replayed };
+  throw new BraidError('internal_error', 'the engine answered a write with neither a commit nor a replay');
+}
+
+/**
+ * Inspects every write-ahead log of a data directory. With `salvage`, cuts
+ * each corrupt log at its first damaged frame after copying it aside; salvage
+ * needs the directory unlocked (no server running on it).
+ */
+export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Native.DoctorReport {
+  return settleSync(() => loadNative().doctor(dataDir, options.salvage ?? false));
+}
+
+/** One open data directory, as the binding serves it. Every promise runs off the JS thread. */
+export class Engine {
+  readonly dataDir: string;
+  private readonly native: NativeEngine;
+  private closed = false;
+
+  private constructor(native: NativeEngine, dataDir: string) {
+    this.native = native;
+    this.dataDir = dataDir;
+  }
+
+  /** Opens (or creates) a Braid data directory. */
+  static open(options: Native.OpenOptions): Engine {
+    let native: NativeEngine;
+    try {
+      native = loadNative().NativeEngine.open(options);
+    } catch (err) {
+      const e = braidError(err);
+      // an engine that cannot open is a store that cannot serve
+      const code = e.code === 'invalid_request' ? 'storage_failure' : e.code;
+      throw new BraidError(code, `cannot open ${options.dataDir}: ${e.message}`);
+    }
+    return new Engine(native, options.dataDir);
+  }
+
+  private get engine(): NativeEngine {
+    if (this.closed) throw new BraidError('shutting_down', 'the engine is closed');
+    return this.native;
+  }
+
+  /** Writes records atomically at one epoch, with a keyed request's receipt in the same commit; resolves once durable. */
+  async put(records: Native.RecordInput[], branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.put(branch, records, receipt)));
+  }
+
+  /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
+  async delete(key: Native.RecordKey, branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.delete(branch, key, receipt)));
+  }
+
+  /** The visible version of a record, at the latest epoch or at `epoch`. */
+  get(key: Native.RecordKey, branch?: BranchRef, epoch?: number): Promise<Native.RecordOutput | null> {
+    return settle(() => this.engine.get(branch, key, epoch));
+  }
+
+  /** Runs a hybrid query; the engine checks every value of it. */
+  query(query: Native.HybridQuery, branch?: BranchRef): Promise<Native.QueryResponse> {
+    return settle(() => this.engine.query(branch, query));
+  }
+
+  /** Declares a table or adds columns to it. */
+  async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, branch?: BranchRef): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.declareTable(branch, table, columns)));
+  }
+
+  schemas(branch?: BranchRef): Promise<Native.TableSchema[]> {
+    return settle(() => this.engine.schemas(branch));
+  }
+
+  /** Takes snapshot `target` of a branch at its latest epoch; with a request key, the same request again answers that snapshot. */
+  async snapshot(target: string, branch?: BranchRef, requestKey?: Native.RequestKey): Promise<Native.SnapshotInfo & { replayed: boolean }> {
+    const info = await settle(() => this.engine.snapshot(branch, target, requestKey));
+    return { ...info, replayed: info.replayed ?? false };
+  }
+
+  snapshots(): Promise<Native.SnapshotInfo[]> {
+    return settle(() => this.engine.snapshots());
+  }
+
+  /**
+   * Restores snapshot `source` into a new branch `target`; with `verify`,
+   * reads that record back from the new branch. Names are checked before
+   * anything is created. With a request key, as for `snapshot`.
+   */
+  restore(source: string, target: string, verify?: Native.RecordKey, requestKey?: Native.RequestKey): Promise<Native.RestoreOutcome> {
+    return settle(() => this.engine.restore(source, target, verify, requestKey));
+  }
+
+  branches(endpoint: string): Promise<Native.BranchSummary[]> {
+    return settle(() => this.engine.branches(endpoint));
+  }
+
+  /** Archives a branch (read-only) or makes it active again. */
+  setBranchArchived(archived: boolean, branch?: BranchRef): Promise<void> {
+    return settle(() => this.engine.setBranchArchived(branch, archived));
+  }
+
+  metrics(branch?: BranchRef): Native.EngineMetrics {
+    return settleSync(() => this.engine.metrics(branch));
+  }
+
+  /** The engine's events since the last call, oldest first; readable after `close`. */
+  events(): Native.EngineEvent[] {
+    return settleSync(() => this.native.events());
+  }
+
+  /** A live idempotency receipt by its scoped key. */
+  receipt(key: string, branch?: BranchRef): Promise<Native.StoredReceipt | null> {
+    return settle(() => this.engine.receipt(branch, key));
+  }
+
+  /** Stores a receipt for a keyed request that writes no rows. */
+  async recordReceipt(receipt: Native.ReceiptDraft, branch?: BranchRef): Promise<WriteResult> {
+    return writeResult(await settle(() => this.engine.recordReceipt(branch, receipt)));
+  }
+
+  /** Waits until the text and vector indexes cover every committed write. */
+  waitIndexed(timeoutMs = 30_000): Promise<boolean> {
+    return settle(() => this.engine.waitIndexed(timeoutMs));
+  }
+
+  /** Test hook: configures a storage fail point (crates/engine/src/storage/faults.rs); `'off'` turns it off. */
+  faultForTest(point: string, actions: string): Promise<void> {
+    return settle(() => this.engine.faultForTest(point, actions));
+  }
+
+  /** Test hook: makes the engine panic inside a call. */
+  panicForTest(): Promise<void> {
+    return settle(() => this.engine.panicForTest());
+  }
+
+  /** Finishes queued writes, commits indexes and releases the data directory. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.native.close();
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * Hybrid queries for every front door: the JSON query (REST `/v1/query` and
+ * `/v1/explain`, the embedded API, the CLI's `--body`), the native query
+ * language (`/v1/nativeql`, `nativeQuery`, the CLI) and GraphQL (`search`,
+ * `<table>_search`, the bounded route).
+ *
+ * One rule for what a bad query answers, whichever door it came through: its
+ * shape is checked here against the one HybridQuery schema (an unknown member
+ * is `unknown_field`, a member of the wrong type `invalid_request`); its
+ * values are the engine's to judge, with the engine's codes (`invalid_query`,
+ * `top_k_out_of_range`, `vector_not_finite`, `unknown_table`, ...). A door
+ * whose language cannot say the query fails in that language first
+ * (`ql_syntax_error`, GraphQL validation); docs/errors.md.
+ */
+import { parseNativeQuery } from '../ql/index.js';
+import { HybridQuery as HybridQuerySchema } from '../schemas/query.js';
+import { compile, validationError } from '../validation.js';
+import type { BranchRef, Engine, HybridExplain, HybridQuery, QueryResponse, TableSchema } from '../native/engine.js';
+
+const validQuery = compile(HybridQuerySchema);
+// an embedded caller may pass the vector as a typed array, which the binding
+// reads without a copy (docs/embedded.md); JSON has none, and its values are
+// the engine's to judge like any vector's
+const validTypedVectorQuery = compile({ ...HybridQuerySchema, properties: { ...HybridQuerySchema.properties, vector: {} } });
+
+/** The query as the engine takes it, or a 400 naming the first member out of shape. */
+export function checkQuery(query: unknown): HybridQuery {
+  const valid = ArrayBuffer.isView((query as { vector?: unknown } | null)?.vector) ? validTypedVectorQuery : validQuery;
+  if (!valid(query)) throw validationError(valid.errors);
+  return query as HybridQuery;
+}
+
+/** Runs a hybrid query. */
+export function runQuery(engine: Engine, query: HybridQuery, branch?: BranchRef): Promise<QueryResponse> {
+  // the binding's own promise, without an async layer around it: a refused
+  // query still rejects rather than throws
+  try {
+    checkQuery(query);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  return engine.query(query, branch);
+}
+
+/** Runs a hybrid query for its explain alone (planner candidates included). */
+export async function explainQuery(engine: Engine, query: HybridQuery, branch?: BranchRef): Promise<HybridExplain> {
+  const checked = checkQuery(query);
+  return (await engine.query({ ...checked, explain: true }, branch)).explain;
+}
+
+/**
+ * Runs a native query language statement (docs/ql.md). A statement that does
+ * not parse is a `QlSyntaxError` (400 `ql_syntax_error`, with its position).
+ */
+export async function runNativeQuery(engine: Engine, text: string, branch?: BranchRef): Promise<QueryResponse> {
+  // the parser builds queries of the schema's shape: no check needed
+  return engine.query(parseNativeQuery(text), branch);
+}
+
+/** The tables of a branch and their columns. */
+export function tables(engine: Engine, branch?: BranchRef): Promise<TableSchema[]> {
+  return engine.schemas(branch);
+}
+
+/** The branch's schema epoch: it moves whenever a table or a column is added. */
+export function schemaEpoch(engine: Engine, branch?: BranchRef): number {
+  return engine.metrics(branch).schema_epoch;
+}

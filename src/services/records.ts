@@ -1,0 +1,50 @@
+/**
+ * Records: put (one or a batch), delete and get, for every front door.
+ *
+ * A keyed write (a request with an Idempotency-Key) hands its key to the
+ * engine with the records: the engine commits the receipt in the same WAL
+ * frame as the write, so a crash keeps both or neither, and a retry is
+ * answered from the receipt (`replayed`) without writing again. The reply a
+ * retry gets is the caller's (`reply`); its `epoch`, `record_count` and
+ * `changed` members are filled in by the commit.
+ */
+import { checkFieldNames } from '../names.js';
+import type { BranchRef, Engine, ReceiptDraft, RecordInput, RecordKey, RecordOutput, RequestKey, WriteResult } from '../native/engine.js';
+
+export interface WriteOptions {
+  branch?: BranchRef;
+  /** The scoped Idempotency-Key and body hash of a keyed request (src/idempotency). */
+  requestKey?: RequestKey;
+  /** What a retry of the keyed request answers (default `{epoch, record_count, changed}`). */
+  reply?: Readonly<Record<string, unknown>>;
+}
+
+const DEFAULT_REPLY = { epoch: 0, record_count: 0, changed: true };
+
+/** The receipt a keyed write commits with its records; none for a write without a key. */
+export function writeReceipt(options: WriteOptions | undefined): ReceiptDraft | undefined {
+  const key = options?.requestKey;
+  return key && { key: key.key, body_hash: key.body_hash, status: 200, body: options.reply ?? { ...DEFAULT_REPLY } };
+}
+
+/** Full replacement write of `records`, atomic at one epoch; resolves once durable. */
+export function putRecords(engine: Engine, records: RecordInput[], options?: WriteOptions): Promise<WriteResult> {
+  // the engine checks a field key only when its value types a column; a bad
+  // one rejects like the engine's refusals (no async layer on this hot path)
+  try {
+    checkFieldNames(records);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  return engine.put(records, options?.branch, writeReceipt(options));
+}
+
+/** Writes a tombstone version of the record. */
+export function deleteRecord(engine: Engine, key: RecordKey, options?: WriteOptions): Promise<WriteResult> {
+  return engine.delete(key, options?.branch, writeReceipt(options));
+}
+
+/** The visible version of a record, at the latest epoch or at `epoch`; null when there is none. */
+export function getRecord(engine: Engine, key: RecordKey, branch?: BranchRef, epoch?: number): Promise<RecordOutput | null> {
+  return engine.get(key, branch, epoch);
+}
