@@ -2,37 +2,52 @@
 //! until their group commit is durable, so the pool is larger than the core
 //! count: concurrent writers then share fsyncs.
 //!
-//! The queue is crossbeam's multi-consumer channel: a call wakes one idle
-//! worker and nothing else (a `Mutex` around std's receiver woke a second
-//! thread per call to take the lock over).
+//! Idle workers sleep on a condition variable and a call wakes exactly one.
+//! Channels that spin and `sched_yield` before they sleep (crossbeam's, and
+//! std's mpsc, which is built on it) had 32 idle workers competing with the
+//! JS thread for its core: under 32 concurrent gets, `perf` found most of
+//! the workers' time in `sched_yield`.
 
-use crossbeam_channel::{unbounded, Sender};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 type Job = Box<dyn FnOnce() + Send>;
 
+struct Queue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
 pub struct Pool {
-    tx: Sender<Job>,
+    queue: Arc<Queue>,
 }
 
 impl Pool {
     pub fn new(threads: usize) -> Pool {
-        let (tx, rx) = unbounded::<Job>();
+        let queue = Arc::new(Queue { jobs: Mutex::new(VecDeque::new()), ready: Condvar::new() });
         for i in 0..threads {
-            let rx = rx.clone();
+            let queue = queue.clone();
             std::thread::Builder::new()
                 .name(format!("braid-call-{i}"))
-                .spawn(move || {
-                    // ends when the pool (its sender) is dropped
-                    for job in rx.iter() {
-                        job();
-                    }
+                .spawn(move || loop {
+                    let job = {
+                        let mut jobs = queue.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+                        loop {
+                            match jobs.pop_front() {
+                                Some(job) => break job,
+                                None => jobs = queue.ready.wait(jobs).unwrap_or_else(PoisonError::into_inner),
+                            }
+                        }
+                    };
+                    job();
                 })
                 .expect("spawn worker thread");
         }
-        Pool { tx }
+        Pool { queue }
     }
 
     pub fn spawn(&self, job: Job) {
-        let _ = self.tx.send(job);
+        self.queue.jobs.lock().unwrap_or_else(PoisonError::into_inner).push_back(job);
+        self.queue.ready.notify_one();
     }
 }
