@@ -47,20 +47,42 @@ export function instrumentHttp(app: FastifyInstance, registry: client.Registry, 
     buckets: HTTP_BUCKETS,
     registers,
   });
-  const inFlight = new client.Gauge({ name: `${prefix}http_requests_in_flight`, help: 'HTTP requests received and not yet answered', registers });
-  const started = new WeakMap<object, bigint>();
-  app.addHook('onRequest', async (request) => {
-    started.set(request, process.hrtime.bigint());
-    inFlight.inc();
+  // read at scrape time: no gauge update per request
+  let inFlight = 0;
+  new client.Gauge({
+    name: `${prefix}http_requests_in_flight`,
+    help: 'HTTP requests received and not yet answered',
+    registers,
+    collect() {
+      this.set(inFlight);
+    },
   });
-  app.addHook('onResponse', async (request, reply) => {
-    const t = started.get(request);
-    if (t === undefined) return;
-    started.delete(request);
-    inFlight.dec();
-    const labels = { method: request.method, route: routeOf(request), status: String(reply.statusCode) };
-    requests.inc(labels);
-    duration.observe(labels, Number(process.hrtime.bigint() - t) / 1e9);
+  // Each (method, route, status) is counted through its own children,
+  // looked up by one string: prom-client hashes a labels object on every
+  // inc and observe otherwise (about a sixth of a get's time over HTTP).
+  const series = new Map<string, { count: client.Counter.Internal; time: client.Histogram.Internal<(typeof labelNames)[number]> }>();
+  const counted = new WeakSet<object>();
+  app.addHook('onRequest', (request, _reply, done) => {
+    counted.add(request);
+    inFlight += 1;
+    done();
+  });
+  app.addHook('onResponse', (request, reply, done) => {
+    if (counted.delete(request)) {
+      inFlight -= 1;
+      const route = routeOf(request);
+      const status = String(reply.statusCode);
+      const key = `${request.method} ${route} ${status}`;
+      let s = series.get(key);
+      if (s === undefined) {
+        s = { count: requests.labels(request.method, route, status), time: duration.labels(request.method, route, status) };
+        series.set(key, s);
+      }
+      s.count.inc();
+      // fastify's own clock, started as the request arrived
+      s.time.observe(reply.elapsedTime / 1000);
+    }
+    done();
   });
 }
 
