@@ -1,9 +1,10 @@
 //! Access paths: BM25 text (tantivy), vectors (an HNSW graph over each
 //! column's vector arena), scalar equality and tenant masks (roaring bitmaps,
-//! kept in `storage::state`), and the graph neighbourhood over edge columns.
+//! kept in `storage::state`). The graph neighbourhood over edge columns is a
+//! walk over the stored rows at query time (`query::graph`), not an index;
+//! nothing here depends on `storage`.
 
 pub mod arena;
-pub mod graph;
 pub mod hnsw;
 pub mod text;
 pub mod vector;

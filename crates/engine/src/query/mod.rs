@@ -3,6 +3,7 @@
 pub mod cursor;
 pub mod explain;
 pub mod fusion;
+pub mod graph;
 pub mod plan;
 mod rank;
 

@@ -22,11 +22,11 @@ use roaring::RoaringBitmap;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::index::graph;
 use crate::index::text::{self, QueryStats, TextSearch};
 use crate::index::vector::{self, VectorIndex};
 use crate::query::explain::Explain;
 use crate::query::fusion::{self, Path, PathList};
+use crate::query::graph;
 use crate::query::plan::{prefer_exact, Freshness, Plan, Ranked, RankedRow, MIN_EF};
 use crate::storage::{Branch, State, TableData};
 
