@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
+use crate::fsutil;
 use crate::model::{RecordInput, RecordKey, RecordOutput};
 use crate::names;
 use crate::query::plan::{self, HybridQuery, QueryContext, QueryResponse, RankedCache};
@@ -448,7 +449,7 @@ impl Engine {
         };
         write_durable(&tmp_dir.join("snapshot.json"), &serde_json::to_vec_pretty(&meta).expect("meta serialises"))?;
         std::fs::rename(&tmp_dir, &final_dir)?;
-        wal::sync_dir(&final_dir)?;
+        fsutil::sync_dir(&final_dir)?;
         let mut next = catalog.clone();
         next.snapshots.push(meta.clone());
         next.remember(key, target, retention);
@@ -700,11 +701,11 @@ fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn save_catalog(path: &Path, catalog: &Catalog) -> Result<()> {
-    crate::storage::faults::check("catalog::save")?;
+    crate::faults::check("catalog::save")?;
     let tmp = path.with_extension("json.tmp");
     write_durable(&tmp, &serde_json::to_vec_pretty(catalog).expect("catalog serialises"))?;
     std::fs::rename(&tmp, path)?;
-    wal::sync_dir(path)?;
+    fsutil::sync_dir(path)?;
     Ok(())
 }
 
@@ -717,7 +718,7 @@ fn load_secret(path: &Path) -> Result<Vec<u8>> {
     let mut bytes = vec![0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     write_durable(path, &bytes)?;
-    wal::sync_dir(path)?;
+    fsutil::sync_dir(path)?;
     Ok(bytes)
 }
 

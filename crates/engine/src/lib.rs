@@ -8,6 +8,8 @@
 pub mod doctor;
 pub mod engine;
 pub mod error;
+pub mod faults;
+pub mod fsutil;
 pub mod index;
 pub mod model;
 pub mod names;

@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use braid_engine::faults;
 use braid_engine::query::HybridQuery;
 use braid_engine::storage::checkpoint;
-use braid_engine::storage::faults;
 use braid_engine::{Code, Engine, EngineConfig, RecordInput};
 use fail::FailScenario;
 use serde_json::{json, Value};

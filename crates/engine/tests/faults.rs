@@ -1,5 +1,5 @@
 //! Disk faults injected under the WAL, the catalog and the indexes (fail
-//! points, storage/faults.rs). The rule, as in PostgreSQL after its fsync
+//! points, src/faults.rs). The rule, as in PostgreSQL after its fsync
 //! lessons: a write whose append or fsync failed is never acknowledged and
 //! never becomes visible; the branch then refuses writes until a restart, and
 //! the restart recovers exactly the acknowledged writes. Reads keep working.
@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use braid_engine::storage::faults;
+use braid_engine::faults;
 use braid_engine::{Code, Engine, EngineConfig, RecordInput};
 use fail::FailScenario;
 use serde_json::json;

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use braid_engine::faults;
 use braid_engine::storage::events::{CheckpointTrigger, Event, FaultStage, Level};
-use braid_engine::storage::faults;
 use braid_engine::storage::state::KeyEntry;
 use braid_engine::storage::Row;
 use braid_engine::{BranchEvent, Engine, EngineConfig};

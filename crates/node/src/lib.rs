@@ -316,14 +316,13 @@ impl NativeEngine {
         self.run(env, Ok(move |e: &Engine| Ok(e.wait_indexed(timeout))))
     }
 
-    /// Test hook: configures a storage fail point (storage/faults.rs).
+    /// Test hook: configures a storage fail point (faults.rs).
     #[napi(ts_return_type = "Promise<void>")]
     pub fn fault_for_test<'env>(&self, env: &'env Env, point: String, actions: String) -> Result<Object<'env>> {
         self.run(
             env,
             Ok(move |_: &Engine| {
-                braid_engine::storage::faults::configure(&point, &actions)
-                    .map_err(|e| EngineError::new(Code::InvalidRecord, e))
+                braid_engine::faults::configure(&point, &actions).map_err(|e| EngineError::new(Code::InvalidRecord, e))
             }),
         )
     }

@@ -346,7 +346,7 @@ impl TextIndex {
         {
             let mut writer = self.writer.lock();
             let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-            crate::storage::faults::check("text::commit")?;
+            crate::faults::check("text::commit")?;
             let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
             prepared.set_payload(&format!("{FORMAT}:{upto}"));
             prepared.commit().map_err(tantivy_err)?;

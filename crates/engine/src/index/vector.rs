@@ -219,7 +219,7 @@ impl VectorIndex {
         std::fs::write(&tmp, serde_json::to_vec(&meta).expect("meta serialises"))?;
         std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &meta_path)?;
-        crate::storage::wal::sync_dir(&meta_path)?;
+        crate::fsutil::sync_dir(&meta_path)?;
         if let Some(old) = previous {
             let _ = std::fs::remove_file(dir.join(graph_file(name, old.generation)));
         }

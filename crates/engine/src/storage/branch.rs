@@ -241,7 +241,7 @@ impl Branch {
             }
             // a directory from before checkpoints: its log is segment 0
             std::fs::rename(&legacy, dir.join(checkpoint::wal_name(0)))?;
-            wal::sync_dir(&legacy)?;
+            crate::fsutil::sync_dir(&legacy)?;
         }
         let base = ckpt.unwrap_or(0);
         checkpoint::remove_stale(dir, base)?;
@@ -770,7 +770,7 @@ impl Log {
             st.records.flush()?;
             (st.records.open_file(), st.records.open_gen())
         };
-        crate::storage::faults::check("checkpoint::records")?;
+        crate::faults::check("checkpoint::records")?;
         record_file.sync_all()?;
         let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &state.read())?;
         let new_path = self.dir.join(checkpoint::wal_name(next));

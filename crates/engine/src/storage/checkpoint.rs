@@ -34,6 +34,8 @@ use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Code, Error, Result};
+use crate::faults;
+use crate::fsutil;
 use crate::index::text::{ScopeImage, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
@@ -41,7 +43,7 @@ use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
     key_string, KeyEntry, Row, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore,
 };
-use crate::storage::{faults, wal};
+use crate::storage::wal;
 
 pub const FORMAT_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
@@ -188,7 +190,7 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
     let mut file = wal::create_private(&path, true)?;
     file.write_all(&bytes)?;
     file.sync_all()?;
-    wal::sync_dir(&path)?;
+    fsutil::sync_dir(&path)?;
     Ok(SealedVectors { gen, path: Some(path), placed })
 }
 
@@ -309,7 +311,7 @@ pub fn write(dir: &Path, gen: u32, bytes: &[u8]) -> Result<PathBuf> {
     drop(file);
     faults::check("checkpoint::rename")?;
     std::fs::rename(&tmp, &path)?;
-    wal::sync_dir(&path)?;
+    fsutil::sync_dir(&path)?;
     Ok(path)
 }
 

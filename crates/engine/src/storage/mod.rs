@@ -8,7 +8,6 @@ pub mod checkpoint;
 pub mod codec;
 pub mod commit;
 pub mod events;
-pub mod faults;
 pub mod lock;
 pub mod records;
 pub mod state;

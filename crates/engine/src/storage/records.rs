@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::storage::{codec, faults, wal};
+use crate::faults;
+use crate::fsutil;
+use crate::storage::{codec, wal};
 
 const MAGIC: &[u8; 8] = b"BRAIDREC";
 const FORMAT_VERSION: u8 = 1;
@@ -81,7 +83,7 @@ impl RecordFiles {
         header[..8].copy_from_slice(MAGIC);
         header[8] = FORMAT_VERSION;
         file.write_all(&header)?;
-        wal::sync_dir(&path)?;
+        fsutil::sync_dir(&path)?;
         let file = OpenOptions::new().read(true).append(true).open(&path)?;
         self.files.insert(gen, Arc::new(file));
         self.open_gen = gen;

@@ -34,7 +34,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Code, Error, Result};
-use crate::storage::faults;
+use crate::faults;
+use crate::fsutil::sync_dir;
 
 pub const MAGIC: &[u8; 8] = b"BRAIDWAL";
 pub const FORMAT_VERSION: u8 = 2;
@@ -493,15 +494,6 @@ pub fn link_or_copy(files: &[PathBuf], to: &Path) -> Result<()> {
         }
     }
     File::open(to)?.sync_all()?;
-    Ok(())
-}
-
-/// fsyncs the directory holding `path`, so a created or renamed entry is durable.
-pub fn sync_dir(path: &Path) -> Result<()> {
-    if let Some(parent) = path.parent() {
-        let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
-        File::open(parent)?.sync_all()?;
-    }
     Ok(())
 }
 
