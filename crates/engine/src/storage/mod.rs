@@ -3,11 +3,14 @@
 //! the text and vector indexes behind the writes, and the counters and events
 //! they report.
 
+mod admission;
 pub mod branch;
 pub mod checkpoint;
 pub mod codec;
 pub mod commit;
+mod committer;
 pub mod events;
+mod indexer;
 pub mod lock;
 pub mod records;
 pub mod state;

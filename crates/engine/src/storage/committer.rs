@@ -1,0 +1,397 @@
+//! The committer: one thread per branch that owns the branch's open WAL
+//! segment, group-commits writes and takes checkpoints.
+//!
+//! Group commit: writers hand jobs to one committer thread. It takes every
+//! job waiting, validates them in order against the state plus what earlier
+//! jobs of the same group staged (storage/admission.rs), appends one frame
+//! per write request (one epoch each), calls `fdatasync` once for the group,
+//! applies the commits to memory and only then answers each writer. A job
+//! that fails validation writes nothing and does not disturb the others.
+//!
+//! How it talks to the others: `Branch::write` and `Branch::checkpoint`
+//! (storage/branch.rs) send a `Request` down the branch's mpsc channel, each
+//! with a one-slot reply channel the caller blocks on; the branch dropping
+//! its sender on close ends the loop (after a last checkpoint). Applying a
+//! group and switching generations at a checkpoint take the `State`'s write
+//! lock; after each applied group the committer wakes the indexer
+//! (storage/indexer.rs) through the branch's `Shared`. A storage failure
+//! sets `Shared::failed`, after which every write is refused until a
+//! restart. It counts what it does in the branch's `BranchStats`
+//! (storage/stats.rs: WAL bytes, fsyncs, group sizes, checkpoints) and
+//! records what an operator should read in its event queue
+//! (storage/events.rs).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+
+use crate::error::{Code, Error, Result};
+use crate::storage::admission::{Stage, Staged};
+use crate::storage::branch::{
+    ms, BranchConfig, CheckpointInfo, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
+};
+use crate::storage::checkpoint;
+use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft};
+use crate::storage::events::{CheckpointTrigger, Event, FaultStage};
+use crate::storage::state::State;
+use crate::storage::wal::{self, Wal};
+
+/// One write request waiting for the committer.
+pub(super) struct Job {
+    pub(super) op: WriteOp,
+    pub(super) enqueued: Instant,
+    pub(super) reply: mpsc::SyncSender<Result<WriteResult>>,
+}
+
+pub(super) struct CheckpointJob {
+    /// A directory to hard-link (or copy) the checkpoint's files into, for
+    /// a snapshot; done before the committer takes the next write.
+    pub(super) export: Option<PathBuf>,
+    pub(super) reply: mpsc::SyncSender<Result<CheckpointInfo>>,
+}
+
+/// What the branch sends the committer.
+pub(super) enum Request {
+    Write(Job),
+    Checkpoint(CheckpointJob),
+}
+
+/// Starts the committer thread on the open WAL segment of generation `gen`.
+pub(super) fn spawn(
+    wal: Wal,
+    gen: u32,
+    dir: &Path,
+    rx: mpsc::Receiver<Request>,
+    state: Arc<RwLock<State>>,
+    shared: Arc<Shared>,
+    config: BranchConfig,
+) -> std::io::Result<JoinHandle<()>> {
+    let log = Log { wal, gen, dir: dir.to_path_buf(), last_checkpoint: Instant::now() };
+    std::thread::Builder::new().name("braid-commit".into()).spawn(move || run_committer(log, rx, state, shared, config))
+}
+
+/// Takes a checkpoint and records it (or its failure) in the branch's
+/// counters and events.
+fn take_checkpoint(
+    log: &mut Log,
+    state: &RwLock<State>,
+    shared: &Shared,
+    export: Option<&Path>,
+    trigger: CheckpointTrigger,
+) -> Result<CheckpointInfo> {
+    let started = Instant::now();
+    let taken = log.checkpoint(state, export);
+    match &taken {
+        Ok(info) => {
+            shared.stats.record_checkpoint(now_ms(), info.bytes, started.elapsed(), log.wal.end());
+            shared.events.push(Event::Checkpoint {
+                trigger,
+                generation: info.gen,
+                epoch: info.epoch,
+                bytes: info.bytes,
+                duration_ms: info.duration_ms,
+            });
+        }
+        Err(err) => {
+            shared.stats.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+            shared.events.push(Event::CheckpointFailed { trigger, error: err.message.clone() });
+        }
+    }
+    taken
+}
+
+/// The committer's WAL segment and what it needs to take checkpoints.
+struct Log {
+    wal: Wal,
+    gen: u32,
+    dir: PathBuf,
+    last_checkpoint: Instant,
+}
+
+impl Log {
+    fn due(&self, config: &BranchConfig) -> bool {
+        let written = self.wal.end() > wal::HEADER_LEN;
+        written
+            && (self.wal.end() >= config.checkpoint_wal_bytes
+                || self.last_checkpoint.elapsed() >= config.checkpoint_interval)
+    }
+
+    /// Takes a checkpoint starting generation `self.gen + 1` (see
+    /// storage/checkpoint.rs for the steps and why each crash point is safe).
+    /// Nothing in memory changes until the image is durable, so a failure
+    /// leaves the branch as it was, still writing to the current segment.
+    fn checkpoint(&mut self, state: &RwLock<State>, export: Option<&Path>) -> Result<CheckpointInfo> {
+        let started = Instant::now();
+        let next = self.gen + 1;
+        let (record_file, sealed_gen) = {
+            let mut st = state.write();
+            st.records.flush()?;
+            (st.records.open_file(), st.records.open_gen())
+        };
+        crate::faults::check("checkpoint::records")?;
+        record_file.sync_all()?;
+        let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &state.read())?;
+        let new_path = self.dir.join(checkpoint::wal_name(next));
+        let (new_wal, _) = Wal::open(&new_path)?;
+        let written = (|| {
+            let (image, epoch) = {
+                let st = state.read();
+                (checkpoint::capture(&st, next, &sealed)?, st.latest_epoch)
+            };
+            checkpoint::write(&self.dir, next, &image)?;
+            Ok::<_, Error>((image.len() as u64, epoch))
+        })();
+        let (bytes, epoch) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                drop(new_wal);
+                let _ = std::fs::remove_file(&new_path);
+                return Err(e);
+            }
+        };
+        // durable: switch to the new generation
+        {
+            let mut st = state.write();
+            st.records.start_next(next)?;
+            checkpoint::install_vectors(&mut st, &sealed)?;
+            st.wal_end = new_wal.end();
+        }
+        self.wal = new_wal;
+        self.gen = next;
+        self.last_checkpoint = Instant::now();
+        let exported = match export {
+            Some(to) => {
+                let st = state.read();
+                let files = checkpoint::files(&self.dir, next, &st);
+                drop(st);
+                wal::link_or_copy(&files, to)?;
+                files
+            }
+            None => Vec::new(),
+        };
+        // the image covers every older segment and image
+        let _ = checkpoint::remove_covered(&self.dir, next);
+        Ok(CheckpointInfo { gen: next, epoch, bytes, duration_ms: ms(started.elapsed()), exported })
+    }
+}
+
+fn run_committer(
+    mut log: Log,
+    rx: mpsc::Receiver<Request>,
+    state: Arc<RwLock<State>>,
+    shared: Arc<Shared>,
+    config: BranchConfig,
+) {
+    let mut deferred: VecDeque<Job> = VecDeque::new();
+    let mut checkpoints: Vec<CheckpointJob> = Vec::new();
+    // after a failed checkpoint, wait before trying again
+    let mut retry_at = Instant::now();
+    loop {
+        if shared.failed.load(Ordering::Acquire) {
+            for job in checkpoints.drain(..) {
+                let _ = job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier")));
+            }
+        }
+        for job in checkpoints.drain(..) {
+            let trigger = if job.export.is_some() { CheckpointTrigger::Snapshot } else { CheckpointTrigger::Request };
+            let done = take_checkpoint(&mut log, &state, &shared, job.export.as_deref(), trigger);
+            if done.is_err() {
+                retry_at = Instant::now() + Duration::from_secs(1);
+            }
+            let _ = job.reply.send(done);
+        }
+        let due = log.due(&config) && Instant::now() >= retry_at && !shared.failed.load(Ordering::Acquire);
+        if due {
+            let trigger = match log.wal.end() >= config.checkpoint_wal_bytes {
+                true => CheckpointTrigger::WalBytes,
+                false => CheckpointTrigger::Interval,
+            };
+            if take_checkpoint(&mut log, &state, &shared, None, trigger).is_err() {
+                retry_at = Instant::now() + Duration::from_secs(5);
+            }
+        }
+        let first = match deferred.pop_front() {
+            Some(job) => job,
+            None => match rx
+                .recv_timeout(config.checkpoint_interval.clamp(Duration::from_millis(10), Duration::from_secs(1)))
+            {
+                Ok(Request::Write(job)) => job,
+                Ok(Request::Checkpoint(job)) => {
+                    checkpoints.push(job);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+        };
+        let mut jobs = vec![first];
+        while jobs.len() < config.group_commit_max {
+            if let Some(job) = deferred.pop_front() {
+                jobs.push(job);
+                continue;
+            }
+            match rx.try_recv() {
+                Ok(Request::Write(job)) => jobs.push(job),
+                Ok(Request::Checkpoint(job)) => {
+                    // taken right after this group
+                    checkpoints.push(job);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        commit_group(&mut log.wal, jobs, &mut deferred, &state, &shared, &config);
+    }
+    // a clean close checkpoints, so the next start replays nothing
+    if config.checkpoint_on_close && !shared.failed.load(Ordering::Acquire) && log.wal.end() > wal::HEADER_LEN {
+        let _ = take_checkpoint(&mut log, &state, &shared, None, CheckpointTrigger::Close);
+    }
+}
+
+/// Validates, logs (one fsync), applies and answers one group of writes.
+fn commit_group(
+    wal: &mut Wal,
+    jobs: Vec<Job>,
+    deferred: &mut VecDeque<Job>,
+    state: &RwLock<State>,
+    shared: &Shared,
+    config: &BranchConfig,
+) {
+    if shared.failed.load(Ordering::Acquire) {
+        for job in jobs {
+            let _ = job
+                .reply
+                .send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
+        }
+        return;
+    }
+    let mut pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)> = Vec::new();
+    {
+        let st = state.read();
+        let mut stage = Stage::new(&st, config);
+        for job in jobs {
+            let started = Instant::now();
+            let queue_ms = ms(started - job.enqueued);
+            if stage.in_flight(&job.op) {
+                // the same key is staged in this group: answer it from the
+                // receipt once that write is applied
+                deferred.push_back(job);
+                continue;
+            }
+            let Job { op, enqueued, reply } = job;
+            let job = Job { op: WriteOp::Receipt { receipt: ReceiptDraft::empty() }, enqueued, reply };
+            let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage.admit(op)))
+                .unwrap_or_else(|_| Err(Error::new(Code::InternalPanic, "panic while validating a write")));
+            let timing = WriteTiming { queue_ms, validate_ms: ms(started.elapsed()), ..Default::default() };
+            match staged {
+                Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, *commit, count, receipt, timing)),
+                Ok(Staged::Replay(receipt)) => {
+                    let _ = job.reply.send(Ok(WriteResult::Replayed(receipt)));
+                }
+                Ok(Staged::Noop(epoch)) => {
+                    let outcome = WriteOutcome { epoch, record_count: 0, changed: false, timing, receipt: None };
+                    let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+                }
+                Err(err) => {
+                    let _ = job.reply.send(Err(err));
+                }
+            }
+        }
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let mut frames = Vec::new();
+    let mut ends = Vec::with_capacity(pending.len());
+    let durable_end = wal.end();
+    let mut base = durable_end;
+    for (_, commit, _, _, timing) in pending.iter_mut() {
+        let started = Instant::now();
+        let payload = serde_json::to_vec(commit).expect("commits serialise");
+        let before = frames.len();
+        wal.encode(&payload, &mut frames);
+        base += (frames.len() - before) as u64;
+        ends.push(base);
+        timing.encode_ms = ms(started.elapsed());
+    }
+    let fsync_started = Instant::now();
+    // the write timing covers append and fsync; the histogram the fsync alone
+    let mut sync_took = Duration::ZERO;
+    let durable = wal.append(&frames).and_then(|_| {
+        let sync_started = Instant::now();
+        let synced = wal.sync();
+        sync_took = sync_started.elapsed();
+        synced
+    });
+    let fsync_ms = ms(fsync_started.elapsed());
+    if let Err(err) = durable {
+        // PostgreSQL's lesson: after a failed write or fsync nothing about
+        // the file's tail can be trusted
+        let what = format!("the write-ahead log could not be made durable ({})", err.message);
+        return refuse_group(wal, durable_end, pending, shared, FaultStage::Wal, err, what);
+    }
+    shared.stats.record_group(wal.end() - durable_end, wal.end(), sync_took, pending.len());
+    let apply_started = Instant::now();
+    let applied = {
+        let mut st = state.write();
+        let known_keys = st.keys.len();
+        let commits: Vec<&Commit> = pending.iter().map(|(_, commit, ..)| commit).collect();
+        let applied = st.write_records(&commits).map(|locs| {
+            for ((commit, end), locs) in commits.iter().zip(&ends).zip(&locs) {
+                st.apply_written(commit, *end, locs);
+            }
+        });
+        shared.stats.add_keys(&st.keys[known_keys..]);
+        applied
+    };
+    if let Err(err) = applied {
+        // the record file could not take the group's fields, so none of it
+        // was applied: refused like a failed fsync
+        let what = format!("the record file could not take the write ({})", err.message);
+        return refuse_group(wal, durable_end, pending, shared, FaultStage::Apply, err, what);
+    }
+    let apply_ms = ms(apply_started.elapsed());
+    shared.wake_indexer();
+    let group_size = pending.len() as f64;
+    for (job, commit, count, receipt, mut timing) in pending {
+        timing.wal_fsync_ms = fsync_ms;
+        timing.apply_ms = apply_ms;
+        timing.group_size = group_size;
+        let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
+        let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+    }
+}
+
+/// Refuses a whole group after a storage failure: none of it is
+/// acknowledged or applied; its frames are cut from the log so a restart
+/// cannot bring back a write that was never acknowledged; and the branch
+/// refuses writes until a restart re-reads the log.
+fn refuse_group(
+    wal: &mut Wal,
+    durable_end: u64,
+    pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)>,
+    shared: &Shared,
+    stage: FaultStage,
+    err: Error,
+    what: String,
+) {
+    shared.failed.store(true, Ordering::Release);
+    shared.events.push(Event::StorageFailed { stage, error: err.message.clone() });
+    let cut = match wal.rollback(durable_end) {
+        Ok(()) => "its frames were cut from the log".to_string(),
+        Err(e) => format!("cutting its frames from the log failed too ({})", e.message),
+    };
+    shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
+    let err = Error::new(
+        Code::StorageFailure,
+        format!("{what}; the write was not applied and {cut}; the branch refuses writes until the engine restarts"),
+    );
+    for (job, ..) in pending {
+        let _ = job.reply.send(Err(err.clone()));
+    }
+}

@@ -1,0 +1,264 @@
+//! The indexer: one background thread per branch that feeds the text index
+//! (tantivy) and the vector graphs (HNSW) from the applied rows, behind the
+//! writes, dumps the graphs as they grow, and drops expired idempotency
+//! receipts from memory.
+//!
+//! How it talks to the others: the committer (storage/committer.rs) wakes it
+//! through the branch's `Shared` (`wake` and its condvar) after each applied
+//! group; otherwise it wakes on its own to commit the text index every
+//! `text_commit_interval`, and at least once a second. A round copies its
+//! work out of the `State` under a read lock and does the slow part outside
+//! it. Progress is published as watermarks (`Shared::vector_watermark` and
+//! the text index's own) that queries, metrics and `Branch::wait_indexed`
+//! compare with the row count. Failures are counted in
+//! `Shared::failed_features` and `failing_rounds` (read back as
+//! `IndexerHealth`), and `Shared::indexer_alive` falls when the thread ends.
+//! `Branch::close` sets `Shared::stop`: the indexer then catches up, commits
+//! the text index (or gives up when that commit fails) and ends.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use serde_json::Value;
+
+use crate::index::text::TextIndex;
+use crate::index::vector::VectorIndex;
+use crate::storage::branch::{graph_name, ms, BranchConfig, Shared};
+use crate::storage::commit::now_ms;
+use crate::storage::events::{Event, EventQueue};
+use crate::storage::state::State;
+
+/// Starts the indexer thread; it dumps vector graphs into `graphs_dir`.
+pub(super) fn spawn(
+    state: Arc<RwLock<State>>,
+    shared: Arc<Shared>,
+    text: Arc<TextIndex>,
+    config: BranchConfig,
+    graphs_dir: PathBuf,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("braid-index".into())
+        .spawn(move || run_indexer(state, shared, text, &config, &graphs_dir))
+}
+
+/// Work for one indexer round, copied out of the state under a read lock.
+struct IndexBatch {
+    upto: u32,
+    text: Vec<TextFeature>,
+    /// Graphs with rows below `upto` to link, by dump name (their vectors
+    /// are read from the column's arena, not copied).
+    vectors: Vec<(String, Arc<VectorIndex>)>,
+    /// Rows whose fields could not be read from the record files.
+    unreadable: u64,
+}
+
+/// One (row, text column) document for the text index.
+struct TextFeature {
+    row: u32,
+    table: Arc<str>,
+    tenant: Arc<str>,
+    column: String,
+    text: String,
+}
+
+const INDEX_ROUND_ROWS: u32 = 4096;
+
+fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
+    let total = state.rows.len() as u32;
+    let start = from_text.min(from_vec);
+    let upto = total.min(start.saturating_add(INDEX_ROUND_ROWS));
+    let mut text = Vec::new();
+    let mut unreadable = 0;
+    let vectors = state
+        .tables
+        .iter()
+        .flat_map(|(table, t)| t.vectors.iter().map(move |(column, vc)| (graph_name(table, column), vc)))
+        .filter(|(_, vc)| vc.index.watermark() < upto && from_vec < upto)
+        .map(|(name, vc)| (name, vc.index.clone()))
+        .collect();
+    for row_id in start..upto {
+        let row = &state.rows[row_id as usize];
+        if row.deleted {
+            continue;
+        }
+        let key = &state.keys[row.key as usize];
+        let Some(schema) = state.schemas.get(&*key.table) else { continue };
+        if row_id >= from_text {
+            let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
+            let fields = match columns.is_empty() {
+                true => Default::default(),
+                false => state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
+                    unreadable += 1;
+                    Default::default()
+                }),
+            };
+            for col in columns {
+                if let Some(Value::String(s)) = fields.get(&col) {
+                    text.push(TextFeature {
+                        row: row_id,
+                        table: key.table.clone(),
+                        tenant: key.tenant.clone(),
+                        column: col.clone(),
+                        text: s.clone(),
+                    });
+                }
+            }
+        }
+    }
+    IndexBatch { upto, text, vectors, unreadable }
+}
+
+/// Marks the indexer stopped when its thread ends, however it ends.
+struct AliveGuard(Arc<Shared>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.indexer_alive.store(false, Ordering::Release);
+        if !self.0.stop.load(Ordering::Acquire) {
+            let failed_features_total = self.0.failed_features.load(Ordering::Relaxed);
+            self.0.events.push(Event::IndexerStopped { failed_features_total });
+        }
+    }
+}
+
+/// A backlog of the indexer: more rows behind than one round takes. It ends,
+/// with an `index_caught_up` event, when the indexes cover every row again.
+#[derive(Default)]
+struct Backlog {
+    /// When it started and the most rows it had.
+    open: Option<(Instant, u64)>,
+}
+
+impl Backlog {
+    /// Notes how many rows the indexes are behind.
+    fn note(&mut self, behind: u32, events: &EventQueue) {
+        let behind = u64::from(behind);
+        match &mut self.open {
+            None if behind > u64::from(INDEX_ROUND_ROWS) => self.open = Some((Instant::now(), behind)),
+            Some((since, peak)) if behind == 0 => {
+                events.push(Event::IndexCaughtUp { backlog_rows: *peak, duration_ms: ms(since.elapsed()) });
+                self.open = None;
+            }
+            Some((_, peak)) => *peak = (*peak).max(behind),
+            None => {}
+        }
+    }
+}
+
+/// Drops receipts past their retention from memory (the log keeps them
+/// until retention removes versions; a restart skips expired ones).
+fn expire_receipts(state: &RwLock<State>, retention_ms: u64) {
+    let cutoff = now_ms().saturating_sub(retention_ms);
+    if state.read().receipts.values().any(|r| r.created_ms < cutoff) {
+        state.write().receipts.retain(|_, r| r.created_ms >= cutoff);
+    }
+}
+
+fn run_indexer(
+    state: Arc<RwLock<State>>,
+    shared: Arc<Shared>,
+    text: Arc<TextIndex>,
+    config: &BranchConfig,
+    graphs_dir: &Path,
+) {
+    let _alive = AliveGuard(shared.clone());
+    let interval = config.text_commit_interval;
+    let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
+    let mut last_sweep = Instant::now();
+    let mut last_commit = Instant::now();
+    let mut backlog = Backlog::default();
+    loop {
+        fail::fail_point!("indexer::round");
+        let failed_before = shared.failed_features.load(Ordering::Relaxed);
+        if last_sweep.elapsed() >= sweep_every {
+            expire_receipts(&state, config.receipt_retention_ms);
+            last_sweep = Instant::now();
+        }
+        let stopping = shared.stop.load(Ordering::Acquire);
+        let from_text = text.pending_upto();
+        let from_vec = shared.vector_watermark.load(Ordering::Acquire);
+        let total = state.read().rows.len() as u32;
+        backlog.note(total.saturating_sub(text.watermark().min(from_vec)), &shared.events);
+        // None: nothing was attempted this round; Some(true): something failed
+        let mut round_failed: Option<bool> = None;
+        if from_text < total || from_vec < total {
+            let batch = collect_batch(&state.read(), from_text, from_vec);
+            let mut failed = batch.unreadable;
+            for (_, index) in &batch.vectors {
+                // a row the graph fails on (a panic while linking it) is
+                // counted in failed_feature_count; the others go in
+                failed += index.insert_below_row(batch.upto);
+            }
+            for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
+                vc.index.set_watermark(batch.upto);
+            }
+            for (name, index) in &batch.vectors {
+                // this thread is the only inserter, so the graph holds still
+                let dumped = index.dumped();
+                // a quarter of its last dump, at least graph_dump_rows: dumps
+                // cost little next to the inserts between them
+                if index.watermark() - dumped >= config.graph_dump_rows.max(dumped / 4) {
+                    // a failed dump leaves the previous one; a restart
+                    // rebuilds what it lacks
+                    let _ = index.dump(graphs_dir, name);
+                }
+            }
+            shared.vector_watermark.store(batch.upto.max(from_vec), Ordering::Release);
+            for f in &batch.text {
+                if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
+                    // the row stays searchable through the hot overlay only
+                    failed += 1;
+                }
+            }
+            text.mark_pending(batch.upto.max(from_text));
+            shared.failed_features.fetch_add(failed, Ordering::Relaxed);
+            round_failed = Some(failed > 0);
+        }
+        let lagging = text.pending_upto() > text.watermark();
+        let mut text_commit_failed = false;
+        if lagging && (stopping || last_commit.elapsed() >= interval) {
+            // a failed commit keeps its documents in the writer for the next
+            // one; failing again and again shows in readiness
+            let committed = text.commit().is_ok();
+            text_commit_failed = !committed;
+            round_failed = Some(round_failed.unwrap_or(false) || !committed);
+            last_commit = Instant::now();
+            if stopping && !committed {
+                break;
+            }
+        }
+        match round_failed {
+            Some(true) => _ = shared.failing_rounds.fetch_add(1, Ordering::Relaxed),
+            Some(false) => shared.failing_rounds.store(0, Ordering::Relaxed),
+            None => {}
+        }
+        if round_failed == Some(true) {
+            let failed_features_total = shared.failed_features.load(Ordering::Relaxed);
+            shared.events.push(Event::IndexRoundFailed {
+                failed_features: failed_features_total - failed_before,
+                text_commit_failed,
+                failed_features_total,
+            });
+        }
+        let indexed = text.watermark().min(shared.vector_watermark.load(Ordering::Acquire));
+        backlog.note((state.read().rows.len() as u32).saturating_sub(indexed), &shared.events);
+        if stopping {
+            let total = state.read().rows.len() as u32;
+            if text.pending_upto() >= total && text.watermark() >= text.pending_upto() {
+                break;
+            }
+            continue;
+        }
+        let caught_up = text.pending_upto() >= state.read().rows.len() as u32;
+        let mut woken = shared.wake.lock();
+        if !*woken && caught_up {
+            let wait = if lagging { interval.saturating_sub(last_commit.elapsed()) } else { Duration::from_secs(1) };
+            shared.wake_cv.wait_for(&mut woken, wait.max(Duration::from_millis(1)));
+        }
+        *woken = false;
+    }
+}
