@@ -163,7 +163,7 @@ export declare class NativeEngine {
   events(): EngineEvent[]
   /** Waits until the text and vector indexes cover every committed write. */
   waitIndexed(timeoutMs: number): Promise<boolean>
-  /** Test hook: configures a storage fail point (storage/faults.rs). */
+  /** Test hook: configures a storage fail point (faults.rs). */
   faultForTest(point: string, actions: string): Promise<void>
   /** Test hook: panics inside an engine call. */
   panicForTest(): Promise<void>
