@@ -28,7 +28,8 @@ use crate::error::{Code, Error, Result};
 use crate::fsutil;
 use crate::model::{RecordInput, RecordKey, RecordOutput};
 use crate::names;
-use crate::query::plan::{self, HybridQuery, QueryContext, QueryResponse, RankedCache};
+use crate::query::execute::{self, QueryContext, RankedCache};
+use crate::query::plan::{HybridQuery, QueryResponse};
 use crate::schema::{Column, ColumnDeclaration, TableSchema};
 use crate::storage::branch::{CheckpointInfo, WAL_FILE};
 use crate::storage::commit::now_ms;
@@ -380,7 +381,7 @@ impl Engine {
         let handle = self.branch(Some(db), Some(br))?;
         let branch_key = format!("{db}/{br}");
         let ctx = QueryContext { branch: &handle, branch_key: &branch_key, secret: &self.secret, cache: &self.cache };
-        plan::execute(&ctx, q)
+        execute::execute(&ctx, q)
     }
 
     /// Takes a checkpoint of a branch now (they are also taken by WAL size

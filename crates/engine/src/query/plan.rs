@@ -1,21 +1,18 @@
-//! Planning and execution of a hybrid query.
+//! Planning a hybrid query: its limits, its request and response types, and
+//! the validated `Plan` the ranking runs. A query's whole path:
 //!
-//! 1. validate the query against the table's schema and resolve the read
+//! 1. (here) validate the query against the table's schema and resolve the read
 //!    epoch (cursor, `temporal_as_of` or latest);
-//! 2. build the eligible-row bitmap: tenant mask, MVCC visibility at the read
+//! 2. (query/rank.rs) build the eligible-row bitmap: tenant mask, MVCC visibility at the read
 //!    epoch, scalar equality bitmaps. Every access path is filtered by it
 //!    before any row is opened;
 //! 3. run the requested paths: BM25 (tantivy plus the hot overlay of rows it
 //!    has not indexed yet), vectors (HNSW, or an exact scan when the eligible
 //!    set is small or the graph lags), graph BFS from `graph_seed`;
-//! 4. fuse (RRF or relative score), order by (final score desc, record id),
-//!    page, re-check visibility of every returned row and materialise it.
+//! 4. fuse (RRF or relative score), order by (final score desc, record id);
+//! 5. (query/execute.rs) page, re-check visibility of every returned row and
+//!    materialise it; keep the ranked list for the cursor's next pages.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::time::Instant;
-
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -25,14 +22,11 @@ use crate::error::{Code, Error, Result};
 use crate::index::text;
 use crate::index::vector;
 use crate::names;
-use crate::query::cursor::{self, CursorPayload};
-use crate::query::explain::{self, Candidate, Explain, ScoreComponents};
-use crate::query::fusion::{self, FusionMethod, Weights};
+use crate::query::explain::{Explain, ScoreComponents};
+use crate::query::fusion::{FusionMethod, Weights};
 use crate::query::graph;
-use crate::query::rank::rank;
 use crate::schema::Metric;
-use crate::storage::commit::now_ms;
-use crate::storage::{Branch, ScalarKey, State};
+use crate::storage::{ScalarKey, State};
 
 pub const DEFAULT_TOP_K: i64 = 10;
 pub const MAX_TOP_K: i64 = 1000;
@@ -177,111 +171,11 @@ pub(super) struct Plan {
     pub(super) return_fields: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone)]
-pub(super) struct RankedRow {
-    pub(super) row: u32,
-    pub(super) record_id: Arc<str>,
-    pub(super) version_id: u32,
-    pub(super) fused: fusion::Fused,
-    pub(super) penalty: Option<f64>,
-    pub(super) overlay: bool,
-    pub(super) source: String,
-}
-
-/// A ranked list computed once and shared by the pages of one cursor.
-pub struct Ranked {
-    pub(super) rows: Vec<RankedRow>,
-    pub(super) explain: Explain,
-    /// The text path returned only its best `text_depth` rows of more.
-    pub(super) text_truncated: bool,
-}
-
-/// Ranked lists kept for cursor paging: page 2 reads the same list page 1
-/// did, so concurrent writes cannot duplicate or skip rows.
-#[derive(Default)]
-struct CacheInner {
-    map: HashMap<String, (Arc<Ranked>, usize)>,
-    order: VecDeque<String>,
-    bytes: usize,
-}
-
-/// The cache is bounded in bytes: a few huge ranked lists (filter-only
-/// queries return every match) must not hold memory that many small ones
-/// would share. A list larger than the whole budget is not cached; its pages
-/// are recomputed at the cursor's pinned epoch, which gives the same list.
-pub struct RankedCache {
-    inner: Mutex<CacheInner>,
-    capacity_bytes: usize,
-}
-
-/// Default budget of the cursor cache.
-pub const RANKED_CACHE_BYTES: usize = 64 << 20;
-
-impl Default for RankedCache {
-    fn default() -> Self {
-        RankedCache::with_capacity(RANKED_CACHE_BYTES)
-    }
-}
-
-impl Ranked {
-    /// Heap bytes this list holds, near enough to budget by.
-    fn approx_bytes(&self) -> usize {
-        let rows: usize =
-            self.rows.iter().map(|r| std::mem::size_of::<RankedRow>() + r.record_id.len() + r.source.capacity()).sum();
-        // the explain is a fixed set of small fields plus its access paths
-        rows + std::mem::size_of::<Ranked>() + 4096
-    }
-}
-
-impl RankedCache {
-    pub fn with_capacity(capacity_bytes: usize) -> Self {
-        RankedCache { inner: Mutex::new(CacheInner::default()), capacity_bytes }
-    }
-
-    fn get(&self, key: &str) -> Option<Arc<Ranked>> {
-        self.inner.lock().map.get(key).map(|(r, _)| r.clone())
-    }
-
-    fn put(&self, key: String, ranked: Arc<Ranked>) {
-        let size = ranked.approx_bytes() + key.len();
-        if size > self.capacity_bytes {
-            return;
-        }
-        let mut guard = self.inner.lock();
-        let CacheInner { map, order, bytes } = &mut *guard;
-        if let Some((_, old)) = map.insert(key.clone(), (ranked, size)) {
-            *bytes -= old;
-        } else {
-            order.push_back(key);
-        }
-        *bytes += size;
-        while *bytes > self.capacity_bytes {
-            let Some(old) = order.pop_front() else { break };
-            if let Some((_, n)) = map.remove(&old) {
-                *bytes -= n;
-            }
-        }
-    }
-
-    /// Bytes the cached lists hold (by `approx_bytes`).
-    pub fn bytes(&self) -> usize {
-        self.inner.lock().bytes
-    }
-
-    pub fn len(&self) -> usize {
-        self.inner.lock().map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1000.0
-}
-
-fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokenizer::TextAnalyzer) -> Result<Plan> {
+pub(super) fn validate(
+    q: &HybridQuery,
+    state: &State,
+    text_analyzer: &mut tantivy::tokenizer::TextAnalyzer,
+) -> Result<Plan> {
     let Some(table) = q.table.clone() else { bail!(InvalidQuery, "table is required") };
     names::check_table(&table)?;
     let Some(tenant) = q.tenant_id.clone() else { bail!(InvalidQuery, "tenant_id is required") };
@@ -421,7 +315,7 @@ fn validate(q: &HybridQuery, state: &State, text_analyzer: &mut tantivy::tokeniz
 }
 
 /// Resolves the read epoch and checks it against the retained history.
-fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: Option<u64>) -> Result<u64> {
+pub(super) fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: Option<u64>) -> Result<u64> {
     if let Some(e) = pinned {
         if e < horizon {
             bail!(CursorExpired, "the cursor's epoch {e} is below the retained horizon {horizon}");
@@ -438,225 +332,5 @@ fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: Option<u64>)
             bail!(TemporalBeforeHorizon, "temporal_as_of {e} is below the retained horizon {horizon}")
         }
         Some(e) => Ok(e as u64),
-    }
-}
-
-pub struct QueryContext<'a> {
-    pub branch: &'a Branch,
-    pub branch_key: &'a str,
-    pub secret: &'a [u8],
-    pub cache: &'a RankedCache,
-}
-
-pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse> {
-    let started = Instant::now();
-    let fingerprint = q.fingerprint();
-    let pinned = match &q.cursor {
-        None => None,
-        Some(c) => {
-            let payload = cursor::decode(ctx.secret, c)?;
-            if payload.b != ctx.branch_key {
-                bail!(InvalidCursor, "the cursor belongs to branch {}", payload.b);
-            }
-            if payload.h != fingerprint {
-                bail!(CursorQueryMismatch, "the cursor was issued for a different query");
-            }
-            if now_ms().saturating_sub(payload.t) > CURSOR_TTL_MS {
-                bail!(CursorExpired, "the cursor is older than {} minutes", CURSOR_TTL_MS / 60_000);
-            }
-            Some(payload)
-        }
-    };
-    let (plan, epoch, schema_epoch, horizon) = {
-        let state = ctx.branch.state.read();
-        let mut analyzer = text::analyzer();
-        let plan = validate(q, &state, &mut analyzer)?;
-        let horizon = ctx.branch.horizon(&state);
-        let epoch = read_epoch(q, &state, horizon, pinned.as_ref().map(|p| p.e))?;
-        (plan, epoch, state.schema_epoch, horizon)
-    };
-    let validate_ms = ms(started);
-    let cache_key = format!("{}|{}|{}", ctx.branch_key, fingerprint, epoch);
-    let lookup_started = Instant::now();
-    // The text path contributes its best `candidate_budget` rows. A text-only
-    // list is a prefix of every deeper one (the text order is total), so a
-    // page past its end widens it at the pinned epoch; a hybrid list is the
-    // fusion of each path's budget and ends there (as Elasticsearch's
-    // rank_window_size does), since a deeper path would re-rank it.
-    let text_only = plan.terms.is_some() && plan.vector.is_none() && plan.graph.is_none();
-    let needed = pinned.as_ref().map_or(0, |p| p.o) + plan.top_k + 1;
-    let text_depth = if text_only && needed > plan.budget {
-        (needed * 2).min(MAX_TEXT_DEPTH).max(needed)
-    } else {
-        plan.budget.max(plan.top_k)
-    };
-    let cached = pinned
-        .as_ref()
-        .and_then(|_| ctx.cache.get(&cache_key))
-        .filter(|r| !(text_only && r.text_truncated && r.rows.len() < needed));
-    let cache_hit = cached.is_some();
-    let ranked = match cached {
-        Some(r) => r,
-        None => Arc::new(rank(ctx.branch, &plan, epoch, text_depth)?),
-    };
-    let mut ex = ranked.explain.clone();
-    if cache_hit {
-        // a later page read the ranked list its first page computed: no access
-        // path ran for it, and its timings are its own
-        ex.phase_timings.clear();
-        ex.access_path_timings.clear();
-        ex.opened_candidate_streams.clear();
-        ex.access_paths.iter_mut().for_each(|p| p.opened = false);
-        ex.lexical_scored_documents = 0;
-        ex.segments_scanned = 0;
-        ex.phase("cursor_cache_lookup", lookup_started);
-    }
-    ex.phase_timings.insert(0, explain::PhaseTiming { elapsed_ms: validate_ms, phase: "validate".into() });
-    if plan.terms.is_some() {
-        ex.lexical_cache_hits = cache_hit as u64;
-        ex.lexical_cache_misses = !cache_hit as u64;
-    }
-    ex.read_epoch = epoch;
-    ex.schema_epoch = schema_epoch;
-    ex.policy_epoch = horizon;
-    ex.module_versions = crate::module_versions();
-
-    // paging
-    let page_started = Instant::now();
-    let offset = match &pinned {
-        None => 0,
-        Some(p) if cache_hit => p.o,
-        Some(p) => seek(&ranked.rows, p.s, &p.id),
-    };
-    let end = (offset + plan.top_k).min(ranked.rows.len());
-    let page = &ranked.rows[offset.min(end)..end];
-    ex.phase("page", page_started);
-
-    // final visibility guard and materialisation
-    let guard_started = Instant::now();
-    let mut results = Vec::with_capacity(page.len());
-    let mut removed = 0;
-    {
-        let state = ctx.branch.state.read();
-        for r in page {
-            let row = &state.rows[r.row as usize];
-            let key = state.key_entry(r.row);
-            if !row.visible_at(epoch) || *key.table != *plan.table || *key.tenant != *plan.tenant {
-                removed += 1;
-                continue;
-            }
-            // only the returned rows are read from the record files, and of
-            // them only the requested fields decoded
-            let fields = match &plan.return_fields {
-                None => state.fields(r.row, None)?,
-                Some(names) => {
-                    let mut found = state.fields(r.row, Some(names))?;
-                    names.iter().filter_map(|n| Some((n.clone(), found.remove(n)?))).collect()
-                }
-            };
-            results.push(HybridRow {
-                fields,
-                record_id: r.record_id.to_string(),
-                score: components(r),
-                tenant_id: plan.tenant.clone(),
-                version_id: r.version_id,
-            });
-        }
-    }
-    ex.final_visibility_guard_count = page.len() as u64;
-    ex.final_visibility_guard_removed = removed;
-    ex.materialized_count = results.len() as u64;
-    ex.returned_count = results.len() as u64;
-    ex.phase("visibility_guard_and_materialize", guard_started);
-
-    if q.explain.unwrap_or(false) {
-        let upto = (offset + plan.top_k * 2).min(ranked.rows.len()).min(offset + 100);
-        ex.planner_candidates = ranked.rows[offset.min(upto)..upto]
-            .iter()
-            .map(|r| Candidate {
-                freshness: if r.overlay { "hot_overlay" } else { "indexed" }.to_string(),
-                record_id: r.record_id.to_string(),
-                score_components: components(r),
-                score_upper_bound: Some(r.fused.upper_bound),
-                source: r.source.clone(),
-                version_id: r.version_id,
-                visibility_checked: true,
-            })
-            .collect();
-    }
-
-    let next_cursor = if end < ranked.rows.len() && !page.is_empty() {
-        let last = &page[page.len() - 1];
-        let payload = CursorPayload {
-            v: 1,
-            b: ctx.branch_key.to_string(),
-            e: epoch,
-            o: end,
-            s: last.fused.final_score,
-            id: last.record_id.to_string(),
-            h: fingerprint,
-            t: pinned.as_ref().map_or_else(now_ms, |p| p.t),
-        };
-        if !cache_hit {
-            ctx.cache.put(cache_key, ranked.clone());
-        }
-        Some(cursor::encode(ctx.secret, &payload))
-    } else {
-        None
-    };
-    ex.phase("total", started);
-    Ok(QueryResponse { explain: ex, next_cursor, results })
-}
-
-fn components(r: &RankedRow) -> ScoreComponents {
-    ScoreComponents {
-        final_score: r.fused.final_score,
-        freshness_penalty: r.penalty,
-        lexical: r.fused.lexical,
-        relational: r.fused.relational,
-        vector: r.fused.vector,
-    }
-}
-
-/// Position just after (score, id) in a list ordered by score desc, id asc.
-fn seek(rows: &[RankedRow], score: f64, id: &str) -> usize {
-    rows.iter()
-        .position(|r| r.fused.final_score < score || (r.fused.final_score == score && &*r.record_id > id))
-        .unwrap_or(rows.len())
-}
-
-#[cfg(test)]
-mod cache_tests {
-    use super::*;
-
-    fn ranked(rows: usize) -> Arc<Ranked> {
-        let row = RankedRow {
-            row: 0,
-            record_id: Arc::from("some-record-id"),
-            version_id: 1,
-            fused: fusion::Fused::default(),
-            penalty: None,
-            overlay: false,
-            source: "text".to_string(),
-        };
-        Arc::new(Ranked { rows: vec![row; rows], explain: Explain::default(), text_truncated: false })
-    }
-
-    /// Regression: the cache was bounded by entries, so 256 filter-only lists
-    /// of every match could hold gigabytes.
-    #[test]
-    fn the_cursor_cache_is_bounded_in_bytes() {
-        let cache = RankedCache::with_capacity(1 << 20);
-        for i in 0..200 {
-            cache.put(format!("k{i}"), ranked(1000));
-            assert!(cache.bytes() <= 1 << 20, "{} bytes after {i} puts", cache.bytes());
-        }
-        assert!(cache.len() > 1 && cache.len() < 200);
-        assert!(cache.get("k199").is_some(), "the newest list stays");
-        assert!(cache.get("k0").is_none(), "the oldest went first");
-        // a list larger than the whole budget is not cached at all
-        cache.put("huge".into(), ranked(100_000));
-        assert!(cache.get("huge").is_none());
-        assert!(cache.bytes() <= 1 << 20);
     }
 }

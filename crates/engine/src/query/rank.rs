@@ -27,10 +27,40 @@ use crate::index::vector::{self, VectorIndex};
 use crate::query::explain::Explain;
 use crate::query::fusion::{self, Path, PathList};
 use crate::query::graph;
-use crate::query::plan::{prefer_exact, Freshness, Plan, Ranked, RankedRow, MIN_EF};
+use crate::query::plan::{prefer_exact, Freshness, Plan, MIN_EF};
 use crate::storage::{Branch, State, TableData};
 
 type Hits = Vec<(u32, f32)>;
+
+/// One row of a ranked list: its scores and where they came from.
+#[derive(Debug, Clone)]
+pub(super) struct RankedRow {
+    pub(super) row: u32,
+    pub(super) record_id: Arc<str>,
+    pub(super) version_id: u32,
+    pub(super) fused: fusion::Fused,
+    pub(super) penalty: Option<f64>,
+    pub(super) overlay: bool,
+    pub(super) source: String,
+}
+
+/// A ranked list computed once and shared by the pages of one cursor.
+pub struct Ranked {
+    pub(super) rows: Vec<RankedRow>,
+    pub(super) explain: Explain,
+    /// The text path returned only its best `text_depth` rows of more.
+    pub(super) text_truncated: bool,
+}
+
+impl Ranked {
+    /// Heap bytes this list holds, near enough to budget by.
+    pub(super) fn approx_bytes(&self) -> usize {
+        let rows: usize =
+            self.rows.iter().map(|r| std::mem::size_of::<RankedRow>() + r.record_id.len() + r.source.capacity()).sum();
+        // the explain is a fixed set of small fields plus its access paths
+        rows + std::mem::size_of::<Ranked>() + 4096
+    }
+}
 
 /// How far each index has taken the branch's rows: rows at or above a
 /// watermark are only in the hot overlay.

@@ -18,8 +18,8 @@ use crate::error::{Code, Error, Result};
 use crate::model::RecordInput;
 use crate::names;
 use crate::schema::TableSchema;
-use crate::storage::branch::{BranchConfig, WriteOp};
 use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft, WalRow};
+use crate::storage::pipeline::{BranchConfig, WriteOp};
 use crate::storage::state::{key_string, State};
 
 /// What admitting one write request came to: a commit to log (with its

@@ -32,12 +32,12 @@ use parking_lot::RwLock;
 
 use crate::error::{Code, Error, Result};
 use crate::storage::admission::{Stage, Staged};
-use crate::storage::branch::{
-    ms, BranchConfig, CheckpointInfo, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
-};
 use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft};
 use crate::storage::events::{CheckpointTrigger, Event, FaultStage};
+use crate::storage::pipeline::{
+    ms, BranchConfig, CheckpointInfo, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
+};
 use crate::storage::state::State;
 use crate::storage::wal::{self, Wal};
 

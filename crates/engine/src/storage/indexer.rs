@@ -27,9 +27,9 @@ use serde_json::Value;
 
 use crate::index::text::TextIndex;
 use crate::index::vector::VectorIndex;
-use crate::storage::branch::{graph_name, ms, BranchConfig, Shared};
 use crate::storage::commit::now_ms;
 use crate::storage::events::{Event, EventQueue};
+use crate::storage::pipeline::{graph_name, ms, BranchConfig, Shared};
 use crate::storage::state::State;
 
 /// Starts the indexer thread; it dumps vector graphs into `graphs_dir`.

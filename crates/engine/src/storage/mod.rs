@@ -12,6 +12,7 @@ mod committer;
 pub mod events;
 mod indexer;
 pub mod lock;
+mod pipeline;
 pub mod records;
 pub mod state;
 pub mod stats;

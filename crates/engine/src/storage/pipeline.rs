@@ -1,0 +1,171 @@
+//! What a branch and its two threads share, below all three: the branch's
+//! configuration, the write and checkpoint types that cross between them,
+//! `Shared` (flags, watermarks, counters and events) and the indexer's
+//! health. storage/branch.rs (the public API), storage/admission.rs,
+//! storage/committer.rs and storage/indexer.rs all build on this module and
+//! none of them on each other's internals the other way round.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+use crate::model::RecordInput;
+use crate::schema::Column;
+use crate::storage::commit::{Receipt, ReceiptDraft};
+use crate::storage::events::EventQueue;
+use crate::storage::stats::BranchStats;
+#[derive(Debug, Clone)]
+pub struct BranchConfig {
+    pub max_vector_dim: u32,
+    pub max_batch: usize,
+    pub receipt_retention_ms: u64,
+    /// How many epochs of history stay readable; `None` keeps all.
+    pub history_epochs: Option<u64>,
+    pub text_commit_interval: Duration,
+    pub group_commit_max: usize,
+    /// A checkpoint is taken once the WAL segment holds this many bytes...
+    pub checkpoint_wal_bytes: u64,
+    /// ...or this long after the last one, when anything was written since.
+    pub checkpoint_interval: Duration,
+    /// Checkpoint when the branch closes cleanly, so the next start replays
+    /// nothing. (Off only in tests that need a log to inspect.)
+    pub checkpoint_on_close: bool,
+    /// The indexer dumps a vector graph once it has grown by this many rows
+    /// and by a quarter since its last dump, so a crash rebuilds at most
+    /// that much of it.
+    pub graph_dump_rows: u32,
+}
+
+impl Default for BranchConfig {
+    fn default() -> Self {
+        BranchConfig {
+            max_vector_dim: 4096,
+            max_batch: 10_000,
+            receipt_retention_ms: 24 * 3600 * 1000,
+            history_epochs: None,
+            text_commit_interval: Duration::from_millis(250),
+            group_commit_max: 1024,
+            checkpoint_wal_bytes: 64 << 20,
+            checkpoint_interval: Duration::from_secs(300),
+            checkpoint_on_close: true,
+            graph_dump_rows: 65_536,
+        }
+    }
+}
+
+pub enum WriteOp {
+    Put { records: Vec<RecordInput>, receipt: Option<ReceiptDraft> },
+    Delete { table: String, tenant_id: String, id: String, receipt: Option<ReceiptDraft> },
+    Declare { table: String, columns: BTreeMap<String, Column> },
+    Receipt { receipt: ReceiptDraft },
+}
+
+/// Measured durations of one write, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WriteTiming {
+    pub queue_ms: f64,
+    pub validate_ms: f64,
+    pub encode_ms: f64,
+    pub wal_fsync_ms: f64,
+    pub apply_ms: f64,
+    /// How many write requests shared this fsync.
+    pub group_size: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteOutcome {
+    pub epoch: u64,
+    pub record_count: usize,
+    /// False when the write changed nothing (deleting an absent record).
+    pub changed: bool,
+    pub timing: WriteTiming,
+    pub receipt: Option<Receipt>,
+}
+
+#[derive(Debug, Clone)]
+pub enum WriteResult {
+    Committed(WriteOutcome),
+    Replayed(Receipt),
+}
+
+/// What a checkpoint wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointInfo {
+    /// The generation it starts: WAL segments from here on are the tail.
+    pub gen: u32,
+    /// The state it holds is exactly the commits up to this epoch.
+    pub epoch: u64,
+    pub bytes: u64,
+    pub duration_ms: f64,
+    /// Files a copy of the branch at `epoch` needs, when asked to export.
+    #[serde(skip)]
+    pub exported: Vec<PathBuf>,
+}
+
+/// What the branch, its committer and its indexer share.
+pub(crate) struct Shared {
+    /// Set by `Branch::close`: the indexer finishes and ends.
+    pub(super) stop: AtomicBool,
+    /// Set by the committer after a storage failure: writes are refused.
+    pub(super) failed: AtomicBool,
+    pub archived: AtomicBool,
+    /// True when the indexer has work; it sleeps on `wake_cv` otherwise.
+    pub(super) wake: Mutex<bool>,
+    pub(super) wake_cv: Condvar,
+    /// Every row below this id is in its vector graphs.
+    pub vector_watermark: AtomicU32,
+    /// (row, column) features an index failed to take.
+    pub failed_features: std::sync::atomic::AtomicU64,
+    /// False once the indexer thread has ended without being asked to.
+    pub indexer_alive: AtomicBool,
+    /// Indexer rounds in a row in which some feature failed.
+    pub failing_rounds: AtomicU32,
+    pub stats: BranchStats,
+    pub events: EventQueue,
+}
+
+impl Shared {
+    /// Wakes the indexer for a round now.
+    pub(super) fn wake_indexer(&self) {
+        *self.wake.lock() = true;
+        self.wake_cv.notify_one();
+    }
+}
+
+/// Rounds in a row with failures after which the indexer counts as failing.
+pub const INDEXER_FAILING_ROUNDS: u32 = 3;
+
+/// How the indexer of a branch is doing, for readiness and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexerHealth {
+    Running,
+    /// Every recent round failed to index some feature.
+    Failing,
+    /// The thread ended: nothing new gets indexed until a restart.
+    Stopped,
+}
+
+impl IndexerHealth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexerHealth::Running => "running",
+            IndexerHealth::Failing => "failing",
+            IndexerHealth::Stopped => "stopped",
+        }
+    }
+}
+
+/// The name a vector graph of `table.column` is dumped under.
+pub(super) fn graph_name(table: &str, column: &str) -> String {
+    format!("{table}.{column}")
+}
+
+/// A duration in milliseconds, as timings and events report it.
+pub(super) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
