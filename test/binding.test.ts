@@ -204,6 +204,24 @@ describe('the embedded API over the binding', () => {
     expect(await db.panicForTest().catch((e: unknown) => e)).toMatchObject({ code: 'internal_panic', status: 500 });
   });
 
+  it('long number arrays cross packed and read back exactly as they were sent, integers included', async () => {
+    const ints = Array.from({ length: 40 }, (_, i) => i * 1000);
+    const mixed = Array.from({ length: 40 }, (_, i) => (i % 2 ? i + 0.1 : -i));
+    const record = { table: 'packed', tenant_id: TENANT, id: 'p', fields: { ints, mixed, short: [1, 2.5], words: Array(20).fill('a') } };
+    await db.putBatch([record]);
+    expect(record.fields.ints).toBe(ints); // the caller's objects are left as they were
+    const got = await db.get({ table: 'packed', tenant_id: TENANT, id: 'p' });
+    expect(JSON.stringify(got?.fields)).toBe(JSON.stringify(record.fields));
+    // a NaN inside a packed array is refused at its index, as in a plain one
+    const nan = Array.from({ length: 32 }, (_, i) => (i === 20 ? NaN : i));
+    const err = await db.putBatch([{ table: 'packed', tenant_id: TENANT, id: 'q', fields: { nan } }]).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'invalid_record', status: 400 });
+    expect((err as Error).message).toContain('fields.nan[20]');
+    expect(await db.get({ table: 'packed', tenant_id: TENANT, id: 'q' })).toBeNull();
+    const vector = Array.from({ length: 32 }, (_, i) => (i === 5 ? Infinity : 1));
+    expect(await db.query({ table: 'packed', tenant_id: TENANT, vector }).catch((e: unknown) => e)).toMatchObject({ code: 'vector_not_finite' });
+  });
+
   it('an argument of the wrong type from an embedded caller is invalid_request, not a crash', async () => {
     const err = await db.get({ table: TABLE, tenant_id: 7, id: 'x' } as never).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BraidError);

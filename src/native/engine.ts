@@ -135,7 +135,7 @@ export class Engine {
 
   /** Writes records atomically at one epoch, with a keyed request's receipt in the same commit; resolves once durable. */
   async put(records: Native.RecordInput[], branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult> {
-    return writeResult(await settle(() => this.engine.put(branch, records, receipt)));
+    return writeResult(await settle(() => this.engine.put(branch, packRecords(records), receipt)));
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
@@ -150,7 +150,7 @@ export class Engine {
 
   /** Runs a hybrid query; the engine checks every value of it. */
   query(query: Native.HybridQuery, branch?: BranchRef): Promise<Native.QueryResponse> {
-    return settle(() => this.engine.query(branch, query));
+    return settle(() => this.engine.query(branch, packQuery(query)));
   }
 
   /** Declares a table or adds columns to it. */
@@ -230,4 +230,53 @@ export class Engine {
     this.closed = true;
     this.native.close();
   }
+}
+
+// -- numbers across the binding
+//
+// The binding reads a plain array one napi call per element, and a
+// Float64Array in one call (crates/node/src/js.rs reads its numbers exactly
+// as it reads plain ones, integers included, so nothing changes but the
+// cost). A put-batch of 1,000 records with 256-d vectors parsed from JSON
+// spent about 30 ms in those calls.
+
+/** Arrays this long or longer, of numbers only, cross as a Float64Array. */
+const PACK_MIN_LENGTH = 16;
+
+function packed(value: unknown): unknown {
+  if (!Array.isArray(value) || value.length < PACK_MIN_LENGTH) return value;
+  for (const x of value) if (typeof x !== 'number') return value;
+  return Float64Array.from(value as number[]);
+}
+
+const isPlain = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && [Object.prototype, null].includes(Object.getPrototypeOf(value));
+
+/**
+ * The records with each long number array among their fields as a
+ * Float64Array. The caller's objects are not changed; anything but plain
+ * objects (a class with `toJSON`, say) crosses as it is.
+ */
+function packRecords(records: Native.RecordInput[]): Native.RecordInput[] {
+  if (!Array.isArray(records)) return records;
+  return records.map((record) => {
+    const fields: unknown = isPlain(record) ? record.fields : undefined;
+    if (!isPlain(fields)) return record;
+    let out: Record<string, unknown> | undefined;
+    for (const [name, value] of Object.entries(fields)) {
+      const p = packed(value);
+      if (p === value) continue;
+      out ??= { ...fields };
+      out[name] = p;
+    }
+    return out ? { ...record, fields: out } : record;
+  });
+}
+
+/** The query with a number-array vector as a Float64Array. */
+function packQuery(query: Native.HybridQuery): Native.HybridQuery {
+  if (!isPlain(query)) return query;
+  const vector: unknown = query.vector;
+  const p = packed(vector);
+  return p === vector ? query : { ...query, vector: p as number[] };
 }

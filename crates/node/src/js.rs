@@ -254,16 +254,18 @@ unsafe fn typed_array(env: sys::napi_env, value: sys::napi_value, path: &mut Vec
         unsafe { sys::napi_get_typedarray_info(env, value, &mut kind, &mut len, &mut data, &mut buffer, &mut offset) },
         path,
     )?;
+    // each number as a plain one would read (integers stay integers), so a
+    // Float64Array is exactly the array of numbers it holds
     let numbers = |n: usize, at: &dyn Fn(usize) -> f64| -> Read<Value> {
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let x = at(i);
-            if !x.is_finite() {
+            let Ok(number) = finite(x, path) else {
                 let mut p = path.clone();
                 p.push(Seg::Index(i as u32));
                 return Err(fail(&p, Reason::NotFinite));
-            }
-            out.push(Value::Number(Number::from_f64(x).expect("finite")));
+            };
+            out.push(Value::Number(number));
         }
         Ok(Value::Array(out))
     };
