@@ -12,7 +12,7 @@
 // response is read and parsed. Writes its result as JSON to --out.
 import { writeFileSync } from 'node:fs';
 import { Client } from 'undici';
-import { KINDS, batch, flag, log, msSince, query, summarise } from './common.mjs';
+import { KINDS, batch, engineMs, flag, log, msSince, query, summarise } from './common.mjs';
 
 const { loadCorpus } = await import('../corpus.mjs');
 
@@ -54,20 +54,23 @@ async function latency(corpus) {
     const bodies = bodiesOf(kind);
     await warm(bodies);
     const samples = [];
+    const outside = [];
     let bytes = 0;
     ids[kind] = [];
     for (let pass = 0; pass < passes; pass++) {
       for (const body of bodies) {
         const t = process.hrtime.bigint();
         const res = await post(route, body);
-        samples.push(msSince(t));
+        const ms = msSince(t);
+        samples.push(ms);
+        if (braid) outside.push(ms - engineMs(res));
         if (pass === 0) {
           if (braid) ids[kind].push(res.results.map((r) => r.record_id));
           bytes += Buffer.byteLength(body);
         }
       }
     }
-    kinds[kind] = { ...summarise(samples), mean_request_bytes: bytes / bodies.length };
+    kinds[kind] = { ...summarise(samples), ...(braid ? { outside: summarise(outside) } : {}), mean_request_bytes: bytes / bodies.length };
     log(`[http ${route}] ${kind}: p50 ${kinds[kind].p50_ms.toFixed(3)} ms over ${samples.length} queries`);
   }
   return { index_wait_ms, warmup, passes, kinds, ids };

@@ -157,6 +157,9 @@ export function summarise(samples) {
 
 export const msSince = (t0) => Number(process.hrtime.bigint() - t0) / 1e6;
 
+/** The engine's own time for a query (its explain's `total` phase), to tell it from the time around it. */
+export const engineMs = (res) => res.explain.phase_timings.find((p) => p.phase === 'total')?.elapsed_ms ?? 0;
+
 // -- the table, records and queries both sides use
 
 export const TABLE = 'docs';

@@ -15,7 +15,7 @@
 // (BRAID_BENCH_CORPUS is set by the harness).
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { KINDS, TABLE, batch, columns, flag, log, msSince, query, record, root, summarise } from './common.mjs';
+import { KINDS, TABLE, batch, columns, engineMs, flag, log, msSince, query, record, root, summarise } from './common.mjs';
 
 const { loadCorpus } = await import('../corpus.mjs');
 const { Braid } = await import(path.join(root, 'dist', 'index.js'));
@@ -70,15 +70,18 @@ async function latency(corpus) {
   async function timed(queries, ids) {
     await warm(queries);
     const samples = [];
+    const outside = [];
     for (let pass = 0; pass < passes; pass++) {
       for (const q of queries) {
         const t = process.hrtime.bigint();
         const res = await db.query(q);
-        samples.push(msSince(t));
+        const ms = msSince(t);
+        samples.push(ms);
+        outside.push(ms - engineMs(res));
         if (pass === 0 && ids) ids.push(res.results.map((r) => r.record_id));
       }
     }
-    return summarise(samples);
+    return { ...summarise(samples), outside: summarise(outside) };
   }
   // every kind warms once before the first is timed, so the first is not the one that pays for a cold start
   for (const kind of KINDS) await warm(corpus.queries.map((q) => query(kind, q, false)));
