@@ -9,19 +9,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { HYBRID_DEPTH, flag, run, vmHwm, TOP_K } from './common.mjs';
+import { TABLE, columns, f32 } from '../braid-schema.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const mode = flag('mode', 'embedded');
-const TABLE = 'docs';
-const columns = (dim) => ({
-  text: { type: 'string', text: true, scalar: false },
-  category: { type: 'string', text: false, scalar: true },
-  year: { type: 'number', scalar: true },
-  flag: { type: 'bool', scalar: true },
-  embedding: { type: 'vector', dim, metric: 'cosine' },
-});
-// 9 significant digits round-trip a float32 exactly and keep the JSON short
-const f32 = (x) => Number(x.toPrecision(9));
 const vec = (v) => Array.from(v, f32);
 
 function record(corpus, i) {

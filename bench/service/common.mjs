@@ -9,6 +9,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { TABLE, columns, f32 } from '../braid-schema.mjs';
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const nativeDir = path.join(root, 'target', 'bench-native');
@@ -162,19 +163,10 @@ export const engineMs = (res) => res.explain.phase_timings.find((p) => p.phase =
 
 // -- the table, records and queries both sides use
 
-export const TABLE = 'docs';
+export { TABLE, columns };
 export const TOP_K = 10;
 export const KINDS = ['text', 'vector', 'hybrid'];
-export const columns = (dim) => ({
-  text: { type: 'string', text: true, scalar: false },
-  category: { type: 'string', text: false, scalar: true },
-  year: { type: 'number', scalar: true },
-  flag: { type: 'bool', scalar: true },
-  embedding: { type: 'vector', dim, metric: 'cosine' },
-});
 
-// 9 significant digits round-trip a float32 exactly, so a JSON body carries the same vector as the Float32Array
-const f32 = (x) => Number(x.toPrecision(9));
 /**
  * A vector as the embedded side passes it (`Float32Array`, the binding's
  * typed path) or as a JSON body carries it (numbers).
