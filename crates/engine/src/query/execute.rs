@@ -16,7 +16,7 @@ use crate::query::explain::{self, Candidate, ScoreComponents};
 use crate::query::plan::{read_epoch, validate, HybridQuery, HybridRow, QueryResponse, CURSOR_TTL_MS, MAX_TEXT_DEPTH};
 use crate::query::rank::{rank, Ranked, RankedRow};
 use crate::storage::commit::now_ms;
-use crate::storage::Branch;
+use crate::storage::{Branch, State};
 
 /// Ranked lists kept for cursor paging: page 2 reads the same list page 1
 /// did, so concurrent writes cannot duplicate or skip rows.
@@ -174,7 +174,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     let offset = match &pinned {
         None => 0,
         Some(p) if cache_hit => p.o,
-        Some(p) => seek(&ranked.rows, p.s, &p.id),
+        Some(p) => seek(&ctx.branch.state.read(), &ranked.rows, p.s, &p.id),
     };
     let end = (offset + plan.top_k).min(ranked.rows.len());
     let page = &ranked.rows[offset.min(end)..end];
@@ -184,11 +184,13 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     let guard_started = Instant::now();
     let mut results = Vec::with_capacity(page.len());
     let mut removed = 0;
+    let mut last_id = None;
     {
         let state = ctx.branch.state.read();
         for r in page {
             let row = &state.rows[r.row as usize];
             let key = state.key_entry(r.row);
+            last_id = Some(key.id.clone());
             if !row.visible_at(epoch) || *key.table != *plan.table || *key.tenant != *plan.tenant {
                 removed += 1;
                 continue;
@@ -204,10 +206,10 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             };
             results.push(HybridRow {
                 fields,
-                record_id: r.record_id.to_string(),
+                record_id: key.id.to_string(),
                 score: components(r),
                 tenant_id: plan.tenant.clone(),
-                version_id: r.version_id,
+                version_id: row.version_id,
             });
         }
     }
@@ -219,21 +221,22 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
 
     if q.explain.unwrap_or(false) {
         let upto = (offset + plan.top_k * 2).min(ranked.rows.len()).min(offset + 100);
+        let state = ctx.branch.state.read();
         ex.planner_candidates = ranked.rows[offset.min(upto)..upto]
             .iter()
             .map(|r| Candidate {
                 freshness: if r.overlay { "hot_overlay" } else { "indexed" }.to_string(),
-                record_id: r.record_id.to_string(),
+                record_id: state.key_entry(r.row).id.to_string(),
                 score_components: components(r),
                 score_upper_bound: Some(r.fused.upper_bound),
-                source: r.source.clone(),
-                version_id: r.version_id,
+                source: r.source.to_string(),
+                version_id: state.rows[r.row as usize].version_id,
                 visibility_checked: true,
             })
             .collect();
     }
 
-    let next_cursor = if end < ranked.rows.len() && !page.is_empty() {
+    let next_cursor = if let (true, Some(last_id)) = (end < ranked.rows.len(), last_id) {
         let last = &page[page.len() - 1];
         let payload = CursorPayload {
             v: 1,
@@ -241,7 +244,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             e: epoch,
             o: end,
             s: last.fused.final_score,
-            id: last.record_id.to_string(),
+            id: last_id.to_string(),
             h: fingerprint,
             t: pinned.as_ref().map_or_else(now_ms, |p| p.t),
         };
@@ -267,9 +270,9 @@ fn components(r: &RankedRow) -> ScoreComponents {
 }
 
 /// Position just after (score, id) in a list ordered by score desc, id asc.
-fn seek(rows: &[RankedRow], score: f64, id: &str) -> usize {
+fn seek(state: &State, rows: &[RankedRow], score: f64, id: &str) -> usize {
     rows.iter()
-        .position(|r| r.fused.final_score < score || (r.fused.final_score == score && &*r.record_id > id))
+        .position(|r| r.fused.final_score < score || (r.fused.final_score == score && &*state.key_entry(r.row).id > id))
         .unwrap_or(rows.len())
 }
 
@@ -284,15 +287,7 @@ mod cache_tests {
     use crate::query::fusion;
 
     fn ranked(rows: usize) -> Arc<Ranked> {
-        let row = RankedRow {
-            row: 0,
-            record_id: Arc::from("some-record-id"),
-            version_id: 1,
-            fused: fusion::Fused::default(),
-            penalty: None,
-            overlay: false,
-            source: "text".to_string(),
-        };
+        let row = RankedRow { row: 0, fused: fusion::Fused::default(), penalty: None, overlay: false, source: "text" };
         Arc::new(Ranked { rows: vec![row; rows], explain: Explain::default(), text_truncated: false })
     }
 

@@ -32,16 +32,17 @@ use crate::storage::{Branch, State, TableData};
 
 type Hits = Vec<(u32, f32)>;
 
-/// One row of a ranked list: its scores and where they came from.
+/// One row of a ranked list: its scores and where they came from. Its
+/// record id and version are read from the branch's row metadata when a
+/// page needs them (a row's key and version never change), not for every
+/// candidate the paths returned.
 #[derive(Debug, Clone)]
 pub(super) struct RankedRow {
     pub(super) row: u32,
-    pub(super) record_id: Arc<str>,
-    pub(super) version_id: u32,
     pub(super) fused: fusion::Fused,
     pub(super) penalty: Option<f64>,
     pub(super) overlay: bool,
-    pub(super) source: String,
+    pub(super) source: &'static str,
 }
 
 /// A ranked list computed once and shared by the pages of one cursor.
@@ -55,8 +56,7 @@ pub struct Ranked {
 impl Ranked {
     /// Heap bytes this list holds, near enough to budget by.
     pub(super) fn approx_bytes(&self) -> usize {
-        let rows: usize =
-            self.rows.iter().map(|r| std::mem::size_of::<RankedRow>() + r.record_id.len() + r.source.capacity()).sum();
+        let rows = self.rows.len() * std::mem::size_of::<RankedRow>();
         // the explain is a fixed set of small fields plus its access paths
         rows + std::mem::size_of::<Ranked>() + 4096
     }
@@ -94,7 +94,7 @@ struct Prepared {
     vector: Option<VectorPrep>,
     graph: Option<Hits>,
     /// A query with no text, vector or graph: every eligible row, with its id.
-    filter_rows: Option<Vec<(u32, Arc<str>)>>,
+    filter_rows: Option<Vec<u32>>,
     /// How many index paths found each overlay row (its freshness penalty).
     overlay_rows: HashMap<u32, u8>,
 }
@@ -164,7 +164,7 @@ fn prepare(state: &State, plan: &Plan, epoch: u64, marks: Watermarks, ex: &mut E
     ex.pending_feature_count = pending;
     let graph = graph_hits(state, plan, epoch, &eligible, ex);
     let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
-    let filter_rows = filter_only.then(|| eligible.iter().map(|r| (r, state.key_entry(r).id.clone())).collect());
+    let filter_rows = filter_only.then(|| eligible.iter().collect());
     Prepared { eligible, text, vector, graph, filter_rows, overlay_rows }
 }
 
@@ -430,7 +430,7 @@ fn fuse_and_order(
     branch: &Branch,
     plan: &Plan,
     lists: Lists,
-    filter_rows: Option<Vec<(u32, Arc<str>)>>,
+    filter_rows: Option<Vec<u32>>,
     overlay_rows: &HashMap<u32, u8>,
     ex: &mut Explain,
 ) -> Vec<RankedRow> {
@@ -452,50 +452,66 @@ fn fuse_and_order(
     ex.selected_strategy = Some(strategy(&names, plan, ex));
 
     let index_paths = plan.terms.is_some() as u8 + plan.vector.is_some() as u8;
-    let state = branch.state.read();
     let mut rows: Vec<RankedRow> = match filter_rows {
         Some(filter_rows) => filter_rows
             .into_iter()
-            .map(|(row, id)| RankedRow {
+            .map(|row| RankedRow {
                 row,
-                record_id: id,
-                version_id: state.rows[row as usize].version_id,
                 fused: fusion::Fused { final_score: 1.0, upper_bound: 1.0, ..Default::default() },
                 penalty: Some(0.0),
                 overlay: false,
-                source: "filter".into(),
+                source: "filter",
             })
             .collect(),
         None => fused
             .into_iter()
             .map(|(row, f)| {
                 let overlay = overlay_rows.get(&row).copied().unwrap_or(0);
-                let source: Vec<&str> = [(f.lexical, "text"), (f.vector, "vector"), (f.relational, "graph")]
-                    .into_iter()
-                    .filter_map(|(score, name)| score.map(|_| name))
-                    .collect();
                 RankedRow {
                     row,
-                    record_id: state.key_entry(row).id.clone(),
-                    version_id: state.rows[row as usize].version_id,
                     penalty: Some(if index_paths == 0 { 0.0 } else { overlay as f64 / index_paths as f64 }),
                     overlay: overlay > 0,
-                    source: source.join("+"),
+                    source: source_name(&f),
                     fused: f,
                 }
             })
             .collect(),
     };
-    drop(state);
-    rows.sort_by(|a, b| {
-        b.fused
-            .final_score
-            .total_cmp(&a.fused.final_score)
-            .then_with(|| a.record_id.cmp(&b.record_id))
-            .then(a.row.cmp(&b.row))
-    });
+    order_rows(&branch.state.read(), &mut rows);
     ex.phase("fuse_and_rank", fuse_started);
     rows
+}
+
+/// The paths that found a row, as the explain's `source` names them.
+fn source_name(f: &fusion::Fused) -> &'static str {
+    match (f.lexical.is_some(), f.vector.is_some(), f.relational.is_some()) {
+        (true, false, false) => "text",
+        (false, true, false) => "vector",
+        (false, false, true) => "graph",
+        (true, true, false) => "text+vector",
+        (true, false, true) => "text+graph",
+        (false, true, true) => "vector+graph",
+        (true, true, true) => "text+vector+graph",
+        (false, false, false) => "",
+    }
+}
+
+/// Orders a ranked list by final score desc, then record id, then row. The
+/// ids are read only for rows that tie on score (a fused list rarely has
+/// ties, a filter-only list is all one tie), so ordering the candidates of
+/// a path costs no lookups of their metadata.
+fn order_rows(state: &State, rows: &mut [RankedRow]) {
+    rows.sort_unstable_by(|a, b| b.fused.final_score.total_cmp(&a.fused.final_score).then(a.row.cmp(&b.row)));
+    let mut start = 0;
+    while start < rows.len() {
+        let score = rows[start].fused.final_score;
+        let end = start + rows[start..].iter().take_while(|r| r.fused.final_score.total_cmp(&score).is_eq()).count();
+        if end - start > 1 {
+            rows[start..end]
+                .sort_by(|a, b| state.key_entry(a.row).id.cmp(&state.key_entry(b.row).id).then(a.row.cmp(&b.row)));
+        }
+        start = end;
+    }
 }
 
 /// The explain's `selected_strategy`: the paths that ran and the fusion.
