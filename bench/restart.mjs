@@ -12,8 +12,9 @@
 // background; queries use the exact scan for what it lacks).
 //
 //   node bench/restart.mjs [--milestones 100000,300000,1000000] [--dim 16] [--checkpoint-bytes N]
+//                          [--keep-copy DIR]  (copies the killed data dir to DIR/<records> for profiling)
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -27,6 +28,7 @@ const arg = (name, dflt) => {
 const milestones = arg('milestones', '100000,300000,1000000').split(',').map(Number);
 const dim = Number(arg('dim', '16'));
 const checkpointBytes = arg('checkpoint-bytes', undefined);
+const keepCopy = arg('keep-copy', undefined);
 const BATCH = 100;
 
 function glosses() {
@@ -114,6 +116,7 @@ async function main() {
       const loadS = (performance.now() - loadStarted) / 1000;
       server.child.kill('SIGKILL');
       await server.exited;
+      if (keepCopy) cpSync(dataDir, path.join(keepCopy, String(written)), { recursive: true });
       server = await start(dataDir);
       const last = `r${written - 1}`;
       let readMs;

@@ -80,7 +80,7 @@ const FORMAT: &str = "2";
 pub struct ScopeStats {
     pub docs: u64,
     pub tokens: u64,
-    pub df: HashMap<String, u64>,
+    pub df: crate::FastMap<String, u64>,
 }
 
 impl ScopeStats {
@@ -94,10 +94,19 @@ impl ScopeStats {
         seen.sort_unstable();
         seen.dedup();
         for t in seen {
-            let entry = self.df.entry(t.clone()).or_insert(0);
-            add(entry, 1);
-            if *entry == 0 {
-                self.df.remove(t);
+            // look up before inserting: most tokens are already counted, and
+            // an entry would copy the token first
+            match self.df.get_mut(t.as_str()) {
+                Some(count) => {
+                    add(count, 1);
+                    if *count == 0 {
+                        self.df.remove(t.as_str());
+                    }
+                }
+                None if sign > 0 => {
+                    self.df.insert(t.clone(), 1);
+                }
+                None => {}
             }
         }
     }

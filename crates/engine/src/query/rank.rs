@@ -265,6 +265,9 @@ fn text_overlay(
     TextPrep { hits, stats, columns, build_ms: ms(t) }
 }
 
+/// How many rows ahead the exact scan asks for a vector.
+const PREFETCH_AHEAD: usize = 4;
+
 /// Exact vector scores: of every eligible row when that is cheaper than
 /// HNSW (or the graph lags behind), else of the overlay only, with HNSW to
 /// search the rest after the lock.
@@ -289,9 +292,14 @@ fn vector_exact(
     let lagging = with_vec.range(marks.vector..).count() as u64;
     let ef = plan.budget.max(MIN_EF);
     let exact = prefer_exact(with_vec.len(), vc.index.len() as u64, ef) || lagging * 2 > with_vec.len();
-    let scan: Box<dyn Iterator<Item = u32>> =
-        if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(marks.vector..)) };
-    for row_id in scan {
+    let scan: Vec<u32> = if exact { with_vec.iter().collect() } else { with_vec.range(marks.vector..).collect() };
+    hits.reserve(scan.len());
+    for (i, &row_id) in scan.iter().enumerate() {
+        // the eligible rows' vectors are spread over the arena: ask for one
+        // a few rows ahead while scoring this one, so the scan streams
+        if let Some(ahead) = scan.get(i + PREFETCH_AHEAD).and_then(|r| vc.data.get(*r)) {
+            vector::prefetch(ahead);
+        }
         if let Some(v) = vc.data.get(row_id) {
             hits.push((row_id, vector::similarity(metric, query, v)));
             if row_id >= marks.vector {

@@ -152,7 +152,7 @@ impl<'a> Stage<'a> {
                     };
                     return Ok(staged(commit, 0, r));
                 }
-                let version_id = self.next_version(&key);
+                let version_id = self.next_version(&table, &tenant_id, &id);
                 self.epoch += 1;
                 let rows = vec![WalRow { table, tenant_id, id, version_id, deleted: true, fields: Default::default() }];
                 let r = self.receipt(receipt, Some(Outcome { epoch: self.epoch, count: 1, changed: true }));
@@ -209,12 +209,13 @@ impl<'a> Stage<'a> {
         }
     }
 
-    fn next_version(&mut self, key: &str) -> u32 {
-        let next = match self.versions.get(key) {
+    fn next_version(&mut self, table: &str, tenant: &str, id: &str) -> u32 {
+        let key = key_string(table, tenant, id);
+        let next = match self.versions.get(&key) {
             Some(v) => v + 1,
-            None => self.state.last_version_id(key) + 1,
+            None => self.state.last_version_id(table, tenant, id) + 1,
         };
-        self.versions.insert(key.to_string(), next);
+        self.versions.insert(key, next);
         next
     }
 
@@ -249,7 +250,7 @@ impl<'a> Stage<'a> {
         let rows = records
             .into_iter()
             .map(|r| {
-                let version_id = self.next_version(&key_string(&r.table, &r.tenant_id, &r.id));
+                let version_id = self.next_version(&r.table, &r.tenant_id, &r.id);
                 WalRow {
                     table: r.table,
                     tenant_id: r.tenant_id,

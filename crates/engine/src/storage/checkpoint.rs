@@ -40,9 +40,7 @@ use crate::index::text::{ScopeImage, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
 use crate::storage::records::{self, RecordFiles};
-use crate::storage::state::{
-    key_string, KeyEntry, Row, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore,
-};
+use crate::storage::state::{Row, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore};
 use crate::storage::wal;
 
 pub const FORMAT_VERSION: u32 = 1;
@@ -356,15 +354,10 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     state.horizon = image.horizon;
     state.invalid_vectors = image.invalid_vectors;
     state.rows = image.rows;
-    state.key_index.reserve(image.keys.len());
-    for (i, k) in image.keys.into_iter().enumerate() {
-        state.key_index.insert(key_string(&k.table, &k.tenant, &k.id), i as u32);
-        state.keys.push(KeyEntry {
-            table: Arc::from(k.table),
-            tenant: Arc::from(k.tenant),
-            id: Arc::from(k.id),
-            rows: k.rows,
-        });
+    state.keys.reserve(image.keys.len());
+    state.key_index.reserve(&state.keys, image.keys.len());
+    for k in image.keys {
+        state.add_key(&k.table, &k.tenant, &k.id, k.rows);
     }
     let schemas: Vec<TableSchema> = serde_json::from_slice(&image.schemas_json).map_err(Error::storage)?;
     state.schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();

@@ -49,6 +49,55 @@ impl Row {
     }
 }
 
+/// The key directory: (table, tenant, id) -> key number. It stores only the
+/// numbers and hashes the three parts, comparing against the key's
+/// [`KeyEntry`] on a hit, so each key's text is held once (by its entry)
+/// instead of again as a joined map key.
+#[derive(Default)]
+pub struct KeyIndex {
+    slots: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl KeyIndex {
+    /// str's Hash ends each part with a separator, so ("ab", "c") and
+    /// ("a", "bc") hash apart.
+    fn hash(hasher: &foldhash::fast::RandomState, table: &str, tenant: &str, id: &str) -> u64 {
+        use std::hash::BuildHasher;
+        hasher.hash_one((table, tenant, id))
+    }
+
+    fn hash_of(hasher: &foldhash::fast::RandomState, keys: &[KeyEntry], k: u32) -> u64 {
+        let e = &keys[k as usize];
+        Self::hash(hasher, &e.table, &e.tenant, &e.id)
+    }
+
+    pub fn get(&self, keys: &[KeyEntry], table: &str, tenant: &str, id: &str) -> Option<u32> {
+        let h = Self::hash(&self.hasher, table, tenant, id);
+        self.slots
+            .find(h, |&k| {
+                let e = &keys[k as usize];
+                *e.id == *id && *e.tenant == *tenant && *e.table == *table
+            })
+            .copied()
+    }
+
+    /// Adds key `k` (already in `keys`, not yet in the index).
+    pub fn insert(&mut self, keys: &[KeyEntry], k: u32) {
+        let hasher = &self.hasher;
+        self.slots.insert_unique(Self::hash_of(hasher, keys, k), k, |&k| Self::hash_of(hasher, keys, k));
+    }
+
+    pub fn reserve(&mut self, keys: &[KeyEntry], additional: usize) {
+        let hasher = &self.hasher;
+        self.slots.reserve(additional, |&k| Self::hash_of(hasher, keys, k));
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+}
+
 #[derive(Debug)]
 pub struct KeyEntry {
     pub table: Arc<str>,
@@ -249,7 +298,9 @@ pub struct TableData {
 pub struct State {
     pub rows: Vec<Row>,
     pub keys: Vec<KeyEntry>,
-    pub key_index: HashMap<String, u32>,
+    pub key_index: KeyIndex,
+    /// Table and tenant names, held once and shared by every key that has them.
+    names: std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>,
     pub schemas: BTreeMap<String, TableSchema>,
     pub tables: HashMap<String, TableData>,
     pub receipts: HashMap<String, Receipt>,
@@ -278,7 +329,8 @@ impl State {
         State {
             rows: Vec::new(),
             keys: Vec::new(),
-            key_index: HashMap::new(),
+            key_index: KeyIndex::default(),
+            names: Default::default(),
             schemas: BTreeMap::new(),
             tables: HashMap::new(),
             receipts: HashMap::new(),
@@ -304,7 +356,26 @@ impl State {
     }
 
     pub fn key_of(&self, table: &str, tenant: &str, id: &str) -> Option<&KeyEntry> {
-        self.key_index.get(&key_string(table, tenant, id)).map(|k| &self.keys[*k as usize])
+        self.key_index.get(&self.keys, table, tenant, id).map(|k| &self.keys[k as usize])
+    }
+
+    /// The shared copy of a table or tenant name.
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(name);
+        self.names.insert(shared.clone());
+        shared
+    }
+
+    /// Appends a new key and indexes it; returns its number.
+    pub fn add_key(&mut self, table: &str, tenant: &str, id: &str, rows: Vec<u32>) -> u32 {
+        let k = self.keys.len() as u32;
+        let entry = KeyEntry { table: self.intern(table), tenant: self.intern(tenant), id: Arc::from(id), rows };
+        self.keys.push(entry);
+        self.key_index.insert(&self.keys, k);
+        k
     }
 
     /// The version of a key visible at `epoch`, if any.
@@ -319,11 +390,8 @@ impl State {
     }
 
     /// The newest version id of a key (including tombstones), 0 if none.
-    pub fn last_version_id(&self, key: &str) -> u32 {
-        self.key_index
-            .get(key)
-            .and_then(|k| self.keys[*k as usize].rows.last())
-            .map_or(0, |r| self.rows[*r as usize].version_id)
+    pub fn last_version_id(&self, table: &str, tenant: &str, id: &str) -> u32 {
+        self.key_of(table, tenant, id).and_then(|k| k.rows.last()).map_or(0, |r| self.rows[*r as usize].version_id)
     }
 
     pub fn key_entry(&self, row: u32) -> &KeyEntry {
@@ -361,20 +429,9 @@ impl State {
             }
         }
         for (wal_row, loc) in commit.rows.iter().zip(locs) {
-            let key_str = key_string(&wal_row.table, &wal_row.tenant_id, &wal_row.id);
-            let key = match self.key_index.get(&key_str) {
-                Some(k) => *k,
-                None => {
-                    let k = self.keys.len() as u32;
-                    self.keys.push(KeyEntry {
-                        table: Arc::from(wal_row.table.as_str()),
-                        tenant: Arc::from(wal_row.tenant_id.as_str()),
-                        id: Arc::from(wal_row.id.as_str()),
-                        rows: Vec::new(),
-                    });
-                    self.key_index.insert(key_str, k);
-                    k
-                }
+            let key = match self.key_index.get(&self.keys, &wal_row.table, &wal_row.tenant_id, &wal_row.id) {
+                Some(k) => k,
+                None => self.add_key(&wal_row.table, &wal_row.tenant_id, &wal_row.id, Vec::new()),
             };
             let row_id = self.rows.len() as u32;
             if let Some(prev) = self.keys[key as usize].rows.last().copied() {
@@ -405,8 +462,18 @@ impl State {
         let State { rows, keys, schemas, tables, analyzer, invalid_vectors, .. } = self;
         let row = &rows[row_id as usize];
         let key = &keys[row.key as usize];
-        let table = tables.entry(key.table.to_string()).or_default();
-        table.tenants.entry(key.tenant.clone()).or_default().insert(row_id);
+        if !tables.contains_key(&*key.table) {
+            tables.insert(key.table.to_string(), TableData::default());
+        }
+        let Some(table) = tables.get_mut(&*key.table) else { return };
+        match table.tenants.get_mut(&key.tenant) {
+            Some(rows) => {
+                rows.insert(row_id);
+            }
+            None => {
+                table.tenants.insert(key.tenant.clone(), RoaringBitmap::from_iter([row_id]));
+            }
+        }
         if row.deleted {
             return;
         }
@@ -416,7 +483,12 @@ impl State {
             let Some(column) = schema.columns.get(name) else { continue };
             if column.scalar {
                 if let Some(k) = ScalarKey::of(value) {
-                    table.scalar.entry(name.clone()).or_default().entry(k).or_default().insert(row_id);
+                    if !table.scalar.contains_key(name) {
+                        table.scalar.insert(name.clone(), HashMap::new());
+                    }
+                    if let Some(values) = table.scalar.get_mut(name) {
+                        values.entry(k).or_default().insert(row_id);
+                    }
                 }
             }
             if let ColumnType::Vector { metric, .. } = column.ty {
@@ -475,7 +547,31 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::VectorStore;
+    use super::{KeyEntry, KeyIndex, VectorStore};
+
+    #[test]
+    fn the_key_index_finds_each_key_by_its_three_parts() {
+        let parts = [("t", "ab", "c"), ("t", "a", "bc"), ("ta", "b", "c"), ("t", "ab", "c2"), ("u", "ab", "c")];
+        let mut keys = Vec::new();
+        let mut index = KeyIndex::default();
+        for (n, (table, tenant, id)) in parts.iter().enumerate() {
+            assert_eq!(index.get(&keys, table, tenant, id), None, "{n} is not there before it is added");
+            keys.push(KeyEntry { table: (*table).into(), tenant: (*tenant).into(), id: (*id).into(), rows: vec![] });
+            index.insert(&keys, n as u32);
+        }
+        // parts that join to the same text are still different keys
+        for (n, (table, tenant, id)) in parts.iter().enumerate() {
+            assert_eq!(index.get(&keys, table, tenant, id), Some(n as u32));
+        }
+        assert_eq!(index.get(&keys, "t", "abc", ""), None);
+        // growing the table rehashes from the entries
+        for n in parts.len()..5_000 {
+            keys.push(KeyEntry { table: "t".into(), tenant: "x".into(), id: format!("r{n}").into(), rows: vec![] });
+            index.insert(&keys, n as u32);
+        }
+        assert_eq!(index.get(&keys, "t", "x", "r4321"), Some(4321));
+        assert_eq!(index.get(&keys, "t", "a", "bc"), Some(1));
+    }
 
     #[test]
     fn vector_store_keeps_rows_apart_and_refuses_wrong_lengths() {

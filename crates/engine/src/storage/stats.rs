@@ -183,9 +183,9 @@ impl BranchStats {
     }
 
     /// Counts the key text of `keys` (new keys of a commit, or every key
-    /// at open).
+    /// at open): their ids; table and tenant names are shared by all keys.
     pub fn add_keys(&self, keys: &[KeyEntry]) {
-        let bytes: usize = keys.iter().map(|k| k.table.len() + k.tenant.len() + k.id.len()).sum();
+        let bytes: usize = keys.iter().map(|k| k.id.len()).sum();
         self.key_text_bytes.fetch_add(bytes as u64, Relaxed);
     }
 
@@ -282,11 +282,11 @@ pub fn memory(state: &State, stats: &BranchStats) -> MemoryEstimate {
     use std::mem::size_of;
     let key_text_bytes = stats.key_text_bytes.load(Relaxed);
     let keys = state.keys.len() as u64;
-    // each key's three Arc<str> carry two counters; the key map holds the
-    // same text again, joined by two separators, plus one control byte
-    let arc_headers = keys * 3 * 2 * size_of::<usize>() as u64;
-    let key_map =
-        state.key_index.capacity() as u64 * (size_of::<(String, u32)>() as u64 + 1) + key_text_bytes + keys * 2;
+    // each key's id is an Arc<str> with two counters (table and tenant
+    // names are shared); the key map holds a key number and one control
+    // byte per slot
+    let arc_headers = keys * 2 * size_of::<usize>() as u64;
+    let key_map = state.key_index.capacity() as u64 * (size_of::<u32>() as u64 + 1);
     let version_lists = state.rows.len() as u64 * size_of::<u32>() as u64;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {
