@@ -75,6 +75,18 @@ impl<T> Paged<T> {
         Some(unsafe { (*base.add(offset)).assume_init_ref() })
     }
 
+    /// Asks the CPU to start loading element `index` into cache (a hint;
+    /// nothing happens past the end).
+    #[inline]
+    pub fn prefetch(&self, index: usize) {
+        if index >= self.len() {
+            return;
+        }
+        let (bucket, offset) = locate(index);
+        let base = self.buckets[bucket].load(Ordering::Acquire);
+        super::prefetch::line(base.wrapping_add(offset).cast::<u8>());
+    }
+
     /// Appends `value` and returns its index.
     pub fn push(&self, value: T) -> usize {
         let _writer = self.writer.lock();
@@ -201,6 +213,12 @@ impl VectorArena {
         // SAFETY: `Slot::vector` points at `dim` floats kept alive by the
         // arena's owners and never written after the slot was published.
         Some(unsafe { std::slice::from_raw_parts(s.vector, self.dim) })
+    }
+
+    /// Asks the CPU to start loading `slot`'s entry (where its vector is).
+    #[inline]
+    pub fn prefetch_slot(&self, slot: u32) {
+        self.slots.prefetch(slot as usize);
     }
 
     /// The row whose vector is in `slot`.

@@ -22,7 +22,8 @@ use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 
 use super::arena::{Paged, VectorArena};
-use super::vector::{dot, l2_squared, prefetch};
+use super::prefetch::prefetch;
+use super::vector::{dot, l2_squared};
 use crate::schema::Metric;
 
 /// Links per node above layer 0.
@@ -122,6 +123,14 @@ impl Visited {
         if self.stamp == 0 {
             self.marks.fill(0);
             self.stamp = 1;
+        }
+    }
+
+    /// Asks the CPU to start loading `id`'s mark.
+    #[inline]
+    fn prefetch(&self, id: u32) {
+        if let Some(mark) = self.marks.get(id as usize) {
+            super::prefetch::line(std::ptr::from_ref(mark).cast::<u8>());
         }
     }
 
@@ -388,6 +397,10 @@ impl Hnsw {
                 break;
             }
             let Some(node) = self.nodes.get(c.id as usize) else { continue };
+            // the node most likely expanded next: its links load meanwhile
+            if let Some(Reverse(next)) = candidates.peek() {
+                self.nodes.prefetch(next.id as usize);
+            }
             node.neighbours(layer, buf);
             // The vectors are scattered over the arena, so a walk waits on
             // memory: ask for the first line of every unvisited neighbour's
@@ -397,6 +410,10 @@ impl Hnsw {
             // every neighbour at once measured slower: the CPU's fill
             // buffers stall the prefetches.
             fresh.clear();
+            for &n in buf.iter() {
+                self.arena.prefetch_slot(n);
+                visited.prefetch(n);
+            }
             for &n in buf.iter() {
                 if visited.first_visit(n) {
                     if let Some(v) = self.arena.vector(n) {

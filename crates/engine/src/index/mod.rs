@@ -6,5 +6,6 @@
 
 pub mod arena;
 pub mod hnsw;
+pub mod prefetch;
 pub mod text;
 pub mod vector;

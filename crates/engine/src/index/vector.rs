@@ -121,23 +121,6 @@ pub(crate) fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
     l2_squared_lanes(a, b)
 }
 
-/// Asks the CPU to start loading `v` into cache (a hint: it never faults).
-#[inline(always)]
-pub fn prefetch(v: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = v.as_ptr().cast::<i8>();
-        for line in (0..std::mem::size_of_val(v)).step_by(64) {
-            // SAFETY: a prefetch is a hint that never faults, whatever the
-            // address; this one is inside `v` anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(line)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
-}
-
 /// Puts a vector in the form the index stores: unit length for cosine.
 pub fn prepare(metric: Metric, mut v: Vec<f32>) -> Vec<f32> {
     if metric == Metric::Cosine {

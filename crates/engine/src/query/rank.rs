@@ -22,6 +22,7 @@ use roaring::RoaringBitmap;
 use serde_json::Value;
 
 use crate::error::Result;
+use crate::index::prefetch;
 use crate::index::text::{self, QueryStats, TextSearch};
 use crate::index::vector::{self, VectorIndex};
 use crate::query::explain::Explain;
@@ -298,7 +299,7 @@ fn vector_exact(
         // the eligible rows' vectors are spread over the arena: ask for one
         // a few rows ahead while scoring this one, so the scan streams
         if let Some(ahead) = scan.get(i + PREFETCH_AHEAD).and_then(|r| vc.data.get(*r)) {
-            vector::prefetch(ahead);
+            prefetch::prefetch(ahead);
         }
         if let Some(v) = vc.data.get(row_id) {
             hits.push((row_id, vector::similarity(metric, query, v)));
