@@ -43,11 +43,12 @@ const SYSTEMS = {
   hnswlib: { file: 'hnswlib.mjs', args: [], label: 'hnswlib-node' },
   orama: { file: 'orama.mjs', args: [], label: 'Orama', nodeArgs: ['--max-old-space-size=12288'] },
 };
-const KINDS = ['text', 'vector', 'vector_filter', 'hybrid_filter'];
+const KINDS = ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'];
 const KIND_LABEL = {
   text: 'text (BM25, tenant)',
   vector: 'vector (tenant)',
   vector_filter: 'vector + filter',
+  hybrid: 'hybrid (RRF)',
   hybrid_filter: 'hybrid + filter',
 };
 
@@ -276,7 +277,7 @@ const corpusLine = wordnetMeta
 
 /** MRR@10 per system of the kinds that have it (known-item queries), or '' when none do. */
 function mrrTable() {
-  const kinds = ['text', 'hybrid_filter'];
+  const kinds = ['text', 'hybrid', 'hybrid_filter'];
   const rows = Object.keys(SYSTEMS).filter((n) => results[n]?.ok && kinds.some((k) => results[n].kinds[k]?.mrr_at_10 != null));
   if (!rows.length) return '';
   return [

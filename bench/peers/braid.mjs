@@ -33,9 +33,9 @@ function record(corpus, i) {
 function hybridQuery(kind, q, setting) {
   // ids and scores only, as every peer is asked for
   const query = { table: TABLE, tenant_id: q.tenant, top_k: TOP_K, return_fields: [] };
-  if (kind === 'text' || kind === 'hybrid_filter') Object.assign(query, { text: q.text, text_field: 'text' });
+  if (kind === 'text' || kind.startsWith('hybrid')) Object.assign(query, { text: q.text, text_field: 'text' });
   // hybrid: at least HYBRID_DEPTH vector candidates into RRF, as the peers get
-  const budget = kind === 'hybrid_filter' ? Math.max(setting.candidate_budget, HYBRID_DEPTH) : setting.candidate_budget;
+  const budget = kind.startsWith('hybrid') ? Math.max(setting.candidate_budget, HYBRID_DEPTH) : setting.candidate_budget;
   if (kind !== 'text') Object.assign(query, { vector: vec(q.vector), vector_field: 'embedding', candidate_budget: budget });
   if (kind === 'vector_filter' || kind === 'hybrid_filter') query.scalar_eq = { category: q.category };
   return query;
@@ -63,7 +63,7 @@ const ladder = [10, 20, 40, 80, 160, 320, 640, 1280].map((candidate_budget) => (
  */
 async function explainSample(queryFn, corpus, setting, plainFn) {
   const out = {};
-  for (const kind of ['text', 'vector', 'vector_filter', 'hybrid_filter']) {
+  for (const kind of ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter']) {
     const phases = {};
     const strategies = {};
     let textCandidates = 0;
@@ -102,7 +102,7 @@ async function embedded() {
   let db;
   return {
     name: 'braid-embedded',
-    kinds: ['text', 'vector', 'vector_filter', 'hybrid_filter'],
+    kinds: ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'],
     ladder,
     notes: [
       'in-process through the release napi addon (BRAID_NATIVE_DIR=target/bench-native); declared schema (text: text only, category: scalar only); putBatch chunks of 5,000, then waitIndexed',
@@ -179,7 +179,7 @@ async function overHttp() {
   const ql = (query) => post('/v1/nativeql', { query: (query.explain ? 'EXPLAIN ' : '') + nativeQl(query) });
   return {
     name: 'braid-http',
-    kinds: ['text', 'vector', 'vector_filter', 'hybrid_filter'],
+    kinds: ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'],
     ladder,
     notes: [
       '`braid serve` in its own process (same release addon), one keep-alive connection, queries as native QL on POST /v1/nativeql',

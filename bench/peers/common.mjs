@@ -14,7 +14,7 @@ import { writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { groundTruth, loadCorpus, recallAt, recordId } from '../corpus.mjs';
 
-export const KINDS = ['text', 'vector', 'vector_filter', 'hybrid_filter'];
+export const KINDS = ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'];
 export const TOP_K = 10;
 export const TARGET_RECALL = 0.95;
 /** Candidates each side of a hybrid query contributes to RRF (k = 60) where the system lets us choose. */

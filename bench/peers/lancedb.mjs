@@ -44,7 +44,7 @@ const tune = (vq, s, limit = TOP_K) => vq.distanceType('cosine').nprobes(s.nprob
 
 await run({
   name: 'lancedb',
-  kinds: ['text', 'vector', 'vector_filter', 'hybrid_filter'],
+  kinds: ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'],
   ladder: [
     { nprobes: 4, ef: 32, refineFactor: 1 },
     { nprobes: 8, ef: 64, refineFactor: 1 },
@@ -83,7 +83,7 @@ await run({
     let rows;
     if (kind === 'text') {
       rows = await table.query().fullTextSearch(q.text, { columns: ['text'] }).where(filterOf(kind, q)).select(['id']).limit(TOP_K).toArray();
-    } else if (kind === 'hybrid_filter') {
+    } else if (kind === 'hybrid' || kind === 'hybrid_filter') {
       const vq = tune(table.query().nearestTo(q.vector), s, HYBRID_DEPTH).fullTextSearch(q.text, { columns: ['text'] }).where(filterOf(kind, q)).select(['id']);
       rows = (await vq.rerank(reranker).limit(HYBRID_DEPTH).toArray()).slice(0, TOP_K);
     } else {

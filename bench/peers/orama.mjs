@@ -10,7 +10,7 @@ let db;
 
 await run({
   name: 'orama',
-  kinds: ['text', 'vector', 'vector_filter', 'hybrid_filter'],
+  kinds: ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'],
   ladder: null,
   notes: ['@orama/orama 3 in memory: insertMultiple in batches of 5,000; tenant and category as enum where-filters; hybrid uses Orama\'s default weights (text 0.5, vector 0.5), not RRF'],
   async ingest(corpus) {
@@ -32,7 +32,7 @@ await run({
     const vector = { value: Array.from(q.vector), property: 'embedding' };
     let res;
     if (kind === 'text') res = await search(db, { term: q.text, properties: ['text'], exact: true, threshold: 1, where, limit: TOP_K });
-    else if (kind === 'hybrid_filter') res = await search(db, { mode: 'hybrid', term: q.text, properties: ['text'], exact: true, threshold: 1, vector, similarity: -1, where, limit: TOP_K });
+    else if (kind === 'hybrid' || kind === 'hybrid_filter') res = await search(db, { mode: 'hybrid', term: q.text, properties: ['text'], exact: true, threshold: 1, vector, similarity: -1, where, limit: TOP_K });
     else res = await search(db, { mode: 'vector', vector, similarity: -1, where, limit: TOP_K });
     return res.hits.map((h) => h.id);
   },

@@ -25,7 +25,7 @@ const vecBlob = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 
 await run({
   name: 'sqlite',
-  kinds: ['text', 'vector', 'vector_filter', 'hybrid_filter'],
+  kinds: ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'],
   ladder: null,
   notes: [
     'better-sqlite3 + sqlite-vec on a file in WAL mode (synchronous=NORMAL), transactions of 5,000 rows',
@@ -59,6 +59,18 @@ await run({
       text: db.prepare(`SELECT rowid AS id FROM fts WHERE fts MATCH ? AND ${rank} ORDER BY rank LIMIT ${TOP_K}`),
       vector: db.prepare(`SELECT rowid AS id FROM vec WHERE embedding MATCH ? AND k = ${TOP_K} AND tenant = ? ORDER BY distance`),
       vector_filter: db.prepare(`SELECT rowid AS id FROM vec WHERE embedding MATCH ? AND k = ${TOP_K} AND tenant = ? AND category = ? ORDER BY distance`),
+      hybrid: db.prepare(`
+        WITH t AS (
+          SELECT rowid AS id, row_number() OVER (ORDER BY rank) AS r
+          FROM fts WHERE fts MATCH :match AND ${rank} ORDER BY rank LIMIT ${HYBRID_DEPTH}
+        ),
+        v AS (
+          SELECT rowid AS id, row_number() OVER (ORDER BY distance) AS r
+          FROM vec WHERE embedding MATCH :vec AND k = ${HYBRID_DEPTH} AND tenant = :tenant
+        )
+        SELECT id, SUM(1.0 / (${RRF_K} + r)) AS score
+        FROM (SELECT id, r FROM t UNION ALL SELECT id, r FROM v)
+        GROUP BY id ORDER BY score DESC, id LIMIT ${TOP_K}`),
       hybrid_filter: db.prepare(`
         WITH t AS (
           SELECT rowid AS id, row_number() OVER (ORDER BY rank) AS r
@@ -79,6 +91,7 @@ await run({
     if (kind === 'text') rows = stmts.text.all(match(q, false));
     else if (kind === 'vector') rows = stmts.vector.all(vecBlob(q.vector), q.tenant);
     else if (kind === 'vector_filter') rows = stmts.vector_filter.all(vecBlob(q.vector), q.tenant, q.category);
+    else if (kind === 'hybrid') rows = stmts.hybrid.all({ match: match(q, false), vec: vecBlob(q.vector), tenant: q.tenant });
     else rows = stmts.hybrid_filter.all({ match: match(q, true), vec: vecBlob(q.vector), tenant: q.tenant, category: q.category });
     return rows.map((r) => corpusRef.id(Number(r.id) - 1));
   },
