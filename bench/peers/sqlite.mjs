@@ -55,34 +55,26 @@ await run({
     for (let s = 0; s < corpus.n; s += chunk) insert(s, Math.min(corpus.n, s + chunk));
     db.exec(`INSERT INTO fts(fts) VALUES ('optimize')`);
     const rank = `rank MATCH 'bm25(1.0, 0.0, 0.0)'`;
+    // RRF over each side's top HYBRID_DEPTH; `vectorFilter` narrows the vector side (the text side's
+    // filter is in its MATCH expression)
+    const hybridSql = (vectorFilter) => `
+        WITH t AS (
+          SELECT rowid AS id, row_number() OVER (ORDER BY rank) AS r
+          FROM fts WHERE fts MATCH :match AND ${rank} ORDER BY rank LIMIT ${HYBRID_DEPTH}
+        ),
+        v AS (
+          SELECT rowid AS id, row_number() OVER (ORDER BY distance) AS r
+          FROM vec WHERE embedding MATCH :vec AND k = ${HYBRID_DEPTH} AND tenant = :tenant${vectorFilter}
+        )
+        SELECT id, SUM(1.0 / (${RRF_K} + r)) AS score
+        FROM (SELECT id, r FROM t UNION ALL SELECT id, r FROM v)
+        GROUP BY id ORDER BY score DESC, id LIMIT ${TOP_K}`;
     stmts = {
       text: db.prepare(`SELECT rowid AS id FROM fts WHERE fts MATCH ? AND ${rank} ORDER BY rank LIMIT ${TOP_K}`),
       vector: db.prepare(`SELECT rowid AS id FROM vec WHERE embedding MATCH ? AND k = ${TOP_K} AND tenant = ? ORDER BY distance`),
       vector_filter: db.prepare(`SELECT rowid AS id FROM vec WHERE embedding MATCH ? AND k = ${TOP_K} AND tenant = ? AND category = ? ORDER BY distance`),
-      hybrid: db.prepare(`
-        WITH t AS (
-          SELECT rowid AS id, row_number() OVER (ORDER BY rank) AS r
-          FROM fts WHERE fts MATCH :match AND ${rank} ORDER BY rank LIMIT ${HYBRID_DEPTH}
-        ),
-        v AS (
-          SELECT rowid AS id, row_number() OVER (ORDER BY distance) AS r
-          FROM vec WHERE embedding MATCH :vec AND k = ${HYBRID_DEPTH} AND tenant = :tenant
-        )
-        SELECT id, SUM(1.0 / (${RRF_K} + r)) AS score
-        FROM (SELECT id, r FROM t UNION ALL SELECT id, r FROM v)
-        GROUP BY id ORDER BY score DESC, id LIMIT ${TOP_K}`),
-      hybrid_filter: db.prepare(`
-        WITH t AS (
-          SELECT rowid AS id, row_number() OVER (ORDER BY rank) AS r
-          FROM fts WHERE fts MATCH :match AND ${rank} ORDER BY rank LIMIT ${HYBRID_DEPTH}
-        ),
-        v AS (
-          SELECT rowid AS id, row_number() OVER (ORDER BY distance) AS r
-          FROM vec WHERE embedding MATCH :vec AND k = ${HYBRID_DEPTH} AND tenant = :tenant AND category = :category
-        )
-        SELECT id, SUM(1.0 / (${RRF_K} + r)) AS score
-        FROM (SELECT id, r FROM t UNION ALL SELECT id, r FROM v)
-        GROUP BY id ORDER BY score DESC, id LIMIT ${TOP_K}`),
+      hybrid: db.prepare(hybridSql('')),
+      hybrid_filter: db.prepare(hybridSql(' AND category = :category')),
     };
     return { chunk, db_bytes: db.prepare('SELECT page_count * page_size AS b FROM pragma_page_count(), pragma_page_size()').get().b };
   },

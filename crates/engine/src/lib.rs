@@ -22,8 +22,8 @@ pub use error::{Code, Error, Result};
 pub use model::{RecordInput, RecordKey, RecordOutput};
 
 /// A hash map for the maps the commit path and replay update per row and per
-/// token (the key directory, BM25 document frequencies): foldhash is several
-/// times faster than std's SipHash on short strings and, seeded per process
+/// token (the key directory, BM25 document frequencies): foldhash is faster
+/// than std's SipHash on short strings and, seeded per process
 /// like std's, keeps hostile keys from choosing collisions.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 

@@ -293,21 +293,23 @@ fn vector_exact(
     let lagging = with_vec.range(marks.vector..).count() as u64;
     let ef = plan.budget.max(MIN_EF);
     let exact = prefer_exact(with_vec.len(), vc.index.len() as u64, ef) || lagging * 2 > with_vec.len();
-    let scan: Vec<u32> = if exact { with_vec.iter().collect() } else { with_vec.range(marks.vector..).collect() };
+    // each row's vector is looked up once; the scoring loop then reads the
+    // vectors in row order
+    let rows: Box<dyn Iterator<Item = u32>> =
+        if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(marks.vector..)) };
+    let scan: Vec<(u32, &[f32])> = rows.filter_map(|row| Some((row, vc.data.get(row)?))).collect();
     hits.reserve(scan.len());
-    for (i, &row_id) in scan.iter().enumerate() {
+    for (i, &(row_id, v)) in scan.iter().enumerate() {
         // the eligible rows' vectors are spread over the arena: ask for one
         // a few rows ahead while scoring this one, so the scan streams
-        if let Some(ahead) = scan.get(i + PREFETCH_AHEAD).and_then(|r| vc.data.get(*r)) {
+        if let Some((_, ahead)) = scan.get(i + PREFETCH_AHEAD) {
             prefetch::prefetch(ahead);
         }
-        if let Some(v) = vc.data.get(row_id) {
-            hits.push((row_id, vector::similarity(metric, query, v)));
-            if row_id >= marks.vector {
-                *overlay_rows.entry(row_id).or_default() += 1;
-                ex.dirty_feature_count += 1;
-                ex.hot_overlay_searched = true;
-            }
+        hits.push((row_id, vector::similarity(metric, query, v)));
+        if row_id >= marks.vector {
+            *overlay_rows.entry(row_id).or_default() += 1;
+            ex.dirty_feature_count += 1;
+            ex.hot_overlay_searched = true;
         }
     }
     let hnsw = if exact {
