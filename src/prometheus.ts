@@ -162,6 +162,8 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     checkpointAge: gauge('braid_branch_checkpoint_age_seconds', 'Seconds since the newest checkpoint was written; absent while the branch has none'),
     checkpointTime: gauge('braid_branch_last_checkpoint_timestamp_seconds', 'Unix time the newest checkpoint was written; absent while the branch has none'),
     checkpointBytes: gauge('braid_branch_last_checkpoint_bytes', 'Image bytes of the newest checkpoint taken since the engine started'),
+    horizon: gauge('braid_branch_retention_horizon_epoch', 'Reads below this epoch are refused: retention removed what only they could see (0: all history is readable)'),
+    purged: gauge('braid_branch_retention_purged_versions', 'Record versions retention removed from the branch (memory, indexes and disk)'),
     memory: gauge(
       'braid_branch_memory_bytes',
       'Estimated heap bytes of the branch state by structure (rows, keys, vectors, vector_graphs, receipts): element counts x sizes, not measured; vector_graphs counts the vector copies in the HNSW graphs, not their links',
@@ -176,6 +178,9 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     checkpoints: series('braid_branch_checkpoints_total', 'Checkpoints taken since the engine started', 'counter'),
     checkpointFailures: series('braid_branch_checkpoint_failures_total', 'Checkpoints that failed since the engine started (retried; the WAL keeps everything)', 'counter'),
     checkpointDuration: series('braid_branch_checkpoint_duration_seconds', 'Duration of a checkpoint', 'histogram'),
+    compacted: series('braid_branch_retention_compacted_files_total', 'Record files retention compacted since the engine started', 'counter'),
+    reclaimed: series('braid_branch_retention_reclaimed_bytes_total', 'Bytes of record files retention freed since the engine started', 'counter'),
+    retentionFailures: series('braid_branch_retention_failures_total', 'Retention passes whose compaction failed since the engine started (the files stay; retried at the next checkpoint)', 'counter'),
   };
 
   /** The figures the engine counts itself. */
@@ -189,6 +194,8 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     if (m.checkpoints.age_seconds !== null) engineGauges.checkpointAge.set(labels, m.checkpoints.age_seconds);
     if (m.checkpoints.last_unix_seconds !== null) engineGauges.checkpointTime.set(labels, m.checkpoints.last_unix_seconds);
     engineGauges.checkpointBytes.set(labels, m.checkpoints.last_bytes);
+    engineGauges.horizon.set(labels, m.retention.horizon_epoch);
+    engineGauges.purged.set(labels, m.retention.purged_versions);
     for (const structure of MEMORY_STRUCTURES) engineGauges.memory.set({ ...labels, structure }, m.memory[structure]);
     engineSeries.walAppended.add(labels, m.wal.appended_bytes);
     engineSeries.fsync.addHistogram(labels, m.wal.fsync_seconds);
@@ -196,6 +203,9 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     engineSeries.checkpoints.add(labels, m.checkpoints.count);
     engineSeries.checkpointFailures.add(labels, m.checkpoints.failures);
     engineSeries.checkpointDuration.addHistogram(labels, m.checkpoints.duration_seconds);
+    engineSeries.compacted.add(labels, m.retention.compacted_files);
+    engineSeries.reclaimed.add(labels, m.retention.reclaimed_bytes);
+    engineSeries.retentionFailures.add(labels, m.retention.failures);
   };
 
   app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {

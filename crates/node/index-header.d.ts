@@ -45,6 +45,18 @@ export interface EngineMetrics {
     last_unix_seconds: number | null;
     age_seconds: number | null;
   };
+  /** What retention removed (crates/engine/src/storage/retention.rs; docs/storage.md). */
+  retention: {
+    /** Reads below this epoch are refused (0: every epoch is readable). */
+    horizon_epoch: number;
+    /** Versions removed from the branch (kept across restarts). */
+    purged_versions: number;
+    /** Since the engine started: versions removed, record files compacted, the bytes they freed, failed compactions. */
+    purged_versions_since_open: number;
+    compacted_files: number;
+    reclaimed_bytes: number;
+    failures: number;
+  };
   /** Rows committed but not yet searchable in the text index / the vector graphs. */
   index_lag: { text_rows: number; vector_rows: number };
   vector_graphs: { graphs: number; points: number; max_points: number };
@@ -87,6 +99,8 @@ export type EngineEvent = {
     }
   | { event: 'checkpoint'; trigger: CheckpointTrigger; generation: number; epoch: number; bytes: number; duration_ms: number }
   | { event: 'checkpoint_failed'; trigger: CheckpointTrigger; error: string }
+  | { event: 'retention'; horizon: number; versions: number; files_compacted: number; bytes_reclaimed: number; duration_ms: number }
+  | { event: 'retention_failed'; error: string }
   | { event: 'index_caught_up'; backlog_rows: number; duration_ms: number }
   | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number }
   | { event: 'indexer_stopped'; failed_features_total: number }

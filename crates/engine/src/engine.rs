@@ -35,7 +35,9 @@ use crate::storage::branch::{CheckpointInfo, WAL_FILE};
 use crate::storage::commit::now_ms;
 use crate::storage::events::Recorded;
 use crate::storage::lock::DirLock;
-use crate::storage::stats::{self, CheckpointFigures, IndexLag, MemoryEstimate, VectorGraphs, WalFigures};
+use crate::storage::stats::{
+    self, CheckpointFigures, IndexLag, MemoryEstimate, RetentionFigures, VectorGraphs, WalFigures,
+};
 use crate::storage::wal;
 use crate::storage::{Branch, BranchConfig, ReceiptDraft, WriteOp, WriteResult};
 
@@ -173,6 +175,7 @@ pub struct Metrics {
     // spec fixes) does not carry them.
     pub wal: WalFigures,
     pub checkpoints: CheckpointFigures,
+    pub retention: RetentionFigures,
     pub index_lag: IndexLag,
     pub vector_graphs: VectorGraphs,
     pub memory: MemoryEstimate,
@@ -372,7 +375,13 @@ impl Engine {
         names::check_key("id", &key.id)?;
         let branch = self.branch(database, branch)?;
         let state = branch.state.read();
-        read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch))
+        let horizon = branch.horizon(&state);
+        match epoch {
+            Some(e) if e < horizon => {
+                bail!(TemporalBeforeHorizon, "epoch {e} is below the retained horizon {horizon}")
+            }
+            _ => read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch)),
+        }
     }
 
     pub fn query(&self, database: Option<&str>, branch: Option<&str>, q: &HybridQuery) -> Result<QueryResponse> {
@@ -617,7 +626,7 @@ impl Engine {
             schema_epoch: state.schema_epoch,
             segment_count: handle.text.segment_count() as u64,
             record_count: state.live_records(),
-            version_count: state.rows.len() as u64,
+            version_count: state.rows.len() as u64 - state.purged_rows,
             branch_count,
             recovery_state: recovery_state.to_string(),
             recovered_truncated_bytes: handle.recovered_truncated_bytes,
@@ -627,6 +636,7 @@ impl Engine {
             receipt_count: state.receipts.len() as u64,
             wal: handle.stats().wal(),
             checkpoints: handle.stats().checkpoints(now_ms()),
+            retention: handle.stats().retention(handle.horizon(&state), state.purged_rows),
             index_lag,
             vector_graphs: stats::vector_graphs(&state),
             memory: stats::memory(&state, handle.stats()),

@@ -24,7 +24,7 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -243,6 +243,10 @@ pub struct TextIndex {
     watermark: AtomicU32,
     /// Rows added to the writer but not yet committed: (last row + 1).
     pending_upto: AtomicU32,
+    /// The retention horizon whose removed versions the last commit deleted
+    /// (in its payload), and the one whose deletes are queued in the writer.
+    purged: AtomicU64,
+    purge_pending: AtomicU64,
 }
 
 fn schema() -> Schema {
@@ -265,7 +269,7 @@ impl TextIndex {
     /// An index written in an older layout is removed and rebuilt from the
     /// store by the indexer (it is derived data).
     pub fn open(dir: &Path) -> Result<TextIndex> {
-        let (index, watermark) = match Self::open_index(dir)? {
+        let (index, watermark, purged) = match Self::open_index(dir)? {
             Some(found) => found,
             None => {
                 std::fs::remove_dir_all(dir)?;
@@ -284,28 +288,33 @@ impl TextIndex {
             fields,
             watermark: AtomicU32::new(watermark),
             pending_upto: AtomicU32::new(watermark),
+            purged: AtomicU64::new(purged),
+            purge_pending: AtomicU64::new(purged),
         })
     }
 
-    /// The index in `dir` and its watermark, or `None` when it was written
-    /// in another layout.
-    fn open_index(dir: &Path) -> Result<Option<(Index, u32)>> {
+    /// The index in `dir`, its watermark and purge horizon, or `None` when
+    /// it was written in another layout. The payload is
+    /// `<format>:<watermark>[:<purge horizon>]`.
+    fn open_index(dir: &Path) -> Result<Option<(Index, u32, u64)>> {
         std::fs::create_dir_all(dir)?;
         let directory = MmapDirectory::open(dir).map_err(|e| Error::storage(e.to_string()))?;
         let index = Index::open_or_create(directory, schema()).map_err(tantivy_err)?;
         index.tokenizers().register(TOKENIZER, analyzer());
         let metas = index.load_metas().map_err(tantivy_err)?;
-        let watermark = match metas.payload.as_deref() {
-            None if metas.segments.is_empty() => 0,
+        let bad = |p: &str| Error::storage(format!("text index payload {p:?}"));
+        let (watermark, purged) = match metas.payload.as_deref() {
+            None if metas.segments.is_empty() => (0, 0),
             None => return Ok(None),
             Some(p) => match p.split_once(':') {
-                Some((FORMAT, upto)) => {
-                    upto.parse::<u32>().map_err(|_| Error::storage(format!("text index payload {p:?}")))?
+                Some((FORMAT, rest)) => {
+                    let (upto, purged) = rest.split_once(':').unwrap_or((rest, "0"));
+                    (upto.parse::<u32>().map_err(|_| bad(p))?, purged.parse::<u64>().map_err(|_| bad(p))?)
                 }
                 _ => return Ok(None),
             },
         };
-        Ok(Some((index, watermark)))
+        Ok(Some((index, watermark, purged)))
     }
 
     pub fn watermark(&self) -> u32 {
@@ -340,6 +349,30 @@ impl TextIndex {
         Ok(())
     }
 
+    /// Deletes the documents of `rows` (versions retention removed up to
+    /// `horizon`); the next commit makes it so and records the horizon.
+    /// Only rows already handed to the writer (below [`Self::pending_upto`])
+    /// may be given: a delete does not reach documents added after it.
+    pub fn delete_rows(&self, rows: &[u32], horizon: u64) -> Result<()> {
+        let mut writer = self.writer.lock();
+        let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+        for row in rows {
+            writer.delete_term(Term::from_field_u64(self.fields.row, u64::from(*row)));
+        }
+        self.purge_pending.fetch_max(horizon, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The horizon whose removed versions are deleted in the committed index.
+    pub fn purged(&self) -> u64 {
+        self.purged.load(Ordering::Acquire)
+    }
+
+    /// True when something was handed to the writer and not yet committed.
+    pub fn has_uncommitted(&self) -> bool {
+        self.pending_upto() > self.watermark() || self.purge_pending.load(Ordering::Acquire) > self.purged()
+    }
+
     /// Marks every row below `upto` as handed to the writer.
     pub fn mark_pending(&self, upto: u32) {
         self.pending_upto.store(upto, Ordering::Release);
@@ -349,7 +382,8 @@ impl TextIndex {
     /// in the commit payload.
     pub fn commit(&self) -> Result<()> {
         let upto = self.pending_upto();
-        if upto == self.watermark() {
+        let purged = self.purge_pending.load(Ordering::Acquire);
+        if upto == self.watermark() && purged == self.purged() {
             return Ok(());
         }
         {
@@ -357,11 +391,12 @@ impl TextIndex {
             let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
             crate::faults::check("text::commit")?;
             let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
-            prepared.set_payload(&format!("{FORMAT}:{upto}"));
+            prepared.set_payload(&format!("{FORMAT}:{upto}:{purged}"));
             prepared.commit().map_err(tantivy_err)?;
         }
         self.reader.reload().map_err(tantivy_err)?;
         self.watermark.store(upto, Ordering::Release);
+        self.purged.store(purged, Ordering::Release);
         Ok(())
     }
 

@@ -104,6 +104,9 @@ impl Branch {
             Some(gen) => checkpoint::load(dir, gen)?,
             None => State::new(RecordFiles::open(dir, &[], 0)?),
         };
+        // record files retention compacted away, when a crash came before
+        // their deletion
+        checkpoint::remove_unnamed_records(dir, &state)?;
         let checkpoint_epoch = ckpt.map(|_| state.latest_epoch);
         // replay every segment from the checkpoint on; the last one stays
         // open for appends
@@ -170,10 +173,18 @@ impl Branch {
             index_backlog_rows: u64::from(rows.saturating_sub(vector_watermark.min(text.watermark()))),
             duration_ms: ms(started.elapsed()),
         });
+        if text.purged() < state.horizon {
+            // retention removed versions whose text deletes a crash kept from
+            // reaching a commit: delete them again (the indexer commits)
+            let purged: Vec<u32> =
+                (0..text.watermark().min(rows)).filter(|r| state.rows[*r as usize].loc.is_purged()).collect();
+            text.delete_rows(&purged, state.horizon)?;
+        }
         let state = Arc::new(RwLock::new(state));
         let text = Arc::new(text);
         let (tx, rx) = mpsc::channel::<Request>();
-        let committer = committer::spawn(wal, wal_gen, dir, rx, state.clone(), shared.clone(), config.clone())?;
+        let committer =
+            committer::spawn(wal, wal_gen, dir, rx, state.clone(), shared.clone(), text.clone(), config.clone())?;
         let indexer =
             indexer::spawn(state.clone(), shared.clone(), text.clone(), config.clone(), dir.join(VECTOR_DIR))?;
         Ok(Branch {
@@ -266,11 +277,15 @@ impl Branch {
     }
 
     /// The readable horizon: epochs below it are rejected by temporal reads.
+    /// It is the retention setting's (`history_epochs` behind the latest
+    /// epoch) or, when higher, the one retention last removed history below
+    /// (a restart with a longer setting cannot bring that back).
     pub fn horizon(&self, state: &State) -> u64 {
-        match self.config.history_epochs {
+        let configured = match self.config.history_epochs {
             Some(n) => state.latest_epoch.saturating_sub(n),
             None => 0,
-        }
+        };
+        configured.max(state.horizon)
     }
 
     /// Stops accepting writes, finishes the queued ones, commits the text

@@ -354,6 +354,7 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     state.horizon = image.horizon;
     state.invalid_vectors = image.invalid_vectors;
     state.rows = image.rows;
+    state.purged_rows = state.rows.iter().filter(|r| r.loc.is_purged()).count() as u64;
     state.keys.reserve(image.keys.len());
     state.key_index.reserve(&state.keys, image.keys.len());
     for k in image.keys {
@@ -440,6 +441,15 @@ pub fn remove_stale(dir: &Path, base: u32) -> Result<()> {
             || (name.starts_with(".checkpoint-") && name.ends_with(".tmp"))
     })?;
     remove_covered(dir, base)
+}
+
+/// Removes the record files the loaded state does not name: files retention
+/// compacted away (storage/retention.rs) when a crash came between the
+/// checkpoint that stopped naming them and their deletion.
+pub fn remove_unnamed_records(dir: &Path, state: &State) -> Result<()> {
+    let named = state.records.sealed();
+    let open = state.records.open_gen();
+    remove_matching(dir, |name| records::gen_of(name).is_some_and(|g| g != open && !named.contains(&g)))
 }
 
 /// Removes the WAL segments and images that checkpoint `gen` covers.

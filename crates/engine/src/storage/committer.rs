@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 
 use crate::error::{Code, Error, Result};
+use crate::index::text::TextIndex;
 use crate::storage::admission::{Stage, Staged};
 use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft};
@@ -38,6 +39,7 @@ use crate::storage::events::{CheckpointTrigger, Event, FaultStage};
 use crate::storage::pipeline::{
     ms, BranchConfig, CheckpointInfo, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
 };
+use crate::storage::retention;
 use crate::storage::state::State;
 use crate::storage::wal::{self, Wal};
 
@@ -62,6 +64,7 @@ pub(super) enum Request {
 }
 
 /// Starts the committer thread on the open WAL segment of generation `gen`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn spawn(
     wal: Wal,
     gen: u32,
@@ -69,10 +72,53 @@ pub(super) fn spawn(
     rx: mpsc::Receiver<Request>,
     state: Arc<RwLock<State>>,
     shared: Arc<Shared>,
+    text: Arc<TextIndex>,
     config: BranchConfig,
 ) -> std::io::Result<JoinHandle<()>> {
-    let log = Log { wal, gen, dir: dir.to_path_buf(), last_checkpoint: Instant::now() };
+    let log = Log {
+        wal,
+        gen,
+        dir: dir.to_path_buf(),
+        last_checkpoint: Instant::now(),
+        text,
+        history_epochs: config.history_epochs,
+        retired: Vec::new(),
+        removed: Vec::new(),
+        removed_below: 0,
+    };
     std::thread::Builder::new().name("braid-commit".into()).spawn(move || run_committer(log, rx, state, shared, config))
+}
+
+impl Log {
+    /// Removes the versions below the horizon `history_epochs` gives
+    /// (storage/retention.rs). A failure to compact is reported and leaves
+    /// the files as they were; the checkpoint goes on.
+    fn retain(&mut self, state: &RwLock<State>, shared: &Shared, history_epochs: u64) {
+        let started = Instant::now();
+        let horizon = state.read().latest_epoch.saturating_sub(history_epochs);
+        match retention::run(state, &self.text, horizon) {
+            Ok(mut done) => {
+                if done.versions == 0 && done.files_compacted == 0 {
+                    return;
+                }
+                shared.stats.record_retention(done.versions, done.files_compacted, done.bytes_reclaimed);
+                shared.events.push(Event::Retention {
+                    horizon,
+                    versions: done.versions,
+                    files_compacted: done.files_compacted,
+                    bytes_reclaimed: done.bytes_reclaimed,
+                    duration_ms: ms(started.elapsed()),
+                });
+                self.retired.append(&mut done.retired);
+                self.removed.append(&mut done.removed);
+                self.removed_below = horizon;
+            }
+            Err(err) => {
+                shared.stats.retention_failures.fetch_add(1, Ordering::Relaxed);
+                shared.events.push(Event::RetentionFailed { error: err.message.clone() });
+            }
+        }
+    }
 }
 
 /// Takes a checkpoint and records it (or its failure) in the branch's
@@ -85,7 +131,7 @@ fn take_checkpoint(
     trigger: CheckpointTrigger,
 ) -> Result<CheckpointInfo> {
     let started = Instant::now();
-    let taken = log.checkpoint(state, export);
+    let taken = log.checkpoint(state, shared, export);
     match &taken {
         Ok(info) => {
             shared.stats.record_checkpoint(now_ms(), info.bytes, started.elapsed(), log.wal.end());
@@ -111,6 +157,16 @@ struct Log {
     gen: u32,
     dir: PathBuf,
     last_checkpoint: Instant,
+    /// For retention: its deletes, and which rows it has been handed.
+    text: Arc<TextIndex>,
+    history_epochs: Option<u64>,
+    /// Record files retention compacted away: deleted once a checkpoint that
+    /// no longer names them is durable.
+    retired: Vec<PathBuf>,
+    /// Rows retention removed and the horizon: their text documents are
+    /// deleted once a checkpoint holding the removal is durable.
+    removed: Vec<u32>,
+    removed_below: u64,
 }
 
 impl Log {
@@ -125,9 +181,12 @@ impl Log {
     /// storage/checkpoint.rs for the steps and why each crash point is safe).
     /// Nothing in memory changes until the image is durable, so a failure
     /// leaves the branch as it was, still writing to the current segment.
-    fn checkpoint(&mut self, state: &RwLock<State>, export: Option<&Path>) -> Result<CheckpointInfo> {
+    fn checkpoint(&mut self, state: &RwLock<State>, shared: &Shared, export: Option<&Path>) -> Result<CheckpointInfo> {
         let started = Instant::now();
         let next = self.gen + 1;
+        if let Some(n) = self.history_epochs {
+            self.retain(state, shared, n);
+        }
         let (record_file, sealed_gen) = {
             let mut st = state.write();
             st.records.flush()?;
@@ -174,8 +233,16 @@ impl Log {
             }
             None => Vec::new(),
         };
-        // the image covers every older segment and image
+        // the image covers every older segment and image, and names none of
+        // the record files retention compacted away
         let _ = checkpoint::remove_covered(&self.dir, next);
+        self.retired.retain(|path| std::fs::remove_file(path).is_err() && path.exists());
+        if !self.removed.is_empty() {
+            // a closed index keeps the documents; no query is offered them,
+            // and the next start deletes them
+            let _ = self.text.delete_rows(&self.removed, self.removed_below);
+            self.removed = Vec::new();
+        }
         Ok(CheckpointInfo { gen: next, epoch, bytes, duration_ms: ms(started.elapsed()), exported })
     }
 }

@@ -77,6 +77,20 @@ pub enum Event {
         trigger: CheckpointTrigger,
         error: String,
     },
+    /// Retention removed the versions below `horizon` (storage/retention.rs)
+    /// and compacted the record files that left at least half empty.
+    Retention {
+        horizon: u64,
+        versions: u64,
+        files_compacted: u64,
+        bytes_reclaimed: u64,
+        duration_ms: f64,
+    },
+    /// Compacting record files failed; they stay as they were and the next
+    /// checkpoint tries again.
+    RetentionFailed {
+        error: String,
+    },
     /// The indexer covered every row again after more than one round's worth
     /// of rows had been waiting.
     IndexCaughtUp {
@@ -111,8 +125,11 @@ impl Event {
     pub fn level(&self) -> Level {
         match self {
             Event::Recovery { truncated_bytes, .. } if *truncated_bytes > 0 => Level::Warn,
-            Event::Recovery { .. } | Event::Checkpoint { .. } | Event::IndexCaughtUp { .. } => Level::Info,
-            Event::IndexRoundFailed { .. } | Event::EventsDropped { .. } => Level::Warn,
+            Event::Recovery { .. }
+            | Event::Checkpoint { .. }
+            | Event::Retention { .. }
+            | Event::IndexCaughtUp { .. } => Level::Info,
+            Event::IndexRoundFailed { .. } | Event::EventsDropped { .. } | Event::RetentionFailed { .. } => Level::Warn,
             Event::CheckpointFailed { .. } | Event::IndexerStopped { .. } | Event::StorageFailed { .. } => Level::Error,
         }
     }

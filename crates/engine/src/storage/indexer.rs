@@ -82,7 +82,8 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         .collect();
     for row_id in start..upto {
         let row = &state.rows[row_id as usize];
-        if row.deleted {
+        if row.deleted || row.loc.is_purged() {
+            // a version retention removed is in no index
             continue;
         }
         let key = &state.keys[row.key as usize];
@@ -149,8 +150,9 @@ impl Backlog {
     }
 }
 
-/// Drops receipts past their retention from memory (the log keeps them
-/// until retention removes versions; a restart skips expired ones).
+/// Drops receipts past their retention from memory (the next checkpoint's
+/// image leaves them out and deletes the WAL segments that held them; a
+/// restart before it skips expired ones).
 fn expire_receipts(state: &RwLock<State>, retention_ms: u64) {
     let cutoff = now_ms().saturating_sub(retention_ms);
     if state.read().receipts.values().any(|r| r.created_ms < cutoff) {
@@ -218,7 +220,7 @@ fn run_indexer(
             shared.failed_features.fetch_add(failed, Ordering::Relaxed);
             round_failed = Some(failed > 0);
         }
-        let lagging = text.pending_upto() > text.watermark();
+        let lagging = text.has_uncommitted();
         let mut text_commit_failed = false;
         if lagging && (stopping || last_commit.elapsed() >= interval) {
             // a failed commit keeps its documents in the writer for the next
@@ -248,7 +250,7 @@ fn run_indexer(
         backlog.note((state.read().rows.len() as u32).saturating_sub(indexed), &shared.events);
         if stopping {
             let total = state.read().rows.len() as u32;
-            if text.pending_upto() >= total && text.watermark() >= text.pending_upto() {
+            if text.pending_upto() >= total && !text.has_uncommitted() {
                 break;
             }
             continue;

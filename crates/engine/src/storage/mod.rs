@@ -14,6 +14,7 @@ mod indexer;
 pub mod lock;
 mod pipeline;
 pub mod records;
+mod retention;
 pub mod state;
 pub mod stats;
 pub mod wal;

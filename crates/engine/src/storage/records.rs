@@ -23,14 +23,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::faults;
 use crate::fsutil;
 use crate::storage::{codec, wal};
 
 const MAGIC: &[u8; 8] = b"BRAIDREC";
 const FORMAT_VERSION: u8 = 1;
-const HEADER_LEN: u64 = 16;
+pub const HEADER_LEN: u64 = 16;
 
 /// Where one version's fields are: file generation, byte offset, length
 /// (checksum included).
@@ -39,6 +39,15 @@ pub struct RecordLoc {
     pub gen: u32,
     pub offset: u64,
     pub len: u32,
+}
+
+impl RecordLoc {
+    /// Where a version removed by retention points: nowhere.
+    pub const PURGED: RecordLoc = RecordLoc { gen: u32::MAX, offset: 0, len: 0 };
+
+    pub fn is_purged(&self) -> bool {
+        *self == RecordLoc::PURGED
+    }
 }
 
 pub fn file_name(gen: u32) -> String {
@@ -58,6 +67,9 @@ pub struct RecordFiles {
     open_len: u64,
     /// Encoded entries not yet written to the open file.
     buffer: Vec<u8>,
+    /// A failed write could not be cut back: the open file's end is unknown,
+    /// so it takes nothing more (a restart rebuilds it from the log).
+    damaged: bool,
 }
 
 impl RecordFiles {
@@ -71,7 +83,8 @@ impl RecordFiles {
                 .map_err(|e| Error::storage(format!("record file {} is missing: {e}", path.display())))?;
             files.insert(*gen, Arc::new(file));
         }
-        let mut out = RecordFiles { dir: dir.to_path_buf(), files, open_gen, open_len: 0, buffer: Vec::new() };
+        let mut out =
+            RecordFiles { dir: dir.to_path_buf(), files, open_gen, open_len: 0, buffer: Vec::new(), damaged: false };
         out.start(open_gen)?;
         Ok(out)
     }
@@ -88,6 +101,7 @@ impl RecordFiles {
         self.files.insert(gen, Arc::new(file));
         self.open_gen = gen;
         self.open_len = HEADER_LEN;
+        self.damaged = false;
         Ok(())
     }
 
@@ -113,10 +127,18 @@ impl RecordFiles {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let written =
-            faults::check("records::write").and_then(|()| (&*self.files[&self.open_gen]).write_all(&self.buffer));
+        if self.damaged {
+            self.open_len -= self.buffer.len() as u64;
+            self.buffer.clear();
+            return Err(Error::storage("an earlier write to the record file could not be undone"));
+        }
+        let mut file: &File = &self.files[&self.open_gen];
+        let written = faults::check("records::write").and_then(|()| file.write_all(&self.buffer));
         if written.is_err() {
             self.open_len -= self.buffer.len() as u64;
+            // a short write leaves part of the entries: cut them, so the next
+            // append lands where open_len says
+            self.damaged = file.set_len(self.open_len).is_err();
         }
         self.buffer.clear();
         Ok(written?)
@@ -124,6 +146,12 @@ impl RecordFiles {
 
     /// Reads a version's entry bytes (checksum verified).
     fn entry(&self, loc: RecordLoc) -> Result<Vec<u8>> {
+        if loc.is_purged() {
+            return Err(Error::new(
+                Code::TemporalBeforeHorizon,
+                "this version is below the retained horizon and was removed by retention",
+            ));
+        }
         let written = self.open_len - self.buffer.len() as u64;
         if loc.gen == self.open_gen && loc.offset >= written {
             // staged by this commit, not yet flushed
@@ -160,6 +188,43 @@ impl RecordFiles {
     /// One field of a version.
     pub fn read_field(&self, loc: RecordLoc, name: &str) -> Result<Option<Value>> {
         codec::decode_field(&self.entry(loc)?, name)
+    }
+
+    /// Stages an entry copied verbatim (checksum first) from a sealed file,
+    /// as [`RecordFiles::stage`] does for new fields.
+    pub fn stage_copy(&mut self, entry: &[u8]) -> RecordLoc {
+        self.buffer.extend_from_slice(entry);
+        let loc = RecordLoc { gen: self.open_gen, offset: self.open_len, len: entry.len() as u32 };
+        self.open_len += entry.len() as u64;
+        loc
+    }
+
+    /// The whole of a sealed file, to copy the entries that survive
+    /// retention out of it.
+    pub fn read_sealed(&self, gen: u32) -> Result<Vec<u8>> {
+        let file = self
+            .files
+            .get(&gen)
+            .filter(|_| gen != self.open_gen)
+            .ok_or_else(|| Error::storage(format!("record file generation {gen} is not sealed")))?;
+        let len = file.metadata()?.len();
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    }
+
+    /// Bytes of a sealed file, header included.
+    pub fn file_len(&self, gen: u32) -> Option<u64> {
+        self.files.get(&gen).and_then(|f| f.metadata().ok()).map(|m| m.len())
+    }
+
+    /// Stops using a sealed file whose surviving entries were copied out;
+    /// returns its path, to delete once a checkpoint no longer names it.
+    pub fn retire(&mut self, gen: u32) -> Option<PathBuf> {
+        if gen == self.open_gen {
+            return None;
+        }
+        self.files.remove(&gen).map(|_| self.dir.join(file_name(gen)))
     }
 
     /// The file being written, for a checkpoint to fsync.

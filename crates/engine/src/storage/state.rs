@@ -310,8 +310,14 @@ pub struct State {
     /// Byte offset of the end of the last applied WAL frame: a snapshot at
     /// `latest_epoch` is exactly the log up to here.
     pub wal_end: u64,
-    /// Epochs below this are no longer readable (retention).
+    /// Epochs below this are no longer readable: retention removed the
+    /// versions only they could see (storage/retention.rs). It only grows, and
+    /// is kept in checkpoints, so a restart with a longer retention setting
+    /// does not offer reads of history that is gone.
     pub horizon: u64,
+    /// Versions retention removed: their rows stay as placeholders (so row ids
+    /// keep their meaning) with no fields, in no index.
+    pub purged_rows: u64,
     /// Vector values in the log that are not finite f32s (written before
     /// writes checked it): those rows have no vector.
     pub invalid_vectors: u64,
@@ -339,6 +345,7 @@ impl State {
             durable_epoch: 0,
             wal_end: 0,
             horizon: 0,
+            purged_rows: 0,
             invalid_vectors: 0,
             records,
             analyzer: text::analyzer(),
@@ -537,6 +544,57 @@ impl State {
                 table.text_stats.apply(&key.tenant, col, &toks, -1);
             }
         }
+    }
+
+    /// Removes the versions no read at or after `horizon` can see (those
+    /// superseded at or before it) among the rows below `below_row`, from the
+    /// key directory and every bitmap, and records `horizon`. Their rows stay
+    /// as placeholders ([`RecordLoc::PURGED`]). Returns the rows removed, in
+    /// ascending order. The latest version of a key (a tombstone included,
+    /// which keeps its version count) is never removed.
+    pub fn purge(&mut self, horizon: u64, below_row: u32) -> Vec<u32> {
+        self.horizon = self.horizon.max(horizon);
+        let end = (below_row as usize).min(self.rows.len());
+        let mut purged = Vec::new();
+        for (id, row) in self.rows[..end].iter_mut().enumerate() {
+            if row.superseded_at <= horizon && !row.loc.is_purged() {
+                row.loc = RecordLoc::PURGED;
+                purged.push(id as u32);
+            }
+        }
+        if purged.is_empty() {
+            return purged;
+        }
+        self.purged_rows += purged.len() as u64;
+        let gone = RoaringBitmap::from_sorted_iter(purged.iter().copied()).expect("ascending rows");
+        let mut touched: Vec<u32> = purged.iter().map(|r| self.rows[*r as usize].key).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        for k in touched {
+            let versions = &mut self.keys[k as usize].rows;
+            versions.retain(|r| !gone.contains(*r));
+            if versions.capacity() > 2 * versions.len() {
+                versions.shrink_to_fit();
+            }
+        }
+        for table in self.tables.values_mut() {
+            table.live -= &gone;
+            for rows in table.tenants.values_mut() {
+                *rows -= &gone;
+            }
+            for values in table.scalar.values_mut() {
+                for rows in values.values_mut() {
+                    *rows -= &gone;
+                }
+                values.retain(|_, rows| !rows.is_empty());
+            }
+            for vc in table.vectors.values_mut() {
+                // the vector stays in its slot (the graph links through it)
+                // but no query is offered the row again
+                vc.rows -= &gone;
+            }
+        }
+        purged
     }
 
     /// Number of live records in all tables.

@@ -145,6 +145,12 @@ pub struct BranchStats {
     /// Bytes of the table, tenant and id text of every key, for the key
     /// directory's memory estimate (the state holds no such sum).
     pub key_text_bytes: AtomicU64,
+    /// Retention since open: versions removed, record files compacted and
+    /// the bytes they freed, passes whose compaction failed.
+    pub purged_versions: AtomicU64,
+    pub compacted_files: AtomicU64,
+    pub reclaimed_bytes: AtomicU64,
+    pub retention_failures: AtomicU64,
 }
 
 impl Default for BranchStats {
@@ -160,6 +166,10 @@ impl Default for BranchStats {
             last_checkpoint_ms: AtomicU64::new(0),
             last_checkpoint_bytes: AtomicU64::new(0),
             key_text_bytes: AtomicU64::new(0),
+            purged_versions: AtomicU64::new(0),
+            compacted_files: AtomicU64::new(0),
+            reclaimed_bytes: AtomicU64::new(0),
+            retention_failures: AtomicU64::new(0),
         }
     }
 }
@@ -180,6 +190,23 @@ impl BranchStats {
         self.last_checkpoint_ms.store(at_ms, Relaxed);
         self.last_checkpoint_bytes.store(bytes, Relaxed);
         self.wal_segment_bytes.store(segment_end, Relaxed);
+    }
+
+    pub fn record_retention(&self, versions: u64, files: u64, bytes: u64) {
+        self.purged_versions.fetch_add(versions, Relaxed);
+        self.compacted_files.fetch_add(files, Relaxed);
+        self.reclaimed_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub fn retention(&self, horizon_epoch: u64, purged_versions: u64) -> RetentionFigures {
+        RetentionFigures {
+            horizon_epoch,
+            purged_versions,
+            purged_versions_since_open: self.purged_versions.load(Relaxed),
+            compacted_files: self.compacted_files.load(Relaxed),
+            reclaimed_bytes: self.reclaimed_bytes.load(Relaxed),
+            failures: self.retention_failures.load(Relaxed),
+        }
     }
 
     /// Counts the key text of `keys` (new keys of a commit, or every key
@@ -229,6 +256,21 @@ pub struct CheckpointFigures {
     /// When the newest checkpoint was written; None when there is none.
     pub last_unix_seconds: Option<f64>,
     pub age_seconds: Option<f64>,
+}
+
+/// What retention has removed (storage/retention.rs).
+#[derive(Debug, Clone, Serialize)]
+pub struct RetentionFigures {
+    /// Reads below this epoch are refused (0: every epoch is readable).
+    pub horizon_epoch: u64,
+    /// Versions removed from the branch (kept across restarts).
+    pub purged_versions: u64,
+    /// Since the engine started: versions removed, record files compacted,
+    /// bytes those files no longer take, passes whose compaction failed.
+    pub purged_versions_since_open: u64,
+    pub compacted_files: u64,
+    pub reclaimed_bytes: u64,
+    pub failures: u64,
 }
 
 /// Rows committed but not yet in an index (searchable there).

@@ -1,0 +1,256 @@
+//! Retention that frees space (issue 11): versions below the horizon leave
+//! memory, every index and the disk at a checkpoint; reads at or above the
+//! horizon see exactly what they saw before, also after a restart; reads
+//! below it are refused, also after a restart with a longer setting; a
+//! checkpoint failing after the compaction, or a crash before the compacted
+//! files are deleted, loses nothing; expired receipts leave the disk.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use braid_engine::faults;
+use braid_engine::query::HybridQuery;
+use braid_engine::storage::{ReceiptDraft, WriteResult};
+use braid_engine::{Code, Engine, EngineConfig, RecordInput};
+use fail::FailScenario;
+use serde_json::{json, Value};
+
+mod common;
+use common::{config_without_checkpoints, key, rec};
+
+const RECORDS: usize = 60;
+
+fn main_dir(data: &Path) -> PathBuf {
+    data.join("db").join("default").join("main")
+}
+
+fn record_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("records-"))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn doc(i: usize, version: usize) -> RecordInput {
+    let v: Vec<f64> = (0..8).map(|d| ((i * 7 + d * 3 + version) % 11) as f64 / 10.0 + 0.05).collect();
+    rec(
+        &format!("r{i}"),
+        json!({
+            "body": format!("record {i} version {version} word{} {}", i % 5, "padding ".repeat(20)),
+            "kind": format!("k{}", (i + version) % 3),
+            "stamp": format!("v{version}-{i}"),
+            "links": [format!("r{}", (i + 1) % RECORDS)],
+            "emb": v,
+        }),
+    )
+}
+
+fn config(dir: &Path, history_epochs: Option<u64>) -> EngineConfig {
+    let mut config = config_without_checkpoints(dir);
+    config.branch.history_epochs = history_epochs;
+    config
+}
+
+fn epoch_of(written: WriteResult) -> u64 {
+    match written {
+        WriteResult::Committed(o) => o.epoch,
+        WriteResult::Replayed(_) => panic!("not a replay"),
+    }
+}
+
+fn query(engine: &Engine, q: Value) -> Result<Vec<(String, u32)>, Code> {
+    let q: HybridQuery = serde_json::from_value(q).unwrap();
+    let res = engine.query(None, None, &q).map_err(|e| e.code)?;
+    Ok(serde_json::to_value(&res).unwrap()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["record_id"].as_str().unwrap().to_string(), r["version_id"].as_u64().unwrap() as u32))
+        .collect())
+}
+
+/// Every record and a few queries (text, vector, filtered hybrid, graph) at
+/// each epoch.
+fn observe(engine: &Engine, epochs: &[u64]) -> Vec<Value> {
+    assert!(engine.wait_indexed(Duration::from_secs(60)));
+    let v: Vec<f64> = (0..8).map(|d| d as f64 / 8.0 + 0.1).collect();
+    let mut out = Vec::new();
+    for e in epochs {
+        for i in 0..RECORDS {
+            let got = engine.get(None, None, &key(&format!("r{i}")), Some(*e)).unwrap();
+            out.push(json!([e, i, got.map(|r| Value::Object(r.fields))]));
+        }
+        for q in [
+            json!({"table": "docs", "tenant_id": "acme", "text": "word3 version", "top_k": 10, "temporal_as_of": e}),
+            json!({"table": "docs", "tenant_id": "acme", "vector": v, "top_k": 10, "temporal_as_of": e}),
+            json!({"table": "docs", "tenant_id": "acme", "text": "record", "vector": v,
+                   "scalar_eq": {"kind": "k1"}, "top_k": 10, "temporal_as_of": e}),
+            json!({"table": "docs", "tenant_id": "acme", "text": "version", "graph_seed": "r3", "graph_depth": 2,
+                   "top_k": 10, "temporal_as_of": e}),
+        ] {
+            let found = query(engine, q.clone()).unwrap();
+            assert!(!found.is_empty(), "{q}");
+            out.push(json!(found));
+        }
+    }
+    out
+}
+
+/// Writes every record `versions` times, one epoch and one checkpoint per
+/// version, so each version's fields are in a sealed record file of their
+/// own; returns the epochs.
+fn write_versions(engine: &Engine, versions: usize) -> Vec<u64> {
+    let mut epochs = Vec::new();
+    for version in 0..versions {
+        let written = engine.put(None, None, (0..RECORDS).map(|i| doc(i, version)).collect(), None).unwrap();
+        epochs.push(epoch_of(written));
+        // deleting and rewriting one key keeps a tombstone in the history
+        if version == 1 {
+            engine.delete(None, None, key("r5"), None).unwrap();
+        }
+        engine.checkpoint(None, None).unwrap();
+    }
+    epochs
+}
+
+#[test]
+fn versions_below_the_horizon_leave_memory_the_indexes_and_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let branch = main_dir(dir.path());
+    // no retention while the history is written, to observe it whole
+    let engine = Engine::open(config(dir.path(), None)).unwrap();
+    let epochs = write_versions(&engine, 6);
+    let latest = engine.metrics(None, None).unwrap().latest_epoch;
+    let history = 2;
+    let horizon = latest - history;
+    let kept: Vec<u64> = (horizon..=latest).collect();
+    let before = observe(&engine, &kept);
+    let versions_before = engine.metrics(None, None).unwrap().version_count;
+    let docs_before = engine.branch(None, None).unwrap().text.indexed_documents();
+    let bytes_before: u64 = record_files(&branch).iter().map(|(_, n)| n).sum();
+    drop(engine);
+
+    let engine = Engine::open(config(dir.path(), Some(history))).unwrap();
+    assert_eq!(observe(&engine, &kept), before, "nothing changes before retention runs");
+    engine.checkpoint(None, None).unwrap();
+    let m = engine.metrics(None, None).unwrap();
+    assert_eq!(m.retention.horizon_epoch, horizon);
+    // epochs: versions 0 and 1, the delete of r5, versions 2 to 5; so every
+    // version superseded at or before the horizon (epoch 5) is versions 0-2
+    // of each record and the tombstone (superseded by r5's version 2)
+    assert_eq!(latest, 7);
+    assert_eq!(m.retention.purged_versions, 3 * RECORDS as u64 + 1, "{:?}", m.retention);
+    assert_eq!(m.version_count, versions_before - m.retention.purged_versions);
+    assert!(m.retention.compacted_files >= 3, "{:?}", m.retention);
+    // the reads the horizon allows see exactly what they saw
+    assert_eq!(observe(&engine, &kept), before);
+    // the text documents of removed versions are deleted
+    let text = engine.branch(None, None).unwrap().text.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while text.indexed_documents() > docs_before - m.retention.purged_versions && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(text.indexed_documents() <= docs_before - m.retention.purged_versions + 1);
+    // reads below the horizon are refused
+    let below = epochs[1];
+    assert!(below < horizon);
+    assert_eq!(engine.get(None, None, &key("r1"), Some(below)).unwrap_err().code, Code::TemporalBeforeHorizon);
+    let old = json!({"table": "docs", "tenant_id": "acme", "text": "record", "top_k": 5, "temporal_as_of": below});
+    assert_eq!(query(&engine, old.clone()), Err(Code::TemporalBeforeHorizon));
+    drop(engine);
+
+    // the files the compaction emptied are gone and the bytes with them
+    let bytes_after: u64 = record_files(&branch).iter().map(|(_, n)| n).sum();
+    // half the versions went (3 of 6 per record)
+    assert!(bytes_after * 10 < bytes_before * 6, "record files {bytes_before} -> {bytes_after} bytes");
+
+    // a restart with retention off cannot offer the removed history again
+    let engine = Engine::open(config(dir.path(), None)).unwrap();
+    assert_eq!(engine.metrics(None, None).unwrap().retention.horizon_epoch, horizon);
+    assert_eq!(query(&engine, old), Err(Code::TemporalBeforeHorizon));
+    assert_eq!(observe(&engine, &kept), before);
+    // and the branch goes on: new versions, a checkpoint, a restart
+    engine.put(None, None, vec![doc(3, 9)], None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    let engine = Engine::open(config(dir.path(), None)).unwrap();
+    assert_eq!(observe(&engine, &kept), before);
+    let r3 = engine.get(None, None, &key("r3"), None).unwrap().unwrap();
+    assert_eq!(r3.fields["stamp"], "v9-3");
+}
+
+#[test]
+fn a_checkpoint_failing_after_compaction_and_a_crash_before_the_deletes_lose_nothing() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let branch = main_dir(dir.path());
+    let engine = Engine::open(config(dir.path(), None)).unwrap();
+    write_versions(&engine, 5);
+    let latest = engine.metrics(None, None).unwrap().latest_epoch;
+    let kept: Vec<u64> = (latest - 1..=latest).collect();
+    let before = observe(&engine, &kept);
+    drop(engine);
+    let files_before = record_files(&branch);
+
+    // the compaction runs, then the image cannot be written: the previous
+    // image and every file it names stay, and the branch keeps reading
+    let engine = Engine::open(config(dir.path(), Some(1))).unwrap();
+    faults::configure("checkpoint::write", "return(enospc)").unwrap();
+    assert_eq!(engine.checkpoint(None, None).unwrap_err().code, Code::StorageFailure);
+    faults::clear();
+    assert_eq!(observe(&engine, &kept), before);
+    for (name, _) in &files_before {
+        assert!(branch.join(name).exists(), "{name} is still named by the last image");
+    }
+    drop(engine); // without a close checkpoint: as a crash would leave it
+    let engine = Engine::open(config(dir.path(), Some(1))).unwrap();
+    assert_eq!(observe(&engine, &kept), before);
+
+    // a crash after the image is installed but before the compacted files
+    // are deleted (simulated by putting them back): the start removes them
+    let saved: Vec<(String, Vec<u8>)> =
+        files_before.iter().map(|(name, _)| (name.clone(), std::fs::read(branch.join(name)).unwrap())).collect();
+    engine.checkpoint(None, None).unwrap();
+    assert!(engine.metrics(None, None).unwrap().retention.compacted_files > 0);
+    drop(engine);
+    let after: Vec<String> = record_files(&branch).into_iter().map(|(n, _)| n).collect();
+    let mut put_back = 0;
+    for (name, bytes) in &saved {
+        if !branch.join(name).exists() {
+            std::fs::write(branch.join(name), bytes).unwrap();
+            put_back += 1;
+        }
+    }
+    assert!(put_back > 0, "the compaction deleted files");
+    let engine = Engine::open(config(dir.path(), Some(1))).unwrap();
+    assert_eq!(record_files(&branch).into_iter().map(|(n, _)| n).collect::<Vec<_>>(), after);
+    assert_eq!(observe(&engine, &kept), before);
+    scenario.teardown();
+}
+
+#[test]
+fn expired_receipts_leave_memory_and_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut short = config(dir.path(), None);
+    short.branch.receipt_retention_ms = 150;
+    let engine = Engine::open(short).unwrap();
+    let receipt =
+        |key: &str| ReceiptDraft { key: key.to_string(), body_hash: "h".to_string(), status: 200, body: json!({}) };
+    engine.put(None, None, vec![doc(1, 0)], Some(receipt("k1"))).unwrap();
+    assert_eq!(engine.metrics(None, None).unwrap().receipt_count, 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while engine.metrics(None, None).unwrap().receipt_count > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(engine.metrics(None, None).unwrap().receipt_count, 0, "expired in memory");
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    // a start that would keep receipts for a day finds none on disk
+    let engine = Engine::open(config(dir.path(), None)).unwrap();
+    assert_eq!(engine.metrics(None, None).unwrap().receipt_count, 0, "expired on disk");
+    assert!(engine.get(None, None, &key("r1"), None).unwrap().is_some());
+}
