@@ -55,6 +55,8 @@ export interface EngineMetrics {
     purged_versions_since_open: number;
     compacted_files: number;
     reclaimed_bytes: number;
+    /** Vectors of removed versions dropped by rebuilding their column. */
+    compacted_vectors: number;
     failures: number;
   };
   /** Rows committed but not yet searchable in the text index / the vector graphs. */
@@ -101,6 +103,7 @@ export type EngineEvent = {
   | { event: 'checkpoint_failed'; trigger: CheckpointTrigger; error: string }
   | { event: 'retention'; horizon: number; versions: number; files_compacted: number; bytes_reclaimed: number; duration_ms: number }
   | { event: 'retention_failed'; error: string }
+  | { event: 'vectors_compacted'; column: string; kept: number; removed: number; duration_ms: number }
   | { event: 'index_caught_up'; backlog_rows: number; duration_ms: number }
   | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number }
   | { event: 'indexer_stopped'; failed_features_total: number }

@@ -180,6 +180,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     checkpointDuration: series('braid_branch_checkpoint_duration_seconds', 'Duration of a checkpoint', 'histogram'),
     compacted: series('braid_branch_retention_compacted_files_total', 'Record files retention compacted since the engine started', 'counter'),
     reclaimed: series('braid_branch_retention_reclaimed_bytes_total', 'Bytes of record files retention freed since the engine started', 'counter'),
+    compactedVectors: series('braid_branch_retention_compacted_vectors_total', 'Vectors of removed versions dropped by rebuilding their column since the engine started', 'counter'),
     retentionFailures: series('braid_branch_retention_failures_total', 'Retention passes whose compaction failed since the engine started (the files stay; retried at the next checkpoint)', 'counter'),
   };
 
@@ -205,6 +206,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     engineSeries.checkpointDuration.addHistogram(labels, m.checkpoints.duration_seconds);
     engineSeries.compacted.add(labels, m.retention.compacted_files);
     engineSeries.reclaimed.add(labels, m.retention.reclaimed_bytes);
+    engineSeries.compactedVectors.add(labels, m.retention.compacted_vectors);
     engineSeries.retentionFailures.add(labels, m.retention.failures);
   };
 

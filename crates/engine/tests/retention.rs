@@ -25,10 +25,14 @@ fn main_dir(data: &Path) -> PathBuf {
 }
 
 fn record_files(dir: &Path) -> Vec<(String, u64)> {
+    files(dir, "records-")
+}
+
+fn files(dir: &Path, prefix: &str) -> Vec<(String, u64)> {
     let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("records-"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
         .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
         .collect();
     out.sort();
@@ -132,6 +136,7 @@ fn versions_below_the_horizon_leave_memory_the_indexes_and_the_disk() {
     let versions_before = engine.metrics(None, None).unwrap().version_count;
     let docs_before = engine.branch(None, None).unwrap().text.indexed_documents();
     let bytes_before: u64 = record_files(&branch).iter().map(|(_, n)| n).sum();
+    let vector_bytes_before: u64 = files(&branch, "vectors-").iter().map(|(_, n)| n).sum();
     drop(engine);
 
     let engine = Engine::open(config(dir.path(), Some(history))).unwrap();
@@ -155,6 +160,19 @@ fn versions_below_the_horizon_leave_memory_the_indexes_and_the_disk() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(text.indexed_documents() <= docs_before - m.retention.purged_versions + 1);
+    // half the column's vectors belonged to removed versions: the indexer
+    // rebuilds it without them, and reads see the same meanwhile and after
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while engine.metrics(None, None).unwrap().retention.compacted_vectors == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(engine.metrics(None, None).unwrap().retention.compacted_vectors, 3 * RECORDS as u64);
+    assert_eq!(observe(&engine, &kept), before);
+    // the next checkpoint writes the kept vectors to its file and deletes the
+    // files only removed versions' vectors were read from
+    engine.checkpoint(None, None).unwrap();
+    let vector_bytes: u64 = files(&branch, "vectors-").iter().map(|(_, n)| n).sum();
+    assert!(vector_bytes * 10 < vector_bytes_before * 6, "vector files {vector_bytes_before} -> {vector_bytes} bytes");
     // reads below the horizon are refused
     let below = epochs[1];
     assert!(below < horizon);

@@ -168,6 +168,21 @@ struct DumpMeta {
     metric: Metric,
     dim: u32,
     count: usize,
+    /// CRC-32 of the row of each slot in the graph: a dump is only loaded
+    /// over an arena that gives its slots to the same rows (retention
+    /// rebuilds a column's arena without the removed vectors). Absent in
+    /// dumps from before retention, which never renumbered slots.
+    #[serde(default)]
+    rows_crc: Option<u32>,
+}
+
+/// CRC-32 of the rows of the first `count` slots of `arena`.
+fn rows_crc(arena: &VectorArena, count: usize) -> Option<u32> {
+    let mut crc = crc32fast::Hasher::new();
+    for slot in 0..count {
+        crc.update(&arena.row(slot as u32)?.to_le_bytes());
+    }
+    Some(crc.finalize())
 }
 
 impl VectorIndex {
@@ -209,6 +224,9 @@ impl VectorIndex {
         if graph.len() != meta.count {
             return None;
         }
+        if meta.rows_crc.is_some_and(|crc| rows_crc(&arena, meta.count) != Some(crc)) {
+            return None;
+        }
         Some(VectorIndex {
             metric,
             dim,
@@ -235,7 +253,15 @@ impl VectorIndex {
         let mut out = BufWriter::new(std::fs::File::create(&path)?);
         self.graph.write_to(&mut out).map_err(|e| Error::storage(format!("vector dump: {e}")))?;
         out.into_inner().map_err(|e| Error::storage(format!("vector dump: {e}")))?.sync_all()?;
-        let meta = DumpMeta { generation, watermark, metric: self.metric, dim: self.dim, count: self.len() };
+        let count = self.len();
+        let meta = DumpMeta {
+            generation,
+            watermark,
+            metric: self.metric,
+            dim: self.dim,
+            count,
+            rows_crc: rows_crc(&self.arena, count),
+        };
         let tmp = dir.join(format!("{name}.json.tmp"));
         std::fs::write(&tmp, serde_json::to_vec(&meta).expect("meta serialises"))?;
         std::fs::File::open(&tmp)?.sync_all()?;
@@ -395,6 +421,18 @@ mod tests {
         assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, arena.clone(), 100).is_none());
         assert!(VectorIndex::load(dir.path(), "t.emb", Metric::Cosine, arena.clone(), 1000).is_none());
         assert!(VectorIndex::load(dir.path(), "missing", Metric::L2, arena.clone(), 1000).is_none());
+        // an arena that gives the slots to other rows (a column retention
+        // rebuilt) does not take a graph dumped over the old one
+        let renumbered = Arc::new(VectorArena::new(2));
+        for (slot, p) in points.iter().enumerate() {
+            renumbered.push(if slot == 7 { 1_000 } else { slot as u32 }, p);
+        }
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, renumbered, 2000).is_none());
+        let same = Arc::new(VectorArena::new(2));
+        for (slot, p) in points.iter().enumerate() {
+            same.push(slot as u32, p);
+        }
+        assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, same, 1000).is_some());
         // a damaged dump is refused, not a panic
         std::fs::write(dir.path().join("t.emb.g2.graph"), b"garbage").unwrap();
         assert!(VectorIndex::load(dir.path(), "t.emb", Metric::L2, arena, 1000).is_none());

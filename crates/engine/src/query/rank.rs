@@ -110,8 +110,15 @@ pub(super) fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) 
         failed_feature_count: branch.shared.failed_features.load(std::sync::atomic::Ordering::Relaxed),
         ..Default::default()
     };
-    let marks = Watermarks { text: branch.text.watermark(), vector: branch.vector_watermark() };
-    let prepared = prepare(&branch.state.read(), plan, epoch, marks, &mut ex);
+    let prepared = {
+        // the watermarks are read under the state lock, with the columns the
+        // plan captures: a vector column rebuilt by retention resets the
+        // vector watermark under the write lock (storage/indexer.rs)
+        let state = branch.state.read();
+        let marks = Watermarks { text: branch.text.watermark(), vector: branch.vector_watermark() };
+        (prepare(&state, plan, epoch, marks, &mut ex), marks)
+    };
+    let (prepared, marks) = prepared;
     let Prepared { eligible, text, vector, graph, filter_rows, overlay_rows } = prepared;
 
     let mut text_truncated = false;

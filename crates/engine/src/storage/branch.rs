@@ -104,9 +104,9 @@ impl Branch {
             Some(gen) => checkpoint::load(dir, gen)?,
             None => State::new(RecordFiles::open(dir, &[], 0)?),
         };
-        // record files retention compacted away, when a crash came before
-        // their deletion
-        checkpoint::remove_unnamed_records(dir, &state)?;
+        // files retention compacted away, when a crash came before their
+        // deletion
+        checkpoint::remove_unnamed(dir, &state)?;
         let checkpoint_epoch = ckpt.map(|_| state.latest_epoch);
         // replay every segment from the checkpoint on; the last one stays
         // open for appends
@@ -152,6 +152,8 @@ impl Branch {
             wake: Mutex::new(true),
             wake_cv: Condvar::new(),
             vector_watermark: AtomicU32::new(vector_watermark),
+            // a column retention left half empty before a restart
+            vectors_compaction_due: AtomicBool::new(state.purged_rows > 0),
             failed_features: Default::default(),
             indexer_alive: AtomicBool::new(true),
             failing_rounds: AtomicU32::new(0),

@@ -443,13 +443,22 @@ pub fn remove_stale(dir: &Path, base: u32) -> Result<()> {
     remove_covered(dir, base)
 }
 
-/// Removes the record files the loaded state does not name: files retention
-/// compacted away (storage/retention.rs) when a crash came between the
-/// checkpoint that stopped naming them and their deletion.
-pub fn remove_unnamed_records(dir: &Path, state: &State) -> Result<()> {
+/// Removes the record and vector files the state does not name: files
+/// retention compacted away (storage/retention.rs), after the checkpoint
+/// that stopped naming them, or at a start when a crash came in between.
+pub fn remove_unnamed(dir: &Path, state: &State) -> Result<()> {
     let named = state.records.sealed();
     let open = state.records.open_gen();
-    remove_matching(dir, |name| records::gen_of(name).is_some_and(|g| g != open && !named.contains(&g)))
+    let vectors: Vec<u32> = state
+        .tables
+        .values()
+        .flat_map(|t| t.vectors.values())
+        .flat_map(|vc| vc.data.chunks().iter().map(|c| c.gen))
+        .collect();
+    remove_matching(dir, |name| {
+        records::gen_of(name).is_some_and(|g| g != open && !named.contains(&g))
+            || gen_in(name, "vectors-", ".f32").is_some_and(|g| !vectors.contains(&g))
+    })
 }
 
 /// Removes the WAL segments and images that checkpoint `gen` covers.

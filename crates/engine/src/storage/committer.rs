@@ -112,6 +112,10 @@ impl Log {
                 self.retired.append(&mut done.retired);
                 self.removed.append(&mut done.removed);
                 self.removed_below = horizon;
+                if done.versions > 0 {
+                    shared.vectors_compaction_due.store(true, Ordering::Release);
+                    shared.wake_indexer();
+                }
             }
             Err(err) => {
                 shared.stats.retention_failures.fetch_add(1, Ordering::Relaxed);
@@ -237,6 +241,10 @@ impl Log {
         // the record files retention compacted away
         let _ = checkpoint::remove_covered(&self.dir, next);
         self.retired.retain(|path| std::fs::remove_file(path).is_err() && path.exists());
+        if self.history_epochs.is_some() {
+            // vector files no column reads since retention rebuilt it
+            let _ = checkpoint::remove_unnamed(&self.dir, &state.read());
+        }
         if !self.removed.is_empty() {
             // a closed index keeps the documents; no query is offered them,
             // and the next start deletes them

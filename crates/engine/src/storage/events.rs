@@ -86,6 +86,16 @@ pub enum Event {
         bytes_reclaimed: u64,
         duration_ms: f64,
     },
+    /// Retention removed at least half the vectors of a column: the indexer
+    /// rebuilt its arena without them and links its graph again (queries
+    /// score the column exactly meanwhile).
+    VectorsCompacted {
+        /// `table.column`
+        column: String,
+        kept: u64,
+        removed: u64,
+        duration_ms: f64,
+    },
     /// Compacting record files failed; they stay as they were and the next
     /// checkpoint tries again.
     RetentionFailed {
@@ -128,6 +138,7 @@ impl Event {
             Event::Recovery { .. }
             | Event::Checkpoint { .. }
             | Event::Retention { .. }
+            | Event::VectorsCompacted { .. }
             | Event::IndexCaughtUp { .. } => Level::Info,
             Event::IndexRoundFailed { .. } | Event::EventsDropped { .. } | Event::RetentionFailed { .. } => Level::Warn,
             Event::CheckpointFailed { .. } | Event::IndexerStopped { .. } | Event::StorageFailed { .. } => Level::Error,

@@ -30,6 +30,7 @@ use crate::index::vector::VectorIndex;
 use crate::storage::commit::now_ms;
 use crate::storage::events::{Event, EventQueue};
 use crate::storage::pipeline::{graph_name, ms, BranchConfig, Shared};
+use crate::storage::retention;
 use crate::storage::state::State;
 
 /// Starts the indexer thread; it dumps vector graphs into `graphs_dir`.
@@ -180,6 +181,18 @@ fn run_indexer(
             expire_receipts(&state, config.receipt_retention_ms);
             last_sweep = Instant::now();
         }
+        if shared.vectors_compaction_due.swap(false, Ordering::AcqRel) {
+            let started = Instant::now();
+            for (column, kept, removed) in retention::compact_vectors(&state, &shared) {
+                shared.stats.compacted_vectors.fetch_add(removed, Ordering::Relaxed);
+                shared.events.push(Event::VectorsCompacted {
+                    column,
+                    kept,
+                    removed,
+                    duration_ms: ms(started.elapsed()),
+                });
+            }
+        }
         let stopping = shared.stop.load(Ordering::Acquire);
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);
@@ -255,7 +268,10 @@ fn run_indexer(
             }
             continue;
         }
-        let caught_up = text.pending_upto() >= state.read().rows.len() as u32;
+        let rows = state.read().rows.len() as u32;
+        // a graph rebuilt from 0 (after a crash, or by retention) goes on
+        // round after round without waiting
+        let caught_up = text.pending_upto() >= rows && shared.vector_watermark.load(Ordering::Acquire) >= rows;
         let mut woken = shared.wake.lock();
         if !*woken && caught_up {
             let wait = if lagging { interval.saturating_sub(last_commit.elapsed()) } else { Duration::from_secs(1) };

@@ -118,6 +118,10 @@ pub(crate) struct Shared {
     pub(super) wake_cv: Condvar,
     /// Every row below this id is in its vector graphs.
     pub vector_watermark: AtomicU32,
+    /// Set by retention when it removed versions: the indexer rebuilds the
+    /// vector columns whose slots are at least half removed versions
+    /// (storage/indexer.rs, `compact_vectors`).
+    pub vectors_compaction_due: AtomicBool,
     /// (row, column) features an index failed to take.
     pub failed_features: std::sync::atomic::AtomicU64,
     /// False once the indexer thread has ended without being asked to.

@@ -14,7 +14,9 @@
 //!    documents are deleted from tantivy; the deletes commit with the
 //!    indexer's next commit, which records the horizon in its payload, and a
 //!    start after a crash in between deletes them again. Its vector stays in
-//!    its slot, where the graph links through it, but no query is offered it.
+//!    its slot, where the graph links through it, but no query is offered it,
+//!    until removed versions are half a column's slots: then the indexer
+//!    rebuilds the column without them ([`compact_vectors`]).
 //! 2. **Disk**: a sealed record file whose removed entries are at least half
 //!    its bytes is compacted: the entries that survive are copied verbatim
 //!    (checksums included) into the open record file, which this checkpoint
@@ -29,13 +31,15 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
 use parking_lot::RwLock;
 
 use crate::error::Result;
 use crate::index::text::TextIndex;
+use crate::storage::pipeline::Shared;
 use crate::storage::records::{RecordLoc, HEADER_LEN};
-use crate::storage::state::State;
+use crate::storage::state::{State, VectorColumn, VectorStore};
 
 /// What one retention pass did.
 #[derive(Debug, Default)]
@@ -161,4 +165,57 @@ fn compact(state: &RwLock<State>, out: &mut Purged) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Rebuilds each vector column whose slots are at least half removed
+/// versions: a new arena holding only the vectors of versions that remain
+/// (in row order, on the heap until the next checkpoint writes them to its
+/// vector file, after which the old files are deleted), and an empty graph.
+/// The vector watermark goes back to 0 under the same write lock, so every
+/// query from then on scores the column exactly until the indexer has linked
+/// it again (storage/indexer.rs). Runs in the indexer thread, the only one
+/// that links graphs. Returns (column, vectors kept, vectors removed) per
+/// column rebuilt.
+pub(super) fn compact_vectors(state: &RwLock<State>, shared: &Shared) -> Vec<(String, u64, u64)> {
+    let due: Vec<(String, String)> = {
+        let st = state.read();
+        let mut due = Vec::new();
+        for (table, data) in &st.tables {
+            for (column, vc) in &data.vectors {
+                let removed = vc
+                    .data
+                    .slots()
+                    .iter()
+                    .enumerate()
+                    .filter(|(row, slot)| **slot > 0 && st.rows[*row].loc.is_purged())
+                    .count();
+                if removed > 0 && removed * 2 >= vc.data.len() {
+                    due.push((table.clone(), column.clone()));
+                }
+            }
+        }
+        due
+    };
+    if due.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut st = state.write();
+    let State { rows, tables, .. } = &mut *st;
+    for (table, column) in due {
+        let Some(vc) = tables.get_mut(&table).and_then(|t| t.vectors.get_mut(&column)) else { continue };
+        let mut store = VectorStore::new(vc.data.dim() as u32);
+        for (row, slot) in vc.data.slots().iter().enumerate() {
+            if *slot > 0 && !rows[row].loc.is_purged() {
+                if let Some(v) = vc.data.get(row as u32) {
+                    store.insert(row as u32, v);
+                }
+            }
+        }
+        let (kept, before) = (store.len() as u64, vc.data.len() as u64);
+        *vc = VectorColumn::over(vc.index.metric, store, vc.rows.clone());
+        out.push((format!("{table}.{column}"), kept, before - kept));
+    }
+    shared.vector_watermark.store(0, Ordering::Release);
+    out
 }

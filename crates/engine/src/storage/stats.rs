@@ -151,6 +151,8 @@ pub struct BranchStats {
     pub compacted_files: AtomicU64,
     pub reclaimed_bytes: AtomicU64,
     pub retention_failures: AtomicU64,
+    /// Vectors of removed versions dropped by rebuilding their column.
+    pub compacted_vectors: AtomicU64,
 }
 
 impl Default for BranchStats {
@@ -170,6 +172,7 @@ impl Default for BranchStats {
             compacted_files: AtomicU64::new(0),
             reclaimed_bytes: AtomicU64::new(0),
             retention_failures: AtomicU64::new(0),
+            compacted_vectors: AtomicU64::new(0),
         }
     }
 }
@@ -205,6 +208,7 @@ impl BranchStats {
             purged_versions_since_open: self.purged_versions.load(Relaxed),
             compacted_files: self.compacted_files.load(Relaxed),
             reclaimed_bytes: self.reclaimed_bytes.load(Relaxed),
+            compacted_vectors: self.compacted_vectors.load(Relaxed),
             failures: self.retention_failures.load(Relaxed),
         }
     }
@@ -270,6 +274,8 @@ pub struct RetentionFigures {
     pub purged_versions_since_open: u64,
     pub compacted_files: u64,
     pub reclaimed_bytes: u64,
+    /// Vectors of removed versions dropped by rebuilding their column.
+    pub compacted_vectors: u64,
     pub failures: u64,
 }
 
