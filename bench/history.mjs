@@ -14,7 +14,7 @@
 // scalar, a --dim vector that changes every round.
 //
 //   node bench/history.mjs [--records 100000] [--rounds 6] [--dim 64] [--checkpoint-bytes 16777216]
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
 import { du, glosses, memory, post, startServer } from './server-process.mjs';
@@ -35,6 +35,21 @@ async function gauge(url, name) {
   const text = await (await fetch(`${url}/metrics`)).text();
   const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes('branch="main"'));
   return line === undefined ? 0 : Number(line.split(' ').pop());
+}
+
+/** Disk MB of the main branch by kind of file. */
+function breakdown(dataDir) {
+  const dir = path.join(dataDir, 'db', 'default', 'main');
+  const out = { records: 0, vectors: 0, wal: 0, checkpoint: 0, text: 0, graphs: 0 };
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) out[e.name === 'text' ? 'text' : 'graphs'] += du(p) / 1e6;
+    else {
+      const kind = e.name.startsWith('records-') ? 'records' : e.name.startsWith('vectors-') ? 'vectors' : e.name.startsWith('wal-') ? 'wal' : 'checkpoint';
+      out[kind] += statSync(p).size / 1e6;
+    }
+  }
+  return out;
 }
 
 async function run(data, label, flags) {
@@ -61,6 +76,7 @@ async function run(data, label, flags) {
       server.child.kill('SIGKILL');
       await server.exited;
       const diskMb = du(dataDir) / 1e6;
+      const disk = breakdown(dataDir);
       server = await startServer(dataDir, serverFlags);
       const last = await post(`${server.url}/v1/records/get`, { table: 'wn', tenant_id: 'one', id: `r${RECORDS - 1}` });
       if (last.record?.fields?.round !== round) throw new Error(`acknowledged version of r${RECORDS - 1} missing after restart`);
@@ -71,6 +87,7 @@ async function run(data, label, flags) {
         purged,
         writeS,
         diskMb,
+        disk,
         rssMb,
         listenMs: server.listenMs,
         rssAfterMb: memory(server.child.pid).rssMb,
@@ -94,11 +111,11 @@ async function main() {
   console.log(
     `Machine: ${cpus().length} cores (${cpu}). ${RECORDS.toLocaleString('en')} records (WordNet glosses, lexfile scalar, ${dim}-d vector), every one rewritten each round in put-batches of ${BATCH} over HTTP (${EPOCHS_PER_ROUND} epochs a round); checkpoint every ${checkpointBytes} bytes of WAL; SIGKILL and restart after each round.\n`,
   );
-  console.log('| retention | versions written | versions kept | disk MB | RSS before kill MB | restart: listening ms | RSS after restart MB | round write s |');
-  console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
+  console.log('| retention | versions written | versions kept | disk MB | of which records / vectors / WAL / image / text / graphs | RSS before kill MB | restart: listening ms | RSS after restart MB | round write s |');
+  console.log('|---|---:|---:|---:|---|---:|---:|---:|---:|');
   for (const r of [...all, ...kept]) {
     console.log(
-      `| ${r.label} | ${r.written.toLocaleString('en')} | ${r.versions.toLocaleString('en')} | ${r.diskMb.toFixed(0)} | ${r.rssMb.toFixed(0)} | ${r.listenMs.toFixed(0)} | ${r.rssAfterMb.toFixed(0)} | ${r.writeS.toFixed(1)} |`,
+      `| ${r.label} | ${r.written.toLocaleString('en')} | ${r.versions.toLocaleString('en')} | ${r.diskMb.toFixed(0)} | ${Object.values(r.disk).map((v) => v.toFixed(0)).join(' / ')} | ${r.rssMb.toFixed(0)} | ${r.listenMs.toFixed(0)} | ${r.rssAfterMb.toFixed(0)} | ${r.writeS.toFixed(1)} |`,
     );
   }
 }

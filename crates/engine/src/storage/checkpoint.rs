@@ -40,10 +40,12 @@ use crate::index::text::{ScopeImage, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
 use crate::storage::records::{self, RecordFiles};
-use crate::storage::state::{Row, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore};
+use crate::storage::state::{Row, RowTable, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore};
 use crate::storage::wal;
 
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: rows in pages (pages retention emptied are left out) and vector slot
+/// directories from their first row. 1 (rows whole) is still read.
+pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -97,13 +99,58 @@ struct Image {
     invalid_vectors: u64,
     /// Sealed record files.
     record_files: Vec<u32>,
-    rows: Vec<Row>,
+    /// Rows in all, and the pages held (page number, its rows); the rows of
+    /// a page left out were all removed by retention.
+    row_count: u64,
+    row_pages: Vec<(u32, Vec<Row>)>,
     keys: Vec<KeyImage>,
     /// JSON: schemas and receipts hold JSON values, which postcard cannot
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
     tables: Vec<TableImage>,
+    /// (table, column, first row) of each vector column's slot directory.
+    slot_bases: Vec<(String, String, u32)>,
+}
+
+/// Format 1: every row, slot directories from row 0.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct ImageV1 {
+    gen: u32,
+    created_ms: u64,
+    schema_epoch: u64,
+    latest_epoch: u64,
+    horizon: u64,
+    invalid_vectors: u64,
+    record_files: Vec<u32>,
+    rows: Vec<Row>,
+    keys: Vec<KeyImage>,
+    schemas_json: Vec<u8>,
+    receipts_json: Vec<u8>,
+    tables: Vec<TableImage>,
+}
+
+impl ImageV1 {
+    fn upgrade(self) -> (Image, RowTable) {
+        let image = Image {
+            gen: self.gen,
+            created_ms: self.created_ms,
+            schema_epoch: self.schema_epoch,
+            latest_epoch: self.latest_epoch,
+            horizon: self.horizon,
+            invalid_vectors: self.invalid_vectors,
+            record_files: self.record_files,
+            row_count: self.rows.len() as u64,
+            row_pages: Vec::new(),
+            keys: self.keys,
+            schemas_json: self.schemas_json,
+            receipts_json: self.receipts_json,
+            tables: self.tables,
+            slot_bases: Vec::new(),
+        };
+        (image, RowTable::from_rows(self.rows))
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -227,7 +274,8 @@ pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> 
 pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8>> {
     let mut record_files = state.records.sealed();
     record_files.push(state.records.open_gen());
-    let rows = state.rows.clone();
+    let row_pages = state.rows.pages().map(|(n, rows)| (n as u32, rows.clone())).collect();
+    let mut slot_bases = Vec::new();
     let keys = state
         .keys
         .iter()
@@ -253,6 +301,7 @@ pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8
             if let Some((offset, count)) = sealed.placed.get(&(name.clone(), column.clone())) {
                 chunks.push(ChunkImage { gen: sealed.gen, offset: *offset, count: *count });
             }
+            slot_bases.push((name.clone(), column.clone(), vc.data.slot_base()));
             vectors.push(VectorImage {
                 column: column.clone(),
                 rows: bitmap_bytes(&vc.rows),
@@ -281,20 +330,27 @@ pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8
         horizon: state.horizon,
         invalid_vectors: state.invalid_vectors,
         record_files,
-        rows,
+        row_count: state.rows.len() as u64,
+        row_pages,
         keys,
         schemas_json: serde_json::to_vec(&schemas).map_err(Error::internal)?,
         receipts_json: serde_json::to_vec(&receipts).map_err(Error::internal)?,
         tables,
+        slot_bases,
     };
     let body = postcard::to_stdvec(&image).map_err(|e| Error::internal(format!("checkpoint encoding: {e}")))?;
+    Ok(framed(FORMAT_VERSION, &body))
+}
+
+/// An image file's bytes: header, then `body`.
+fn framed(format: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + body.len());
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&format.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&body);
-    Ok(out)
+    out.extend_from_slice(body);
+    out
 }
 
 /// Writes an image durably: a temporary file, fsync, rename, fsync of the
@@ -344,8 +400,18 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
             format!("{} fails its checksum; restore a snapshot (docs/operations.md)", path.display()),
         ));
     };
-    let image: Image = postcard::from_bytes(body)
-        .map_err(|e| Error::new(Code::WalCorrupt, format!("{} cannot be decoded: {e}", path.display())))?;
+    let undecodable =
+        |e: postcard::Error| Error::new(Code::WalCorrupt, format!("{} cannot be decoded: {e}", path.display()));
+    let (image, rows) = if format == 1 {
+        postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?.upgrade()
+    } else {
+        let mut image: Image = postcard::from_bytes(body).map_err(undecodable)?;
+        let pages = std::mem::take(&mut image.row_pages).into_iter().map(|(n, rows)| (n as usize, rows)).collect();
+        let rows = RowTable::from_pages(image.row_count as usize, pages).ok_or_else(|| {
+            Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()))
+        })?;
+        (image, rows)
+    };
     let records = RecordFiles::open(dir, &image.record_files, gen)?;
     let mut state = State::new(records);
     state.schema_epoch = image.schema_epoch;
@@ -353,8 +419,10 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     state.durable_epoch = image.latest_epoch;
     state.horizon = image.horizon;
     state.invalid_vectors = image.invalid_vectors;
-    state.rows = image.rows;
+    state.rows = rows;
     state.purged_rows = state.rows.iter().filter(|r| r.loc.is_purged()).count() as u64;
+    let slot_bases: HashMap<(&str, &str), u32> =
+        image.slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
     state.keys.reserve(image.keys.len());
     state.key_index.reserve(&state.keys, image.keys.len());
     for k in image.keys {
@@ -404,7 +472,8 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
                 }
                 chunks.push(VectorChunk { map, offset: c.offset as usize, count: c.count as usize, gen: c.gen });
             }
-            let store = VectorStore::restored(dim, v.slots, chunks).ok_or_else(|| {
+            let base = slot_bases.get(&(t.name.as_str(), v.column.as_str())).copied().unwrap_or(0);
+            let store = VectorStore::restored(dim, base, v.slots, chunks).ok_or_else(|| {
                 Error::storage(format!("checkpoint vectors of {}.{} do not match their slots", t.name, v.column))
             })?;
             data.vectors.insert(v.column.clone(), VectorColumn::over(metric, store, bitmap(&v.rows)?));
@@ -477,4 +546,46 @@ fn remove_matching(dir: &Path, stale: impl Fn(&str) -> bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::records::RecordLoc;
+    use crate::storage::state::NOT_SUPERSEDED;
+
+    #[test]
+    fn a_format_1_image_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        // a tombstone and the version it hid: neither needs a record file
+        let row = |version_id, epoch, superseded_at| Row {
+            key: 0,
+            version_id,
+            epoch,
+            superseded_at,
+            deleted: true,
+            loc: RecordLoc::default(),
+        };
+        let v1 = ImageV1 {
+            gen: 1,
+            created_ms: 0,
+            schema_epoch: 0,
+            latest_epoch: 2,
+            horizon: 0,
+            invalid_vectors: 0,
+            record_files: vec![],
+            rows: vec![row(1, 1, 2), row(2, 2, NOT_SUPERSEDED)],
+            keys: vec![KeyImage { table: "t".into(), tenant: "a".into(), id: "x".into(), rows: vec![0, 1] }],
+            schemas_json: b"[]".to_vec(),
+            receipts_json: b"[]".to_vec(),
+            tables: vec![],
+        };
+        let bytes = framed(1, &postcard::to_stdvec(&v1).unwrap());
+        std::fs::write(dir.path().join(file_name(1)), bytes).unwrap();
+        let state = load(dir.path(), 1).unwrap();
+        assert_eq!(state.rows.len(), 2);
+        assert_eq!(state.latest_epoch, 2);
+        assert_eq!(state.last_version_id("t", "a", "x"), 2);
+        assert_eq!(state.rows[0].superseded_at, 2);
+    }
 }

@@ -81,7 +81,7 @@ fn choose(state: &State) -> Vec<(u32, Vec<(u32, RecordLoc)>)> {
         return Vec::new();
     }
     let mut live: HashMap<u32, u64> = sealed.iter().map(|g| (*g, 0)).collect();
-    for row in &state.rows {
+    for row in state.rows.iter() {
         if let Some(bytes) = live.get_mut(&row.loc.gen) {
             *bytes += u64::from(row.loc.len);
         }
@@ -155,7 +155,9 @@ fn compact(state: &RwLock<State>, out: &mut Purged) -> Result<()> {
     // nothing moves unless the copies are written
     st.records.flush()?;
     for (row, loc) in moves {
-        st.rows[row as usize].loc = loc;
+        if let Some(r) = st.rows.get_mut(row as usize) {
+            r.loc = loc;
+        }
     }
     for (gen, reclaimed) in done {
         if let Some(path) = st.records.retire(gen) {
@@ -182,11 +184,9 @@ pub(super) fn compact_vectors(state: &RwLock<State>, shared: &Shared) -> Vec<(St
         let mut due = Vec::new();
         for (table, data) in &st.tables {
             for (column, vc) in &data.vectors {
-                let removed = vc
-                    .data
-                    .slots()
-                    .iter()
-                    .enumerate()
+                let base = vc.data.slot_base() as usize;
+                let removed = (base..)
+                    .zip(vc.data.slots())
                     .filter(|(row, slot)| **slot > 0 && st.rows[*row].loc.is_purged())
                     .count();
                 if removed > 0 && removed * 2 >= vc.data.len() {
@@ -205,7 +205,8 @@ pub(super) fn compact_vectors(state: &RwLock<State>, shared: &Shared) -> Vec<(St
     for (table, column) in due {
         let Some(vc) = tables.get_mut(&table).and_then(|t| t.vectors.get_mut(&column)) else { continue };
         let mut store = VectorStore::new(vc.data.dim() as u32);
-        for (row, slot) in vc.data.slots().iter().enumerate() {
+        let base = vc.data.slot_base() as usize;
+        for (row, slot) in (base..).zip(vc.data.slots()) {
             if *slot > 0 && !rows[row].loc.is_purged() {
                 if let Some(v) = vc.data.get(row as u32) {
                     store.insert(row as u32, v);

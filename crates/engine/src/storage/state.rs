@@ -49,6 +49,128 @@ impl Row {
     }
 }
 
+/// Rows per page of a [`RowTable`].
+pub const PAGE_ROWS: usize = 4096;
+
+/// What a row of a dropped page reads as: removed by retention, in no index.
+static PURGED_ROW: Row =
+    Row { key: u32::MAX, version_id: 0, epoch: 0, superseded_at: 0, deleted: true, loc: RecordLoc::PURGED };
+
+/// Row metadata by row id, in pages of [`PAGE_ROWS`]. A page whose rows
+/// retention has all removed is dropped, and its rows read as a removed
+/// placeholder, so memory (and the checkpoint image) follow the versions
+/// kept rather than every version ever written, as long as the removed
+/// versions are old ones (history of rewritten records is).
+#[derive(Default, Clone)]
+pub struct RowTable {
+    pages: Vec<Option<Vec<Row>>>,
+    len: usize,
+}
+
+impl RowTable {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push(&mut self, row: Row) {
+        if self.len.is_multiple_of(PAGE_ROWS) {
+            self.pages.push(Some(Vec::with_capacity(PAGE_ROWS)));
+        }
+        if let Some(Some(page)) = self.pages.last_mut() {
+            page.push(row);
+        }
+        self.len += 1;
+    }
+
+    pub fn get(&self, id: usize) -> &Row {
+        match self.pages.get(id / PAGE_ROWS) {
+            Some(Some(page)) => &page[id % PAGE_ROWS],
+            Some(None) => &PURGED_ROW,
+            None => panic!("row {id} is past the last row {}", self.len),
+        }
+    }
+
+    /// A row to change; `None` when retention dropped its page.
+    pub fn get_mut(&mut self, id: usize) -> Option<&mut Row> {
+        self.pages.get_mut(id / PAGE_ROWS)?.as_mut()?.get_mut(id % PAGE_ROWS)
+    }
+
+    /// Every row in id order (those of dropped pages as placeholders).
+    pub fn iter(&self) -> impl Iterator<Item = &Row> + '_ {
+        (0..self.len).map(|id| self.get(id))
+    }
+
+    /// The pages still held: (page number, its rows).
+    pub fn pages(&self) -> impl Iterator<Item = (usize, &Vec<Row>)> + '_ {
+        self.pages.iter().enumerate().filter_map(|(n, p)| p.as_ref().map(|rows| (n, rows)))
+    }
+
+    pub fn pages_mut(&mut self) -> impl Iterator<Item = (usize, &mut Vec<Row>)> + '_ {
+        self.pages.iter_mut().enumerate().filter_map(|(n, p)| p.as_mut().map(|rows| (n, rows)))
+    }
+
+    /// A table of `len` rows from its held pages (ascending page numbers).
+    /// `None` when the pages do not fit `len`.
+    pub fn from_pages(len: usize, held: Vec<(usize, Vec<Row>)>) -> Option<RowTable> {
+        let count = len.div_ceil(PAGE_ROWS);
+        let mut pages: Vec<Option<Vec<Row>>> = (0..count).map(|_| None).collect();
+        for (n, rows) in held {
+            let want = if n + 1 == count { len - n * PAGE_ROWS } else { PAGE_ROWS };
+            if n >= count || rows.len() != want || pages[n].is_some() {
+                return None;
+            }
+            let mut page = Vec::with_capacity(PAGE_ROWS);
+            page.extend(rows);
+            pages[n] = Some(page);
+        }
+        // a partial last page takes new rows: it is never dropped
+        if !len.is_multiple_of(PAGE_ROWS) && pages.last().is_some_and(Option::is_none) {
+            return None;
+        }
+        Some(RowTable { pages, len })
+    }
+
+    /// A table of the rows of a format 1 image, every page held.
+    pub fn from_rows(rows: Vec<Row>) -> RowTable {
+        let mut table = RowTable::default();
+        for row in rows {
+            table.push(row);
+        }
+        table
+    }
+
+    /// Drops the full pages whose rows are all removed; returns how many.
+    pub fn drop_purged_pages(&mut self) -> usize {
+        let full = self.len / PAGE_ROWS;
+        let mut dropped = 0;
+        for page in self.pages.iter_mut().take(full) {
+            if page.as_ref().is_some_and(|rows| rows.iter().all(|r| r.loc.is_purged())) {
+                *page = None;
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Bytes of the pages held.
+    pub fn heap_bytes(&self) -> usize {
+        self.pages.iter().flatten().map(|p| p.capacity() * std::mem::size_of::<Row>()).sum::<usize>()
+            + self.pages.capacity() * std::mem::size_of::<Option<Vec<Row>>>()
+    }
+}
+
+impl std::ops::Index<usize> for RowTable {
+    type Output = Row;
+
+    fn index(&self, id: usize) -> &Row {
+        self.get(id)
+    }
+}
+
 /// The key directory: (table, tenant, id) -> key number. It stores only the
 /// numbers and hashes the three parts, comparing against the key's
 /// [`KeyEntry`] on a hit, so each key's text is held once (by its entry)
@@ -156,8 +278,11 @@ impl VectorColumn {
 /// (`sealed` says where, for the checkpoint image); after a restart the
 /// arena reads them from those files, mapped.
 pub struct VectorStore {
-    /// Row id -> slot + 1; 0 means the row has no vector here.
+    /// Row id - `slot_base` -> slot + 1; 0 means the row has no vector here.
     slot_of: Vec<u32>,
+    /// The first row `slot_of` covers: rows below it have no vector here
+    /// (retention rebuilds a column from its first remaining row).
+    slot_base: u32,
     arena: Arc<VectorArena>,
     sealed: Vec<VectorChunk>,
     /// Slots held by `sealed`.
@@ -180,6 +305,7 @@ impl VectorStore {
     pub fn new(dim: u32) -> VectorStore {
         VectorStore {
             slot_of: Vec::new(),
+            slot_base: 0,
             arena: Arc::new(VectorArena::new(dim as usize)),
             sealed: Vec::new(),
             sealed_slots: 0,
@@ -203,7 +329,16 @@ impl VectorStore {
         if v.len() != dim || dim == 0 {
             return false;
         }
-        let at = row as usize;
+        if self.slot_of.is_empty() {
+            self.slot_base = row;
+        }
+        if row < self.slot_base {
+            // a row before the first one stored (not written in row order)
+            let shift = (self.slot_base - row) as usize;
+            self.slot_of.splice(0..0, std::iter::repeat_n(0, shift));
+            self.slot_base = row;
+        }
+        let at = (row - self.slot_base) as usize;
         if self.slot_of.len() <= at {
             self.slot_of.resize(at + 1, 0);
         }
@@ -214,7 +349,7 @@ impl VectorStore {
     }
 
     pub fn get(&self, row: u32) -> Option<&[f32]> {
-        let slot = self.slot_of.get(row as usize)?.checked_sub(1)?;
+        let slot = self.slot_of.get(row.checked_sub(self.slot_base)? as usize)?.checked_sub(1)?;
         self.arena.vector(slot)
     }
 
@@ -256,18 +391,23 @@ impl VectorStore {
         &self.sealed
     }
 
+    /// Slot + 1 of each row from [`Self::slot_base`] on (0: no vector).
     pub fn slots(&self) -> &[u32] {
         &self.slot_of
     }
 
+    pub fn slot_base(&self) -> u32 {
+        self.slot_base
+    }
+
     /// A store loaded from a checkpoint: its slots, read in place from the
     /// sealed chunks. `None` when the chunks do not hold every slot.
-    pub fn restored(dim: u32, slot_of: Vec<u32>, sealed: Vec<VectorChunk>) -> Option<VectorStore> {
+    pub fn restored(dim: u32, slot_base: u32, slot_of: Vec<u32>, sealed: Vec<VectorChunk>) -> Option<VectorStore> {
         let sealed_slots: usize = sealed.iter().map(|c| c.count).sum();
         let mut row_of = vec![u32::MAX; sealed_slots];
-        for (row, slot) in slot_of.iter().enumerate() {
+        for (row, slot) in (slot_base..).zip(slot_of.iter()) {
             if *slot > 0 {
-                *row_of.get_mut(*slot as usize - 1)? = row as u32;
+                *row_of.get_mut(*slot as usize - 1)? = row;
             }
         }
         if row_of.contains(&u32::MAX) {
@@ -279,7 +419,7 @@ impl VectorStore {
             arena.push_mapped(&chunk.map, chunk.offset, &row_of[first..first + chunk.count])?;
             first += chunk.count;
         }
-        Some(VectorStore { slot_of, arena, sealed, sealed_slots })
+        Some(VectorStore { slot_of, slot_base, arena, sealed, sealed_slots })
     }
 }
 
@@ -296,7 +436,7 @@ pub struct TableData {
 }
 
 pub struct State {
-    pub rows: Vec<Row>,
+    pub rows: RowTable,
     pub keys: Vec<KeyEntry>,
     pub key_index: KeyIndex,
     /// Table and tenant names, held once and shared by every key that has them.
@@ -333,7 +473,7 @@ pub fn key_string(table: &str, tenant: &str, id: &str) -> String {
 impl State {
     pub fn new(records: RecordFiles) -> State {
         State {
-            rows: Vec::new(),
+            rows: RowTable::default(),
             keys: Vec::new(),
             key_index: KeyIndex::default(),
             names: Default::default(),
@@ -521,7 +661,8 @@ impl State {
     /// statistics (which describe the latest epoch).
     fn retire(&mut self, row_id: u32, epoch: u64) {
         let State { rows, keys, schemas, tables, analyzer, records, .. } = self;
-        let row = &mut rows[row_id as usize];
+        // the latest version of a key is never removed, so its page is held
+        let Some(row) = rows.get_mut(row_id as usize) else { return };
         row.superseded_at = epoch;
         if row.deleted {
             return;
@@ -556,10 +697,13 @@ impl State {
         self.horizon = self.horizon.max(horizon);
         let end = (below_row as usize).min(self.rows.len());
         let mut purged = Vec::new();
-        for (id, row) in self.rows[..end].iter_mut().enumerate() {
-            if row.superseded_at <= horizon && !row.loc.is_purged() {
-                row.loc = RecordLoc::PURGED;
-                purged.push(id as u32);
+        for (n, page) in self.rows.pages_mut() {
+            let first = n * PAGE_ROWS;
+            for (id, row) in (first..end).zip(page.iter_mut()) {
+                if row.superseded_at <= horizon && !row.loc.is_purged() {
+                    row.loc = RecordLoc::PURGED;
+                    purged.push(id as u32);
+                }
             }
         }
         if purged.is_empty() {
@@ -594,6 +738,7 @@ impl State {
                 vc.rows -= &gone;
             }
         }
+        self.rows.drop_purged_pages();
         purged
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::storage::state::{KeyEntry, Row, State};
+use crate::storage::state::{KeyEntry, State};
 
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
@@ -338,7 +338,7 @@ pub fn memory(state: &State, stats: &BranchStats) -> MemoryEstimate {
     let version_lists = state.rows.len() as u64 * size_of::<u32>() as u64;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {
-        rows: (state.rows.capacity() * size_of::<Row>()) as u64,
+        rows: state.rows.heap_bytes() as u64,
         keys: (state.keys.capacity() * size_of::<KeyEntry>()) as u64
             + arc_headers
             + key_text_bytes
