@@ -97,6 +97,9 @@ export type EngineEvent = {
       truncated_bytes: number;
       latest_epoch: number;
       index_backlog_rows: number;
+      /** Loading the checkpoint image, then replaying the WAL after it; the rest of duration_ms opens the indexes. */
+      checkpoint_load_ms: number;
+      replay_ms: number;
       duration_ms: number;
     }
   | { event: 'checkpoint'; trigger: CheckpointTrigger; generation: number; epoch: number; bytes: number; duration_ms: number }

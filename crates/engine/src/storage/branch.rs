@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
+use rayon::prelude::*;
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
@@ -81,6 +82,29 @@ fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
     from
 }
 
+/// WAL frames to decode together: about 4 MiB of them, so the commits
+/// decoded at once stay small next to the log.
+fn replay_chunks(payloads: &[(Vec<u8>, u64)]) -> impl Iterator<Item = &[(Vec<u8>, u64)]> {
+    const CHUNK_BYTES: usize = 4 << 20;
+    let mut rest = payloads;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let take = rest
+            .iter()
+            .position(|(p, _)| {
+                bytes += p.len();
+                bytes >= CHUNK_BYTES
+            })
+            .map_or(rest.len(), |i| i + 1);
+        let (chunk, tail) = rest.split_at(take);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 impl Branch {
     pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
         let started = Instant::now();
@@ -108,6 +132,7 @@ impl Branch {
         // deletion
         checkpoint::remove_unnamed(dir, &state)?;
         let checkpoint_epoch = ckpt.map(|_| state.latest_epoch);
+        let checkpoint_ms = ms(started.elapsed());
         // replay every segment from the checkpoint on; the last one stays
         // open for appends
         let mut segments = checkpoint::wal_generations(dir)?;
@@ -122,16 +147,27 @@ impl Branch {
             truncated += replay.truncated;
             commits_replayed += replay.payloads.len() as u64;
             state.wal_end = wal.end();
-            for (payload, end) in &replay.payloads {
-                let commit: Commit = serde_json::from_slice(payload)
-                    .map_err(|e| Error::storage(format!("corrupt commit in segment {gen} at offset {end}: {e}")))?;
-                state.apply(&commit, *end)?;
+            // frames are decoded on all cores, a few MiB at a time, and
+            // applied in log order
+            for chunk in replay_chunks(&replay.payloads) {
+                let commits: Vec<Result<Commit>> = chunk
+                    .par_iter()
+                    .map(|(payload, end)| {
+                        serde_json::from_slice(payload).map_err(|e| {
+                            Error::storage(format!("corrupt commit in segment {gen} at offset {end}: {e}"))
+                        })
+                    })
+                    .collect();
+                for (commit, (_, end)) in commits.into_iter().zip(chunk) {
+                    state.apply(&commit?, *end)?;
+                }
             }
             if i + 1 == segments.len() {
                 open_wal = Some((wal, *gen));
             }
         }
         let (wal, wal_gen) = open_wal.expect("at least one segment");
+        let replay_ms = ms(started.elapsed()) - checkpoint_ms;
         let cutoff = now_ms().saturating_sub(config.receipt_retention_ms);
         state.receipts.retain(|_, r| r.created_ms >= cutoff);
         let rows = state.rows.len() as u32;
@@ -173,6 +209,8 @@ impl Branch {
             truncated_bytes: truncated,
             latest_epoch: state.latest_epoch,
             index_backlog_rows: u64::from(rows.saturating_sub(vector_watermark.min(text.watermark()))),
+            checkpoint_load_ms: checkpoint_ms,
+            replay_ms,
             duration_ms: ms(started.elapsed()),
         });
         if text.purged() < state.horizon {

@@ -64,6 +64,10 @@ pub enum Event {
         latest_epoch: u64,
         /// Rows the indexer has to catch up on (indexes rebuilt or behind).
         index_backlog_rows: u64,
+        /// Loading the checkpoint image, then replaying the WAL after it;
+        /// the rest of `duration_ms` opens the indexes.
+        checkpoint_load_ms: f64,
+        replay_ms: f64,
         duration_ms: f64,
     },
     Checkpoint {
@@ -237,6 +241,8 @@ mod tests {
             truncated_bytes: 7,
             latest_epoch: 2,
             index_backlog_rows: 2,
+            checkpoint_load_ms: 0.0,
+            replay_ms: 0.5,
             duration_ms: 1.0,
         };
         assert_eq!(torn.level(), Level::Warn, "a cut torn tail is worth a warning");
