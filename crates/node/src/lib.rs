@@ -26,6 +26,12 @@ use napi_derive::napi;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// mimalloc instead of glibc's malloc: the engine allocates and frees from
+/// several threads at once (group commit, indexing, rayon), where glibc's
+/// per-thread arenas fragment and keep freed memory resident.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use types::{
     BranchRef, BranchSummary, ErrorCodeStatus, OpenOptions, QueryResponse, RecordKey, RecordOutput, RequestKey,
     RestoreOutcome, SnapshotInfo, StoredReceipt, TableSchema, WriteResult,

@@ -39,12 +39,16 @@ use crate::fsutil;
 use crate::index::text::{ScopeImage, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
+use crate::storage::records::RecordLoc;
 use crate::storage::records::{self, RecordFiles};
-use crate::storage::state::{Row, RowTable, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore};
+use crate::storage::state::{
+    KeyEntry, Row, RowTable, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore,
+};
 use crate::storage::wal;
 
-/// 2: rows in pages (pages retention emptied are left out) and vector slot
-/// directories from their first row. 1 (rows whole) is still read.
+/// 2: rows in packed pages (pages retention emptied are left out), the key
+/// directory column-wise, and vector slot directories from their first row.
+/// 1 (rows and keys as postcard structs) is still read.
 pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
@@ -99,11 +103,12 @@ struct Image {
     invalid_vectors: u64,
     /// Sealed record files.
     record_files: Vec<u32>,
-    /// Rows in all, and the pages held (page number, its rows); the rows of
-    /// a page left out were all removed by retention.
+    /// Rows in all, and the pages held (page number, its rows packed by
+    /// [`pack_rows`]); the rows of a page left out were all removed by
+    /// retention.
     row_count: u64,
-    row_pages: Vec<(u32, Vec<Row>)>,
-    keys: Vec<KeyImage>,
+    row_pages: Vec<(u32, serde_bytes::ByteBuf)>,
+    keys: KeysImage,
     /// JSON: schemas and receipts hold JSON values, which postcard cannot
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
@@ -143,7 +148,7 @@ impl ImageV1 {
             record_files: self.record_files,
             row_count: self.rows.len() as u64,
             row_pages: Vec::new(),
-            keys: self.keys,
+            keys: KeysImage::of(self.keys.into_iter().map(|k| (k.table, k.tenant, k.id, k.rows))),
             schemas_json: self.schemas_json,
             receipts_json: self.receipts_json,
             tables: self.tables,
@@ -153,12 +158,129 @@ impl ImageV1 {
     }
 }
 
+/// A key of a format 1 image.
 #[derive(Serialize, Deserialize)]
 struct KeyImage {
     table: String,
     tenant: String,
     id: String,
     rows: Vec<u32>,
+}
+
+/// The key directory, column-wise: each table and tenant name once, the ids
+/// in one byte string, every key's versions in one list.
+#[derive(Serialize, Deserialize, Default)]
+struct KeysImage {
+    names: Vec<String>,
+    /// Per key: its table's and its tenant's index in `names`.
+    table: Vec<u32>,
+    tenant: Vec<u32>,
+    #[serde(with = "serde_bytes")]
+    ids: Vec<u8>,
+    /// Per key: where its id ends in `ids`.
+    id_ends: Vec<u64>,
+    /// Per key: how many versions it has; then all versions' row ids, key
+    /// after key, oldest first.
+    version_counts: Vec<u32>,
+    versions: Vec<u32>,
+}
+
+impl KeysImage {
+    fn of<T: AsRef<str>>(keys: impl Iterator<Item = (T, T, T, Vec<u32>)>) -> KeysImage {
+        let mut out = KeysImage::default();
+        let mut named: HashMap<String, u32> = HashMap::new();
+        let mut index = |names: &mut Vec<String>, name: &str| {
+            *named.entry(name.to_string()).or_insert_with(|| {
+                names.push(name.to_string());
+                names.len() as u32 - 1
+            })
+        };
+        for (table, tenant, id, rows) in keys {
+            out.table.push(index(&mut out.names, table.as_ref()));
+            out.tenant.push(index(&mut out.names, tenant.as_ref()));
+            out.ids.extend_from_slice(id.as_ref().as_bytes());
+            out.id_ends.push(out.ids.len() as u64);
+            out.version_counts.push(rows.len() as u32);
+            out.versions.extend_from_slice(&rows);
+        }
+        out
+    }
+
+    /// The keys, or `None` when the columns do not agree.
+    fn entries(&self, names: &[Arc<str>]) -> Option<Vec<KeyEntry>> {
+        use rayon::prelude::*;
+        let n = self.table.len();
+        if [self.tenant.len(), self.id_ends.len(), self.version_counts.len()].iter().any(|l| *l != n) {
+            return None;
+        }
+        let mut starts = Vec::with_capacity(n);
+        let mut at = 0usize;
+        for count in &self.version_counts {
+            starts.push(at);
+            at = at.checked_add(*count as usize)?;
+        }
+        if at != self.versions.len() {
+            return None;
+        }
+        (0..n)
+            .into_par_iter()
+            .map(|k| {
+                let from = if k == 0 { 0 } else { self.id_ends[k - 1] as usize };
+                let id = std::str::from_utf8(self.ids.get(from..self.id_ends[k] as usize)?).ok()?;
+                let rows = self.versions[starts[k]..starts[k] + self.version_counts[k] as usize].to_vec();
+                Some(KeyEntry {
+                    table: names.get(self.table[k] as usize)?.clone(),
+                    tenant: names.get(self.tenant[k] as usize)?.clone(),
+                    id: Arc::from(id),
+                    rows,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Bytes of one row in a packed page: key, version id, epoch, superseded at,
+/// deleted, record file, offset, length (little-endian, fixed width).
+const ROW_BYTES: usize = 4 + 4 + 8 + 8 + 1 + 4 + 8 + 4;
+
+fn pack_rows(rows: &[Row]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.len() * ROW_BYTES);
+    for r in rows {
+        out.extend_from_slice(&r.key.to_le_bytes());
+        out.extend_from_slice(&r.version_id.to_le_bytes());
+        out.extend_from_slice(&r.epoch.to_le_bytes());
+        out.extend_from_slice(&r.superseded_at.to_le_bytes());
+        out.push(u8::from(r.deleted));
+        out.extend_from_slice(&r.loc.gen.to_le_bytes());
+        out.extend_from_slice(&r.loc.offset.to_le_bytes());
+        out.extend_from_slice(&r.loc.len.to_le_bytes());
+    }
+    out
+}
+
+fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
+    if !bytes.len().is_multiple_of(ROW_BYTES) {
+        return None;
+    }
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    bytes
+        .chunks_exact(ROW_BYTES)
+        .map(|b| {
+            Some(Row {
+                key: u32_at(b, 0),
+                version_id: u32_at(b, 4),
+                epoch: u64_at(b, 8),
+                superseded_at: u64_at(b, 16),
+                deleted: match b[24] {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                },
+                loc: RecordLoc { gen: u32_at(b, 25), offset: u64_at(b, 29), len: u32_at(b, 37) },
+            })
+        })
+        .collect()
 }
 
 #[derive(Serialize, Deserialize)]
@@ -274,18 +396,10 @@ pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> 
 pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8>> {
     let mut record_files = state.records.sealed();
     record_files.push(state.records.open_gen());
-    let row_pages = state.rows.pages().map(|(n, rows)| (n as u32, rows.clone())).collect();
+    let row_pages =
+        state.rows.pages().map(|(n, rows)| (n as u32, serde_bytes::ByteBuf::from(pack_rows(rows)))).collect();
     let mut slot_bases = Vec::new();
-    let keys = state
-        .keys
-        .iter()
-        .map(|k| KeyImage {
-            table: k.table.to_string(),
-            tenant: k.tenant.to_string(),
-            id: k.id.to_string(),
-            rows: k.rows.clone(),
-        })
-        .collect();
+    let keys = KeysImage::of(state.keys.iter().map(|k| (&*k.table, &*k.tenant, &*k.id, k.rows.clone())));
     let schemas: Vec<&TableSchema> = state.schemas.values().collect();
     let receipts: Vec<&Receipt> = state.receipts.values().collect();
     let mut tables = Vec::new();
@@ -406,10 +520,13 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
         postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?.upgrade()
     } else {
         let mut image: Image = postcard::from_bytes(body).map_err(undecodable)?;
-        let pages = std::mem::take(&mut image.row_pages).into_iter().map(|(n, rows)| (n as usize, rows)).collect();
-        let rows = RowTable::from_pages(image.row_count as usize, pages).ok_or_else(|| {
-            Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()))
-        })?;
+        let bad_rows =
+            || Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()));
+        let pages = std::mem::take(&mut image.row_pages)
+            .into_iter()
+            .map(|(n, packed)| unpack_rows(&packed).map(|rows| (n as usize, rows)).ok_or_else(bad_rows))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = RowTable::from_pages(image.row_count as usize, pages).ok_or_else(bad_rows)?;
         (image, rows)
     };
     let records = RecordFiles::open(dir, &image.record_files, gen)?;
@@ -423,11 +540,11 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     state.purged_rows = state.rows.iter().filter(|r| r.loc.is_purged()).count() as u64;
     let slot_bases: HashMap<(&str, &str), u32> =
         image.slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
-    state.keys.reserve(image.keys.len());
-    state.key_index.reserve(&state.keys, image.keys.len());
-    for k in image.keys {
-        state.add_key(&k.table, &k.tenant, &k.id, k.rows);
-    }
+    let names: Vec<Arc<str>> = image.keys.names.iter().map(|n| state.intern(n)).collect();
+    let keys = image.keys.entries(&names).ok_or_else(|| {
+        Error::new(Code::WalCorrupt, format!("{} has a key directory that does not add up", path.display()))
+    })?;
+    state.install_keys(keys);
     let schemas: Vec<TableSchema> = serde_json::from_slice(&image.schemas_json).map_err(Error::storage)?;
     state.schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();
     let receipts: Vec<Receipt> = serde_json::from_slice(&image.receipts_json).map_err(Error::storage)?;
@@ -551,8 +668,42 @@ fn remove_matching(dir: &Path, stale: impl Fn(&str) -> bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::records::RecordLoc;
     use crate::storage::state::NOT_SUPERSEDED;
+
+    #[test]
+    fn packed_rows_and_keys_round_trip() {
+        let rows = vec![
+            Row {
+                key: 7,
+                version_id: 3,
+                epoch: 9,
+                superseded_at: NOT_SUPERSEDED,
+                deleted: false,
+                loc: RecordLoc { gen: 2, offset: 1 << 40, len: 77 },
+            },
+            Row { key: 0, version_id: 1, epoch: 1, superseded_at: 9, deleted: true, loc: RecordLoc::PURGED },
+        ];
+        let packed = pack_rows(&rows);
+        assert_eq!(packed.len(), 2 * ROW_BYTES);
+        let back = unpack_rows(&packed).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{rows:?}"));
+        assert!(unpack_rows(&packed[1..]).is_none(), "a torn page is refused");
+        let keys = KeysImage::of(
+            [("t", "a", "x", vec![0, 4]), ("t", "b", "é", vec![1]), ("u", "a", "", vec![2, 3, 5])].into_iter(),
+        );
+        assert_eq!(keys.names, ["t", "a", "b", "u"]);
+        let names: Vec<Arc<str>> = keys.names.iter().map(|n| Arc::from(n.as_str())).collect();
+        let entries = keys.entries(&names).unwrap();
+        let flat: Vec<(String, String, String, Vec<u32>)> = entries
+            .iter()
+            .map(|e| (e.table.to_string(), e.tenant.to_string(), e.id.to_string(), e.rows.clone()))
+            .collect();
+        assert_eq!(flat[1], ("t".into(), "b".into(), "é".into(), vec![1]));
+        assert_eq!(flat[2], ("u".into(), "a".into(), "".into(), vec![2, 3, 5]));
+        let mut broken = keys;
+        broken.versions.pop();
+        assert!(broken.entries(&names).is_none(), "columns that do not add up are refused");
+    }
 
     #[test]
     fn a_format_1_image_is_still_read() {

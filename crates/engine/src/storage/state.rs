@@ -507,13 +507,29 @@ impl State {
     }
 
     /// The shared copy of a table or tenant name.
-    fn intern(&mut self, name: &str) -> Arc<str> {
+    pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
         if let Some(shared) = self.names.get(name) {
             return shared.clone();
         }
         let shared: Arc<str> = Arc::from(name);
         self.names.insert(shared.clone());
         shared
+    }
+
+    /// Installs the keys of a checkpoint (numbered from 0, none yet): their
+    /// hashes are computed on all cores, then indexed.
+    pub fn install_keys(&mut self, keys: Vec<KeyEntry>) {
+        use rayon::prelude::*;
+        debug_assert!(self.keys.is_empty());
+        let hasher = &self.key_index.hasher;
+        let hashes: Vec<u64> = keys.par_iter().map(|e| KeyIndex::hash(hasher, &e.table, &e.tenant, &e.id)).collect();
+        self.keys = keys;
+        self.key_index.reserve(&self.keys, hashes.len());
+        let KeyIndex { slots, hasher } = &mut self.key_index;
+        let all = &self.keys;
+        for (k, h) in hashes.into_iter().enumerate() {
+            slots.insert_unique(h, k as u32, |&k| KeyIndex::hash_of(hasher, all, k));
+        }
     }
 
     /// Appends a new key and indexes it; returns its number.
