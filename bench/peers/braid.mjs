@@ -76,7 +76,9 @@ async function explainSample(queryFn, corpus, setting, plainFn) {
       for (const p of ex.phase_timings) phases[p.phase] = (phases[p.phase] ?? 0) + p.elapsed_ms / sample.length;
       for (const p of ex.access_path_timings ?? []) {
         const key = `path:${p.access_path_id}`;
-        phases[key] = (phases[key] ?? 0) + p.open_ms / sample.length;
+        // build: row work under the state lock (the exact vector scan, the
+        // hot overlay); open: the index search
+        phases[key] = (phases[key] ?? 0) + (p.build_ms + p.open_ms) / sample.length;
       }
       strategies[ex.selected_strategy] = (strategies[ex.selected_strategy] ?? 0) + 1;
       textCandidates += ex.text_candidates / sample.length;
