@@ -15,7 +15,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const mode = flag('mode', 'embedded');
 const vec = (v) => Array.from(v, f32);
 
-function record(corpus, i) {
+/** A record; `typed`: the vector as a Float32Array (the embedded API takes it as it is). */
+function record(corpus, i, typed = false) {
   return {
     table: TABLE,
     tenant_id: corpus.tenant(i),
@@ -25,18 +26,19 @@ function record(corpus, i) {
       category: corpus.category(i),
       year: corpus.year[i],
       flag: corpus.flag[i] === 1,
-      embedding: vec(corpus.vector(i)),
+      embedding: typed ? corpus.vector(i) : vec(corpus.vector(i)),
     },
   };
 }
 
-function hybridQuery(kind, q, setting) {
+/** The query; `typed`: the vector as a Float32Array (embedded), else as numbers (JSON, native QL). */
+function hybridQuery(kind, q, setting, typed = false) {
   // ids and scores only, as every peer is asked for
   const query = { table: TABLE, tenant_id: q.tenant, top_k: TOP_K, return_fields: [] };
   if (kind === 'text' || kind.startsWith('hybrid')) Object.assign(query, { text: q.text, text_field: 'text' });
   // hybrid: at least HYBRID_DEPTH vector candidates into RRF, as the peers get
   const budget = kind.startsWith('hybrid') ? Math.max(setting.candidate_budget, HYBRID_DEPTH) : setting.candidate_budget;
-  if (kind !== 'text') Object.assign(query, { vector: vec(q.vector), vector_field: 'embedding', candidate_budget: budget });
+  if (kind !== 'text') Object.assign(query, { vector: typed ? q.vector : vec(q.vector), vector_field: 'embedding', candidate_budget: budget });
   if (kind === 'vector_filter' || kind === 'hybrid_filter') query.scalar_eq = { category: q.category };
   return query;
 }
@@ -61,7 +63,7 @@ const ladder = [10, 20, 40, 80, 160, 320, 640, 1280].map((candidate_budget) => (
  * and times the same queries without EXPLAIN through `plainFn` (which
  * returns the response size in bytes).
  */
-async function explainSample(queryFn, corpus, setting, plainFn) {
+async function explainSample(queryFn, corpus, setting, plainFn, typed = false) {
   const out = {};
   for (const kind of ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter']) {
     const phases = {};
@@ -71,7 +73,7 @@ async function explainSample(queryFn, corpus, setting, plainFn) {
     let exact = 0;
     const sample = corpus.queries.slice(0, 50);
     for (const q of sample) {
-      const res = await queryFn({ ...hybridQuery(kind, q, setting), explain: true });
+      const res = await queryFn({ ...hybridQuery(kind, q, setting, typed), explain: true });
       const ex = res.explain;
       for (const p of ex.phase_timings) phases[p.phase] = (phases[p.phase] ?? 0) + p.elapsed_ms / sample.length;
       for (const p of ex.access_path_timings ?? []) {
@@ -90,7 +92,7 @@ async function explainSample(queryFn, corpus, setting, plainFn) {
     let clientMs = 0;
     for (const q of sample) {
       const t = performance.now();
-      responseBytes += (await plainFn(hybridQuery(kind, q, setting))) / sample.length;
+      responseBytes += (await plainFn(hybridQuery(kind, q, setting, typed))) / sample.length;
       clientMs += (performance.now() - t) / sample.length;
     }
     out[kind] = { mean_response_bytes: responseBytes, mean_client_ms: clientMs, mean_phase_ms: phases, strategies, mean_text_candidates: textCandidates, mean_vector_candidates: vectorCandidates, exact_fallback_queries: exact, sampled: sample.length };
@@ -107,7 +109,7 @@ async function embedded() {
     kinds: ['text', 'vector', 'vector_filter', 'hybrid', 'hybrid_filter'],
     ladder,
     notes: [
-      'in-process through the release napi addon (BRAID_NATIVE_DIR=target/bench-native); declared schema (text: text only, category: scalar only); putBatch chunks of 5,000, then waitIndexed',
+      'in-process through the release napi addon (BRAID_NATIVE_DIR=target/bench-native); declared schema (text: text only, category: scalar only); putBatch chunks of 5,000, then waitIndexed; vectors as Float32Array (records and queries), as the embedded API takes them',
       `hybrid: text + vector + scalar_eq, RRF (k 60), candidate_budget max(tuned, ${HYBRID_DEPTH}); each side contributes its best candidate_budget rows (text: block-max WAND top-k)`,
     ],
     async ingest(corpus) {
@@ -117,7 +119,7 @@ async function embedded() {
       const t = performance.now();
       for (let start = 0; start < corpus.n; start += chunk) {
         const batch = [];
-        for (let i = start; i < Math.min(corpus.n, start + chunk); i++) batch.push(record(corpus, i));
+        for (let i = start; i < Math.min(corpus.n, start + chunk); i++) batch.push(record(corpus, i, true));
         await db.putBatch(batch);
       }
       const writes_ms = performance.now() - t;
@@ -126,12 +128,12 @@ async function embedded() {
       return { writes_ms, index_wait_ms: performance.now() - t - writes_ms, chunk };
     },
     async query(kind, q, setting) {
-      const res = await db.query(hybridQuery(kind, q, setting));
+      const res = await db.query(hybridQuery(kind, q, setting, true));
       return res.results.map((r) => r.record_id);
     },
     // the addon hands the response over as one JSON string; its size stands in for the HTTP body
     explainSample: (corpus, setting) =>
-      explainSample((query) => db.query(query), corpus, setting, async (query) => Buffer.byteLength(JSON.stringify(await db.query(query)))),
+      explainSample((query) => db.query(query), corpus, setting, async (query) => Buffer.byteLength(JSON.stringify(await db.query(query))), true),
     close() {
       db?.close();
       rmSync(dataDir, { recursive: true, force: true });
