@@ -297,16 +297,16 @@ fn pages_of_removed_rows_leave_memory_and_the_checkpoint_image() {
     // a snapshot of the trimmed branch restores with the same records and
     // the same horizon
     engine.snapshot(None, None, "trimmed").unwrap();
-    engine.restore("trimmed", "trimmed-copy").unwrap();
+    engine.restore("trimmed", "trimmed_copy").unwrap();
     for i in [0, 1, PAGE_ROWS - 1, 2 * PAGE_ROWS, n - 1] {
         let id = key(&format!("r{i}"));
-        let restored = engine.get(None, Some("trimmed-copy"), &id, None).unwrap().map(|r| r.fields);
+        let restored = engine.get(None, Some("trimmed_copy"), &id, None).unwrap().map(|r| r.fields);
         assert_eq!(restored, engine.get(None, None, &id, None).unwrap().map(|r| r.fields), "r{i}");
     }
     let old: HybridQuery =
         serde_json::from_value(json!({"table": "docs", "tenant_id": "acme", "text": "record", "temporal_as_of": 1}))
             .unwrap();
-    assert_eq!(engine.query(None, Some("trimmed-copy"), &old).unwrap_err().code, Code::TemporalBeforeHorizon);
+    assert_eq!(engine.query(None, Some("trimmed_copy"), &old).unwrap_err().code, Code::TemporalBeforeHorizon);
     drop(engine);
     // the image leaves the dropped pages out and a start reads it back
     let engine = Engine::open(config(dir.path(), Some(1))).unwrap();
