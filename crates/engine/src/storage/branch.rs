@@ -190,6 +190,7 @@ impl Branch {
             vector_watermark: AtomicU32::new(vector_watermark),
             // a column retention left half empty before a restart
             vectors_compaction_due: AtomicBool::new(state.purged_rows > 0),
+            checkpointing: Mutex::new(()),
             failed_features: Default::default(),
             indexer_alive: AtomicBool::new(true),
             failing_rounds: AtomicU32::new(0),

@@ -188,6 +188,8 @@ impl Log {
     fn checkpoint(&mut self, state: &RwLock<State>, shared: &Shared, export: Option<&Path>) -> Result<CheckpointInfo> {
         let started = Instant::now();
         let next = self.gen + 1;
+        // no vector column is rebuilt while this runs (pipeline.rs)
+        let _columns_held = shared.checkpointing.lock();
         if let Some(n) = self.history_epochs {
             self.retain(state, shared, n);
         }

@@ -183,7 +183,12 @@ fn run_indexer(
         }
         if shared.vectors_compaction_due.swap(false, Ordering::AcqRel) {
             let started = Instant::now();
-            for (column, kept, removed) in retention::compact_vectors(&state, &shared) {
+            // not while a checkpoint writes and seals vector files
+            let rebuilt = {
+                let _no_checkpoint = shared.checkpointing.lock();
+                retention::compact_vectors(&state, &shared)
+            };
+            for (column, kept, removed) in rebuilt {
                 shared.stats.compacted_vectors.fetch_add(removed, Ordering::Relaxed);
                 shared.events.push(Event::VectorsCompacted {
                     column,

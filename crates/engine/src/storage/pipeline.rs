@@ -122,6 +122,11 @@ pub(crate) struct Shared {
     /// vector columns whose slots are at least half removed versions
     /// (storage/indexer.rs, `compact_vectors`).
     pub vectors_compaction_due: AtomicBool,
+    /// Held by the committer for a whole checkpoint and by the indexer while
+    /// it rebuilds a vector column, so a column never changes between the
+    /// image naming its vector files and the deletion of the files no column
+    /// reads (or between writing a column's new vectors and sealing them).
+    pub(super) checkpointing: Mutex<()>,
     /// (row, column) features an index failed to take.
     pub failed_features: std::sync::atomic::AtomicU64,
     /// False once the indexer thread has ended without being asked to.
