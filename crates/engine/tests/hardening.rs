@@ -155,6 +155,49 @@ fn a_version_1_log_is_migrated() {
     assert_eq!(std::fs::read(main_wal(dir.path())).unwrap()[8], wal::FORMAT_VERSION);
 }
 
+/// A version 2 log (JSON commits, the format before binary frames) is read,
+/// marked version 3 before anything binary is appended, and the old and new
+/// commits read back exactly, vectors included.
+#[test]
+fn a_version_2_log_with_json_commits_is_read_and_extended() {
+    let dir = tempfile::tempdir().unwrap();
+    let branch = dir.path().join("db").join("default").join("main");
+    std::fs::create_dir_all(&branch).unwrap();
+    let mut bytes = b"BRAIDWAL\x02\0\0\0\0\0\0\0".to_vec();
+    let commits = [
+        json!({"epoch": 1, "at_ms": 1, "schemas": [{"name": "docs", "columns": {
+                   "title": {"type": "string", "text": true, "scalar": true},
+                   "emb": {"type": "vector", "dim": 3, "metric": "cosine", "text": false, "scalar": false}}}],
+               "rows": [{"table": "docs", "tenant_id": "acme", "id": "old", "version_id": 1,
+                         "fields": {"title": "from v2", "emb": [0.1, 0.2, 0.30000000000000004], "n": 7}}]}),
+        json!({"epoch": 2, "at_ms": 2, "rows": [{"table": "docs", "tenant_id": "acme", "id": "gone", "version_id": 1, "deleted": true}]}),
+    ];
+    for (seq, c) in (1u64..).zip(&commits) {
+        wal::encode_frame(seq, seq - 1, &serde_json::to_vec(c).unwrap(), &mut bytes);
+    }
+    std::fs::write(branch.join("wal-00000000.log"), &bytes).unwrap();
+    {
+        let engine = open(dir.path());
+        assert_eq!(std::fs::read(main_wal(dir.path())).unwrap()[8], wal::FORMAT_VERSION);
+        let old = engine.get(None, None, &key("old"), None).unwrap().unwrap();
+        assert_eq!(
+            old.fields,
+            json!({"title": "from v2", "emb": [0.1, 0.2, 0.30000000000000004], "n": 7}).as_object().unwrap().clone()
+        );
+        engine.put(None, None, vec![rec("new", json!({"title": "binary", "emb": [0.5, -1.0, 1e-30]}))], None).unwrap();
+    }
+    let engine = open(dir.path());
+    let old = engine.get(None, None, &key("old"), None).unwrap().unwrap();
+    assert_eq!(old.fields["emb"], json!([0.1, 0.2, 0.30000000000000004]));
+    assert_eq!(old.fields["n"], json!(7));
+    let new = engine.get(None, None, &key("new"), None).unwrap().unwrap();
+    assert_eq!(new.fields["emb"], json!([0.5, -1.0, 1e-30]));
+    assert_eq!(new.version_id, 1);
+    assert!(engine.get(None, None, &key("new"), Some(2)).unwrap().is_none(), "the new write took epoch 3");
+    assert!(engine.get(None, None, &key("new"), Some(3)).unwrap().is_some());
+    assert!(engine.get(None, None, &key("gone"), None).unwrap().is_none());
+}
+
 fn query(table: &str) -> HybridQuery {
     HybridQuery { table: Some(table.into()), tenant_id: Some("acme".into()), ..Default::default() }
 }

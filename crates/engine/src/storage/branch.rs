@@ -153,8 +153,8 @@ impl Branch {
                 let commits: Vec<Result<Commit>> = chunk
                     .par_iter()
                     .map(|(payload, end)| {
-                        serde_json::from_slice(payload).map_err(|e| {
-                            Error::storage(format!("corrupt commit in segment {gen} at offset {end}: {e}"))
+                        Commit::decode(payload).map_err(|e| {
+                            Error::storage(format!("corrupt commit in segment {gen} at offset {end}: {}", e.message))
                         })
                     })
                     .collect();

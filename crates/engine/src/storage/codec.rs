@@ -37,7 +37,7 @@ const OBJECT: u8 = 8;
 const F32_ARRAY: u8 = 9;
 const F64_ARRAY: u8 = 10;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -45,7 +45,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_varint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
 }
@@ -134,7 +134,7 @@ fn encode_value(v: &Value, out: &mut Vec<u8>) {
 
 /// A cursor over encoded bytes; every read is bounds-checked, so damaged
 /// bytes give an error, never a panic.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
@@ -144,18 +144,27 @@ fn damaged(what: &str) -> Error {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, at: 0 }
+    }
+
+    /// Whether every byte has been read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len()).ok_or_else(|| damaged("truncated"))?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
     }
 
-    fn byte(&mut self) -> Result<u8> {
+    pub(crate) fn byte(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
-    fn varint(&mut self) -> Result<u64> {
+    pub(crate) fn varint(&mut self) -> Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -167,14 +176,14 @@ impl<'a> Reader<'a> {
         Err(damaged("varint too long"))
     }
 
-    fn len(&mut self) -> Result<usize> {
+    pub(crate) fn len(&mut self) -> Result<usize> {
         let n = self.varint()?;
         // a length can never exceed the bytes left; checking here keeps a
         // damaged count from allocating
         usize::try_from(n).ok().filter(|n| *n <= self.bytes.len() - self.at).ok_or_else(|| damaged("length"))
     }
 
-    fn str(&mut self) -> Result<&'a str> {
+    pub(crate) fn str(&mut self) -> Result<&'a str> {
         let n = self.len()?;
         std::str::from_utf8(self.take(n)?).map_err(|_| damaged("utf-8"))
     }

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::error::{Error, Result};
 use crate::schema::TableSchema;
+use crate::storage::codec::{self, put_str, put_varint, Reader};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Commit {
@@ -60,6 +62,163 @@ impl ReceiptDraft {
     }
 }
 
+/// The first byte of a binary commit frame. Frames written before the
+/// binary encoding hold a commit's JSON, whose first byte is `{`.
+const BINARY: u8 = 0xC1;
+
+/// How a commit is laid out in a WAL frame (docs/storage.md):
+///
+/// ```text
+/// commit : 0xC1 | epoch varint | at_ms varint
+///          | schemas_len varint | schemas JSON       (0 when none)
+///          | receipt_len varint | receipt JSON       (0 when none)
+///          | row_count varint | row*
+/// row    : table str | tenant str | id str | version_id varint | deleted u8
+///          | fields_len varint | fields             (the record files' encoding, storage/codec.rs)
+/// str    : len varint | utf-8
+/// ```
+///
+/// Fields (vectors above all) are the bulk of a frame, so they are kept in the
+/// same binary encoding as the record files: a vector is 4 bytes a number,
+/// copied, not printed and parsed. Schemas and receipts are rare and small
+/// and stay JSON.
+impl Commit {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(BINARY);
+        put_varint(out, self.epoch);
+        put_varint(out, self.at_ms);
+        let json_part = |out: &mut Vec<u8>, bytes: Option<Vec<u8>>| {
+            let bytes = bytes.unwrap_or_default();
+            put_varint(out, bytes.len() as u64);
+            out.extend_from_slice(&bytes);
+        };
+        let schemas = (!self.schemas.is_empty()).then(|| serde_json::to_vec(&self.schemas).expect("schemas serialise"));
+        json_part(out, schemas);
+        let receipt = self.receipt.as_ref().map(|r| serde_json::to_vec(r).expect("receipts serialise"));
+        json_part(out, receipt);
+        put_varint(out, self.rows.len() as u64);
+        let mut fields = Vec::new();
+        for row in &self.rows {
+            put_str(out, &row.table);
+            put_str(out, &row.tenant_id);
+            put_str(out, &row.id);
+            put_varint(out, u64::from(row.version_id));
+            out.push(u8::from(row.deleted));
+            fields.clear();
+            codec::encode_fields(&row.fields, &mut fields);
+            put_varint(out, fields.len() as u64);
+            out.extend_from_slice(&fields);
+        }
+    }
+
+    /// Reads a commit from a WAL frame, in either encoding.
+    pub fn decode(bytes: &[u8]) -> Result<Commit> {
+        fn json_part<'a>(r: &mut Reader<'a>) -> Result<Option<&'a [u8]>> {
+            let n = r.len()?;
+            if n == 0 {
+                return Ok(None);
+            }
+            r.take(n).map(Some)
+        }
+        if bytes.first() != Some(&BINARY) {
+            return serde_json::from_slice(bytes).map_err(|e| Error::storage(e.to_string()));
+        }
+        let mut r = Reader::new(&bytes[1..]);
+        let epoch = r.varint()?;
+        let at_ms = r.varint()?;
+        let schemas = match json_part(&mut r)? {
+            Some(b) => serde_json::from_slice(b).map_err(|e| Error::storage(format!("commit schemas: {e}")))?,
+            None => Vec::new(),
+        };
+        let receipt = match json_part(&mut r)? {
+            Some(b) => Some(serde_json::from_slice(b).map_err(|e| Error::storage(format!("commit receipt: {e}")))?),
+            None => None,
+        };
+        let count = r.len()?;
+        let mut rows = Vec::with_capacity(count);
+        for _ in 0..count {
+            let table = r.str()?.to_string();
+            let tenant_id = r.str()?.to_string();
+            let id = r.str()?.to_string();
+            let version_id =
+                u32::try_from(r.varint()?).map_err(|_| Error::storage("commit: version id out of range"))?;
+            let deleted = match r.byte()? {
+                0 => false,
+                1 => true,
+                b => return Err(Error::storage(format!("commit: deleted flag {b}"))),
+            };
+            let n = r.len()?;
+            let fields = codec::decode_fields(r.take(n)?, None)?;
+            rows.push(WalRow { table, tenant_id, id, version_id, deleted, fields });
+        }
+        if !r.is_done() {
+            return Err(Error::storage("commit: trailing bytes"));
+        }
+        Ok(Commit { epoch, at_ms, schemas, rows, receipt })
+    }
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Commit {
+        serde_json::from_value(json!({
+            "epoch": 42, "at_ms": 1_700_000_000_000u64,
+            "schemas": [{"name": "docs", "columns": {"title": {"type": "string", "text": true, "scalar": true}}}],
+            "rows": [
+                {"table": "docs", "tenant_id": "acme", "id": "a", "version_id": 3,
+                 "fields": {"title": "héllo", "emb": [0.1, -2.5, 1e-40], "n": -7, "o": {"k": [1, "x", null]}}},
+                {"table": "docs", "tenant_id": "acme", "id": "b", "version_id": 9, "deleted": true, "fields": {}},
+            ],
+            "receipt": {"key": "POST /v1/records/put k", "body_hash": "h", "status": 200, "body": {"epoch": 42}, "created_ms": 5},
+        }))
+        .unwrap()
+    }
+
+    fn as_json(c: &Commit) -> Value {
+        serde_json::to_value(c).unwrap()
+    }
+
+    #[test]
+    fn binary_commits_read_back_exactly() {
+        let commit = sample();
+        let mut bytes = Vec::new();
+        commit.encode(&mut bytes);
+        assert_eq!(bytes[0], BINARY);
+        assert_eq!(as_json(&Commit::decode(&bytes).unwrap()), as_json(&commit));
+        let bare = Commit { epoch: 1, at_ms: 0, schemas: Vec::new(), rows: Vec::new(), receipt: None };
+        bytes.clear();
+        bare.encode(&mut bytes);
+        assert_eq!(as_json(&Commit::decode(&bytes).unwrap()), as_json(&bare));
+    }
+
+    #[test]
+    fn json_commits_from_older_logs_still_read() {
+        let commit = sample();
+        let bytes = serde_json::to_vec(&commit).unwrap();
+        assert_eq!(as_json(&Commit::decode(&bytes).unwrap()), as_json(&commit));
+    }
+
+    #[test]
+    fn damaged_binary_commits_are_errors_not_panics() {
+        let mut bytes = Vec::new();
+        sample().encode(&mut bytes);
+        for cut in 1..bytes.len() {
+            assert!(Commit::decode(&bytes[..cut]).is_err(), "a commit cut at {cut} read as whole");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Commit::decode(&longer).is_err());
+        for i in 1..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[i] ^= 0xff;
+            let _ = Commit::decode(&flipped);
+        }
+    }
 }

@@ -387,9 +387,11 @@ fn commit_group(
     let mut ends = Vec::with_capacity(pending.len());
     let durable_end = wal.end();
     let mut base = durable_end;
+    let mut payload = Vec::new();
     for (_, commit, _, _, timing) in pending.iter_mut() {
         let started = Instant::now();
-        let payload = serde_json::to_vec(commit).expect("commits serialise");
+        payload.clear();
+        commit.encode(&mut payload);
         let before = frames.len();
         wal.encode(&payload, &mut frames);
         base += (frames.len() - before) as u64;

@@ -1,13 +1,18 @@
 //! The write-ahead log: the branch's only durable record store.
 //!
-//! On-disk format (version 2), little-endian:
+//! On-disk format (version 3), little-endian:
 //!
 //! ```text
-//! header  : b"BRAIDWAL" (8 bytes) | format version u8 = 2 | 7 zero bytes
+//! header  : b"BRAIDWAL" (8 bytes) | format version u8 = 3 | 7 zero bytes
 //! frame*  : payload length u32 | crc u32 | seq u64 | synced u64 | payload
 //! crc     : CRC-32 (IEEE) of FRAME_TAG u8 | seq | synced | payload length | payload
-//! payload : one JSON-encoded `Commit` (see storage/commit.rs)
+//! payload : one `Commit`, binary (first byte 0xC1) or JSON (first byte `{`)
 //! ```
+//!
+//! Versions 2 and 3 have the same frames; a version 2 log holds only JSON
+//! payloads. Opening one rewrites its version byte to 3 (in place, synced)
+//! before anything binary is appended, so an older braid refuses the log
+//! instead of misreading it.
 //!
 //! `seq` numbers frames 1, 2, 3, ... in file order. `synced` is the highest
 //! seq that was already on stable storage when this frame was written: every
@@ -25,7 +30,7 @@
 //!   durable and acknowledged, so this is **corruption**. The log is refused
 //!   with the offset, untouched; `braid doctor` reports and salvages.
 //!
-//! Version 1 logs (no seq, no tag) are read once and rewritten as version 2.
+//! Version 1 logs (no seq, no tag) are read once and rewritten as version 3.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -38,7 +43,7 @@ use crate::faults;
 use crate::fsutil::sync_dir;
 
 pub const MAGIC: &[u8; 8] = b"BRAIDWAL";
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 pub const HEADER_LEN: u64 = 16;
 /// Bytes before each payload: length, crc, seq, synced.
 pub const FRAME_HEADER: usize = 24;
@@ -245,7 +250,7 @@ fn read_image(path: &Path) -> Result<(Vec<u8>, u8)> {
         return Err(Error::storage(format!("{}: not a braid log", path.display())));
     }
     let version = bytes[8];
-    if version != 1 && version != FORMAT_VERSION {
+    if !(1..=FORMAT_VERSION).contains(&version) {
         return Err(Error::storage(format!(
             "{}: log format version {version} is newer than this braid supports ({FORMAT_VERSION}); upgrade braid",
             path.display()
@@ -309,7 +314,7 @@ fn corrupt_error(path: &Path, end: &ScanEnd) -> Error {
     )
 }
 
-/// Rewrites a version 1 log as version 2 (tmp, fsync, rename, fsync dir).
+/// Rewrites a version 1 log in the current version (tmp, fsync, rename, fsync dir).
 fn migrate_v1(path: &Path, bytes: &[u8], scan: &Scan) -> Result<Vec<(Vec<u8>, u64)>> {
     let mut out = Vec::with_capacity(bytes.len() + scan.frames.len() * 16);
     out.extend_from_slice(&header(FORMAT_VERSION));
@@ -348,6 +353,13 @@ impl Wal {
             (payloads, scan.good_end)
         };
         faults::check("wal::open")?;
+        if (2..FORMAT_VERSION).contains(&version) {
+            // same frames, and binary payloads may follow: say so first
+            let mut file = OpenOptions::new().write(true).open(path)?;
+            file.seek(SeekFrom::Start(8))?;
+            file.write_all(&[FORMAT_VERSION])?;
+            file.sync_all()?;
+        }
         let file = OpenOptions::new().read(true).append(true).open(path)?;
         let truncated = match scan.end {
             ScanEnd::TornTail { bytes, .. } => bytes,
