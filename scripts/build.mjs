@@ -8,6 +8,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildNative } from './build-native.mjs';
+import { bundleCli } from './bundle.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -19,6 +20,7 @@ export function buildAll({ force = false } = {}) {
     // typecheck` (and CI) on their own, so a build for tests goes on.
     const res = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
     if (res.status !== 0) console.error('warning: tsc reported errors (run `npm run typecheck`)');
+    bundleCli();
     if (!buildConsole()) console.error('warning: tsc reported errors in src/console (run `npm run typecheck`)');
   }
 }

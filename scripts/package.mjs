@@ -16,6 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildNative, nativeOutDir } from './build-native.mjs';
 import { buildConsole } from './build.mjs';
+import { bundleCli } from './bundle.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -39,11 +40,12 @@ export function packageAll({ build = true, out = path.join(root, 'target', 'npm-
   mkdirSync(out, { recursive: true });
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
 
-  // 1. the addon, and dist/ (tsc), the web console included
+  // 1. the addon, and dist/ (tsc, the CLI bundle), the web console included
   if (build) {
     buildNative();
     const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
     run(process.execPath, [tsc, '-p', 'tsconfig.build.json'], root);
+    bundleCli();
     if (!buildConsole()) throw new Error('tsc failed on src/console');
   }
 

@@ -5,7 +5,6 @@
  */
 import { Command, Option } from 'commander';
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { DEFAULTS, fromEnv, type ServerConfig } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
@@ -14,11 +13,11 @@ import { integerOption, run } from './cli/backend.js';
 import { addAdminCommands } from './cli/admin.js';
 import { addQueryCommand } from './cli/query.js';
 import { addImportCommand } from './cli/import.js';
+import { PACKAGE_ROOT } from './package-root.js';
 
 export { formatQueryTable } from './cli/format.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const pkg = JSON.parse(readFileSync(path.resolve(here, '..', 'package.json'), 'utf8')) as { version: string };
+const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string };
 
 const nonNegative = integerOption(0);
 

@@ -8,9 +8,9 @@
  */
 import { createRequire } from 'node:module';
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { BraidError } from '../errors.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 
 import type * as Native from '../../native/index.js';
 
@@ -21,9 +21,7 @@ export type NativeEngine = Native.NativeEngine;
 /** The addon's exports, typed by the declarations `napi build` generates (native/index.d.ts). */
 type NativeModule = typeof Native;
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const packageRoot = path.resolve(here, '..', '..');
-// src/native and dist/native both sit two levels below the package root;
+const packageRoot = PACKAGE_ROOT;
 // BRAID_NATIVE_DIR points at another build (benchmarks use a release build
 // in target/bench-native, so a build of another profile in native/ never
 // changes what they measure)

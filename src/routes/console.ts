@@ -10,21 +10,14 @@
  */
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError } from '../errors.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 
 export const CONSOLE_PATH = '/console';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-/**
- * Built, this module is `dist/routes/console.js` next to `dist/console`; run
- * from source (vitest) it is `src/routes/console.ts`, and the build is still
- * in `dist/console`.
- */
-export const CONSOLE_DIR = path.basename(path.dirname(here)) === 'dist'
-  ? path.join(here, '..', 'console')
-  : path.join(here, '..', '..', 'dist', 'console');
+/** The console's build (`npm run build`: src/console compiled to dist/console). */
+export const CONSOLE_DIR = path.join(PACKAGE_ROOT, 'dist', 'console');
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',

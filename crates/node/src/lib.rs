@@ -41,6 +41,10 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// with none, at the same speed.
 fn tune_allocator() {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    // an operator's MIMALLOC_PURGE_DELAY (read by mimalloc itself) wins
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // SAFETY: sets a process-wide option; mimalloc reads it on each purge
     ONCE.call_once(|| unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) });
 }
