@@ -74,7 +74,7 @@ export interface EngineHistogram {
   sum: number;
 }
 
-export type CheckpointTrigger = 'wal_bytes' | 'interval' | 'request' | 'snapshot' | 'close';
+export type CheckpointTrigger = 'wal_bytes' | 'wal_rows' | 'interval' | 'request' | 'snapshot' | 'close';
 
 /**
  * Something a branch did that belongs in the operator's log
@@ -363,6 +363,8 @@ export interface OpenOptions {
   textCommitIntervalMs?: number
   /** A checkpoint is taken once a branch's WAL segment holds this many bytes (default 64 MiB)... */
   checkpointBytes?: number
+  /** ...or once it holds this many record versions (default 100,000), which bounds what a start replays... */
+  checkpointRows?: number
   /** ...or this long after the last one when anything was written (default 5 minutes). */
   checkpointIntervalMs?: number
 }

@@ -60,8 +60,9 @@ export function buildCli(): Command {
     .addOption(new Option('--auth-token <token...>', 'require one of these bearer tokens, each `secret` (admin) or `secret:read|write|admin` (default: accept any)'))
     .addOption(new Option('--history-epochs <n>', 'epochs of history kept readable (default: all)').argParser(nonNegative))
     .addOption(new Option('--checkpoint-bytes <n>', 'checkpoint a branch once its WAL segment holds this many bytes (default 64 MiB)').argParser(nonNegative))
+    .addOption(new Option('--checkpoint-rows <n>', 'checkpoint a branch once its WAL segment holds this many record versions (default 100,000)').argParser(nonNegative))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
-    .action(run(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; checkpointBytes?: number; logLevel?: string }) => {
+    .action(run(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; checkpointBytes?: number; checkpointRows?: number; logLevel?: string }) => {
       const env = fromEnv(process.env, DEFAULTS);
       const config: ServerConfig = {
         ...env,
@@ -71,6 +72,7 @@ export function buildCli(): Command {
         authTokens: opts.authToken ?? env.authTokens,
         historyEpochs: opts.historyEpochs ?? env.historyEpochs,
         checkpointBytes: opts.checkpointBytes ?? env.checkpointBytes,
+        checkpointRows: opts.checkpointRows ?? env.checkpointRows,
         logLevel: opts.logLevel ?? env.logLevel,
       };
       // files the index libraries create (tantivy, the vector graphs) are owner-only too

@@ -17,6 +17,8 @@ export interface ServerConfig {
   historyEpochs: number | undefined;
   /** WAL bytes per branch after which a checkpoint is taken (engine default when unset). */
   checkpointBytes: number | undefined;
+  /** Record versions per branch after which a checkpoint is taken (engine default when unset): bounds what a restart replays. */
+  checkpointRows: number | undefined;
   /** Longest time between checkpoints of a branch that is written to. */
   checkpointIntervalMs: number | undefined;
   /** Public URL of this engine, reported by branches and readiness. */
@@ -37,6 +39,7 @@ export const DEFAULTS: ServerConfig = {
   receiptRetentionMs: 24 * 60 * 60 * 1000,
   historyEpochs: undefined,
   checkpointBytes: undefined,
+  checkpointRows: undefined,
   checkpointIntervalMs: undefined,
   publicUrl: undefined,
   logLevel: 'warn',
@@ -68,6 +71,7 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,
     historyEpochs: int(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
     checkpointBytes: int(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,
+    checkpointRows: int(env.BRAID_CHECKPOINT_ROWS, 'BRAID_CHECKPOINT_ROWS') ?? base.checkpointRows,
     checkpointIntervalMs: int(env.BRAID_CHECKPOINT_INTERVAL_MS, 'BRAID_CHECKPOINT_INTERVAL_MS') ?? base.checkpointIntervalMs,
     publicUrl: env.BRAID_PUBLIC_URL ?? base.publicUrl,
     logLevel: env.BRAID_LOG_LEVEL ?? base.logLevel,

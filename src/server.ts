@@ -24,6 +24,7 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
     receiptRetentionMs: config.receiptRetentionMs,
     historyEpochs: config.historyEpochs,
     checkpointBytes: config.checkpointBytes,
+    checkpointRows: config.checkpointRows,
     checkpointIntervalMs: config.checkpointIntervalMs,
   });
   const app = await buildApp({ engine, config, logger: { level: config.logLevel } });

@@ -74,7 +74,7 @@ export interface EngineHistogram {
   sum: number;
 }
 
-export type CheckpointTrigger = 'wal_bytes' | 'interval' | 'request' | 'snapshot' | 'close';
+export type CheckpointTrigger = 'wal_bytes' | 'wal_rows' | 'interval' | 'request' | 'snapshot' | 'close';
 
 /**
  * Something a branch did that belongs in the operator's log

@@ -504,6 +504,9 @@ fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
     if let Some(v) = o.checkpoint_bytes {
         b.checkpoint_wal_bytes = whole("checkpointBytes", v)?;
     }
+    if let Some(v) = o.checkpoint_rows {
+        b.checkpoint_rows = whole("checkpointRows", v)?;
+    }
     if let Some(v) = o.checkpoint_interval_ms {
         b.checkpoint_interval = Duration::from_millis(whole("checkpointIntervalMs", v)?);
     }

@@ -40,6 +40,8 @@ pub struct OpenOptions {
     pub text_commit_interval_ms: Option<f64>,
     /// A checkpoint is taken once a branch's WAL segment holds this many bytes (default 64 MiB)...
     pub checkpoint_bytes: Option<f64>,
+    /// ...or once it holds this many record versions (default 100,000), which bounds what a start replays...
+    pub checkpoint_rows: Option<f64>,
     /// ...or this long after the last one when anything was written (default 5 minutes).
     pub checkpoint_interval_ms: Option<f64>,
 }

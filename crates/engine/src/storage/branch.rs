@@ -142,6 +142,9 @@ impl Branch {
         let mut truncated = 0;
         let mut commits_replayed = 0;
         let mut open_wal = None;
+        // record versions in the segment left open: a checkpoint is due once
+        // they reach `checkpoint_rows`
+        let mut open_rows = 0;
         for (i, gen) in segments.iter().enumerate() {
             let (wal, replay) = Wal::open(&dir.join(checkpoint::wal_name(*gen)))?;
             truncated += replay.truncated;
@@ -159,7 +162,11 @@ impl Branch {
                     })
                     .collect();
                 for (commit, (_, end)) in commits.into_iter().zip(chunk) {
-                    state.apply(&commit?, *end)?;
+                    let commit = commit?;
+                    if i + 1 == segments.len() {
+                        open_rows += commit.rows.len() as u64;
+                    }
+                    state.apply(&commit, *end)?;
                 }
             }
             if i + 1 == segments.len() {
@@ -224,8 +231,17 @@ impl Branch {
         let state = Arc::new(RwLock::new(state));
         let text = Arc::new(text);
         let (tx, rx) = mpsc::channel::<Request>();
-        let committer =
-            committer::spawn(wal, wal_gen, dir, rx, state.clone(), shared.clone(), text.clone(), config.clone())?;
+        let committer = committer::spawn(
+            wal,
+            wal_gen,
+            dir,
+            rx,
+            state.clone(),
+            shared.clone(),
+            text.clone(),
+            config.clone(),
+            open_rows,
+        )?;
         let indexer =
             indexer::spawn(state.clone(), shared.clone(), text.clone(), config.clone(), dir.join(VECTOR_DIR))?;
         Ok(Branch {

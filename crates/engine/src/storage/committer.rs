@@ -74,12 +74,14 @@ pub(super) fn spawn(
     shared: Arc<Shared>,
     text: Arc<TextIndex>,
     config: BranchConfig,
+    rows: u64,
 ) -> std::io::Result<JoinHandle<()>> {
     let log = Log {
         wal,
         gen,
         dir: dir.to_path_buf(),
         last_checkpoint: Instant::now(),
+        rows,
         text,
         history_epochs: config.history_epochs,
         retired: Vec::new(),
@@ -161,6 +163,8 @@ struct Log {
     gen: u32,
     dir: PathBuf,
     last_checkpoint: Instant,
+    /// Record versions in the open segment (what a start would replay).
+    rows: u64,
     /// For retention: its deletes, and which rows it has been handed.
     text: Arc<TextIndex>,
     history_epochs: Option<u64>,
@@ -178,6 +182,7 @@ impl Log {
         let written = self.wal.end() > wal::HEADER_LEN;
         written
             && (self.wal.end() >= config.checkpoint_wal_bytes
+                || self.rows >= config.checkpoint_rows
                 || self.last_checkpoint.elapsed() >= config.checkpoint_interval)
     }
 
@@ -229,6 +234,7 @@ impl Log {
         self.wal = new_wal;
         self.gen = next;
         self.last_checkpoint = Instant::now();
+        self.rows = 0;
         let exported = match export {
             Some(to) => {
                 let st = state.read();
@@ -284,9 +290,12 @@ fn run_committer(
         }
         let due = log.due(&config) && Instant::now() >= retry_at && !shared.failed.load(Ordering::Acquire);
         if due {
-            let trigger = match log.wal.end() >= config.checkpoint_wal_bytes {
-                true => CheckpointTrigger::WalBytes,
-                false => CheckpointTrigger::Interval,
+            let trigger = if log.wal.end() >= config.checkpoint_wal_bytes {
+                CheckpointTrigger::WalBytes
+            } else if log.rows >= config.checkpoint_rows {
+                CheckpointTrigger::WalRows
+            } else {
+                CheckpointTrigger::Interval
             };
             if take_checkpoint(&mut log, &state, &shared, None, trigger).is_err() {
                 retry_at = Instant::now() + Duration::from_secs(5);
@@ -322,7 +331,7 @@ fn run_committer(
                 Err(_) => break,
             }
         }
-        commit_group(&mut log.wal, jobs, &mut deferred, &state, &shared, &config);
+        log.rows += commit_group(&mut log.wal, jobs, &mut deferred, &state, &shared, &config);
     }
     // a clean close checkpoints, so the next start replays nothing
     if config.checkpoint_on_close && !shared.failed.load(Ordering::Acquire) && log.wal.end() > wal::HEADER_LEN {
@@ -330,7 +339,8 @@ fn run_committer(
     }
 }
 
-/// Validates, logs (one fsync), applies and answers one group of writes.
+/// Validates, logs (one fsync), applies and answers one group of writes;
+/// returns the record versions it logged.
 fn commit_group(
     wal: &mut Wal,
     jobs: Vec<Job>,
@@ -338,14 +348,14 @@ fn commit_group(
     state: &RwLock<State>,
     shared: &Shared,
     config: &BranchConfig,
-) {
+) -> u64 {
     if shared.failed.load(Ordering::Acquire) {
         for job in jobs {
             let _ = job
                 .reply
                 .send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
         }
-        return;
+        return 0;
     }
     let mut pending: Vec<(Job, Commit, usize, Option<Receipt>, WriteTiming)> = Vec::new();
     {
@@ -381,7 +391,7 @@ fn commit_group(
         }
     }
     if pending.is_empty() {
-        return;
+        return 0;
     }
     let mut frames = Vec::new();
     let mut ends = Vec::with_capacity(pending.len());
@@ -412,7 +422,8 @@ fn commit_group(
         // PostgreSQL's lesson: after a failed write or fsync nothing about
         // the file's tail can be trusted
         let what = format!("the write-ahead log could not be made durable ({})", err.message);
-        return refuse_group(wal, durable_end, pending, shared, FaultStage::Wal, err, what);
+        refuse_group(wal, durable_end, pending, shared, FaultStage::Wal, err, what);
+        return 0;
     }
     shared.stats.record_group(wal.end() - durable_end, wal.end(), sync_took, pending.len());
     let apply_started = Instant::now();
@@ -432,11 +443,13 @@ fn commit_group(
         // the record file could not take the group's fields, so none of it
         // was applied: refused like a failed fsync
         let what = format!("the record file could not take the write ({})", err.message);
-        return refuse_group(wal, durable_end, pending, shared, FaultStage::Apply, err, what);
+        refuse_group(wal, durable_end, pending, shared, FaultStage::Apply, err, what);
+        return 0;
     }
     let apply_ms = ms(apply_started.elapsed());
     shared.wake_indexer();
     let group_size = pending.len() as f64;
+    let rows = pending.iter().map(|(_, commit, ..)| commit.rows.len() as u64).sum();
     for (job, commit, count, receipt, mut timing) in pending {
         timing.wal_fsync_ms = fsync_ms;
         timing.apply_ms = apply_ms;
@@ -444,6 +457,7 @@ fn commit_group(
         let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
         let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
     }
+    rows
 }
 
 /// Refuses a whole group after a storage failure: none of it is

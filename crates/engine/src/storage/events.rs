@@ -29,6 +29,8 @@ pub enum Level {
 pub enum CheckpointTrigger {
     /// The WAL segment reached `checkpoint_wal_bytes`.
     WalBytes,
+    /// The WAL segment holds `checkpoint_rows` record versions.
+    WalRows,
     /// `checkpoint_interval` passed with writes since the last one.
     Interval,
     /// `Engine::checkpoint` asked for one.

@@ -29,6 +29,10 @@ pub struct BranchConfig {
     pub group_commit_max: usize,
     /// A checkpoint is taken once the WAL segment holds this many bytes...
     pub checkpoint_wal_bytes: u64,
+    /// ...or this many record versions, which bounds what a start replays
+    /// whatever the records' size (replay costs about the same per row for
+    /// a short record as for a long one)...
+    pub checkpoint_rows: u64,
     /// ...or this long after the last one, when anything was written since.
     pub checkpoint_interval: Duration,
     /// Checkpoint when the branch closes cleanly, so the next start replays
@@ -50,6 +54,7 @@ impl Default for BranchConfig {
             text_commit_interval: Duration::from_millis(250),
             group_commit_max: 1024,
             checkpoint_wal_bytes: 64 << 20,
+            checkpoint_rows: 100_000,
             checkpoint_interval: Duration::from_secs(300),
             checkpoint_on_close: true,
             graph_dump_rows: 65_536,

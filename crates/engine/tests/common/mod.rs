@@ -21,6 +21,7 @@ pub fn config_without_checkpoints(dir: &Path) -> EngineConfig {
     let mut config = EngineConfig::new(dir);
     config.branch.checkpoint_on_close = false;
     config.branch.checkpoint_wal_bytes = u64::MAX;
+    config.branch.checkpoint_rows = u64::MAX;
     config.branch.checkpoint_interval = std::time::Duration::from_secs(1 << 30);
     config
 }
