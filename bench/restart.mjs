@@ -82,7 +82,7 @@ async function main() {
     rmSync(dataDir, { recursive: true, force: true });
   }
   const cpu = cpus()[0]?.model ?? 'unknown';
-  console.log(`Machine: ${cpus().length} cores (${cpu}). Records: WordNet glosses + lexfile scalar + ${dim}-d vector, put-batch of ${BATCH} over HTTP, one tenant; checkpoint every ${checkpointBytes ? `${checkpointBytes} bytes` : '64 MiB (default)'} of WAL or 5 min.\n`);
+  console.log(`Machine: ${cpus().length} cores (${cpu}). Records: WordNet glosses + lexfile scalar + ${dim}-d vector, put-batch of ${BATCH} over HTTP, one tenant; checkpoint every ${checkpointBytes ? `${checkpointBytes} bytes` : '64 MiB (default)'} or 100,000 record versions (default) of WAL, or 5 min.\n`);
   console.log('| records written | load s (this step) | server peak RSS MB | restart: listening ms | restart: first read ms | RSS after restart MB | disk bytes / record | raw bytes / record |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
