@@ -43,11 +43,11 @@ fn main() {
     let queries: Vec<Vec<f32>> = (0..50).map(|i| data[(i * 7919) % rows].1.to_vec()).collect();
     for every in [1u32, 2, 4, 16, 64, 400] {
         let eligible: RoaringBitmap = (0..rows as u32).filter(|r| r % every == 0).collect();
+        let scan: Vec<(u32, u32)> = eligible.iter().map(|r| (r, store.slot(r).expect("stored"))).collect();
         let exact_top = |q: &[f32]| {
-            let mut all: Vec<(u32, f32)> = eligible
-                .iter()
-                .map(|r| (r, vector::similarity(Metric::Cosine, q, store.get(r).expect("stored"))))
-                .collect();
+            // the planner's exact scan: codes first, then the vectors of the
+            // rows their bounds cannot rule out
+            let mut all = vector::exact_top(store.arena_ref(), Metric::Cosine, q, &scan, ef + 1);
             // what the planner does: keep the best `ef` in linear time, then sort those
             if all.len() > ef {
                 all.select_nth_unstable_by(ef, |a, b| b.1.total_cmp(&a.1));

@@ -86,8 +86,9 @@ fn no_vector_exact_timing_when_hnsw_ran() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     // enough rows that the planner walks the graph (docs/query.md: exact
-    // below 2,048 eligible rows or eligible^2 < 12 x ef x graph)
-    let records: Vec<RecordInput> = (0..4000)
+    // below 2,048 eligible rows or eligible^2 < 24 x ef x graph, and ef is
+    // at least 256: every row eligible, so more than 24 x 256 rows)
+    let records: Vec<RecordInput> = (0..8000)
         .map(|i| {
             let a = i as f64 * 0.013;
             rec("t", &format!("v{i}"), json!({"v": [a.sin(), a.cos(), (a * 0.7).sin(), (a * 1.3).cos()]}))

@@ -181,16 +181,148 @@ struct Writer {
     filled: usize,
 }
 
+/// One slot's 8-bit code (scalar quantisation, SQ8): `dim` signed bytes
+/// `c` with `v ≈ scale · c`, scaled per vector so the largest component
+/// maps to ±127. Graph walks and exact scans read the codes (a quarter of
+/// the vector's bytes) and re-rank their best candidates with the vector.
+#[derive(Clone, Copy)]
+pub struct Code {
+    bytes: *const i8,
+    /// `v ≈ scale · c`; every component's rounding error is at most `scale / 2`.
+    pub scale: f32,
+    /// `‖scale · c‖²`.
+    pub sqnorm: f32,
+    /// `‖scale · c‖₁`.
+    pub l1: f32,
+}
+
+// SAFETY: the bytes are owned by the arena's code blocks, written before
+// the code is published and never after, nor freed before the arena.
+unsafe impl Send for Code {}
+unsafe impl Sync for Code {}
+
+/// A cache line of code bytes: every code starts on a line of its own.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct CodeLine([i8; 64]);
+
+/// Code blocks and how much of the last one is used.
+struct Coder {
+    blocks: Vec<Box<[CodeLine]>>,
+    filled: usize,
+}
+
 /// The prepared vectors of one column, by slot.
 pub struct VectorArena {
     dim: usize,
     slots: Paged<Slot>,
     writer: Mutex<Writer>,
+    /// The codes of the first `codes.len()` slots; slots past it (vectors
+    /// mapped from a checkpoint and not yet encoded) are read as vectors.
+    codes: Paged<Code>,
+    coder: Mutex<Coder>,
+}
+
+/// Quantises `v` into `out` (its length); returns the code's scale,
+/// squared norm and L1 norm.
+pub fn encode(v: &[f32], out: &mut [i8]) -> (f32, f32, f32) {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if !(max > 0.0 && max.is_finite()) {
+        out.fill(0);
+        return (0.0, 0.0, 0.0);
+    }
+    let scale = max / 127.0;
+    let inv = 127.0 / max;
+    let (mut sq, mut l1) = (0i64, 0i64);
+    for (c, x) in out.iter_mut().zip(v) {
+        let q = (x * inv).round().clamp(-127.0, 127.0) as i8;
+        *c = q;
+        sq += i64::from(q) * i64::from(q);
+        l1 += i64::from(q).abs();
+    }
+    (scale, scale * scale * sq as f32, scale * l1 as f32)
 }
 
 impl VectorArena {
     pub fn new(dim: usize) -> VectorArena {
-        VectorArena { dim, slots: Paged::default(), writer: Mutex::new(Writer { owners: Vec::new(), filled: 0 }) }
+        VectorArena {
+            dim,
+            slots: Paged::default(),
+            writer: Mutex::new(Writer { owners: Vec::new(), filled: 0 }),
+            codes: Paged::default(),
+            coder: Mutex::new(Coder { blocks: Vec::new(), filled: 0 }),
+        }
+    }
+
+    /// Cache lines per code.
+    fn code_lines(&self) -> usize {
+        self.dim.div_ceil(64).max(1)
+    }
+
+    /// The code of `slot`, once it has one.
+    #[inline]
+    pub fn code(&self, slot: u32) -> Option<(&[i8], &Code)> {
+        let c = self.codes.get(slot as usize)?;
+        // SAFETY: `bytes` points at `dim` code bytes kept alive by the
+        // coder's blocks and never written after the code was published.
+        Some((unsafe { std::slice::from_raw_parts(c.bytes, self.dim) }, c))
+    }
+
+    /// Asks the CPU to start loading `slot`'s code entry (scale and where
+    /// its bytes are).
+    #[inline]
+    pub fn prefetch_code(&self, slot: u32) {
+        self.codes.prefetch(slot as usize);
+    }
+
+    /// Slots that have a code.
+    pub fn coded(&self) -> usize {
+        self.codes.len()
+    }
+
+    /// Encodes the slots that have no code yet, on all cores, and
+    /// publishes their codes in slot order. Cheap when there are none.
+    pub fn encode_pending(&self) {
+        use rayon::prelude::*;
+        let mut coder = self.coder.lock();
+        let (from, to) = (self.codes.len(), self.slots.len());
+        if from >= to {
+            return;
+        }
+        struct Out(*mut i8);
+        // SAFETY: each slot's code space is its own (unpublished) part of a
+        // block, written by exactly one task.
+        unsafe impl Send for Out {}
+        unsafe impl Sync for Out {}
+        let lines = self.code_lines();
+        let pending: Vec<(u32, Out)> =
+            (from..to).map(|slot| (slot as u32, Out(self.code_space(&mut coder, lines)))).collect();
+        let meta: Vec<(f32, f32, f32)> = pending
+            .par_iter()
+            .with_min_len(256)
+            .map(|(slot, out)| {
+                let v = self.vector(*slot).expect("the slot is published");
+                // SAFETY: `out` is `lines * 64 >= dim` bytes of this slot's
+                // code space, written by this task only.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(out.0, self.dim) };
+                encode(v, bytes)
+            })
+            .collect();
+        for ((_, out), (scale, sqnorm, l1)) in pending.into_iter().zip(meta) {
+            self.codes.push(Code { bytes: out.0.cast_const(), scale, sqnorm, l1 });
+        }
+    }
+
+    /// Space for the next code: `lines` cache lines of the current block.
+    fn code_space(&self, coder: &mut Coder, lines: usize) -> *mut i8 {
+        if coder.blocks.is_empty() || coder.filled == BLOCK_VECTORS {
+            coder.blocks.push(vec![CodeLine([0; 64]); BLOCK_VECTORS * lines].into_boxed_slice());
+            coder.filled = 0;
+        }
+        let at = coder.filled * lines;
+        coder.filled += 1;
+        let block = coder.blocks.last_mut().expect("a block was just ensured");
+        block[at..at + lines].as_mut_ptr().cast::<i8>()
     }
 
     pub fn dim(&self) -> usize {
@@ -248,7 +380,21 @@ impl VectorArena {
             std::ptr::copy_nonoverlapping(v.as_ptr(), target, self.dim);
             target.cast_const()
         };
-        self.slots.push(Slot { vector, row }) as u32
+        let slot = self.slots.push(Slot { vector, row }) as u32;
+        drop(w);
+        // the new vector is in cache now: encode it unless older slots
+        // (mapped from a checkpoint) still wait for `encode_pending`
+        if self.codes.len() == slot as usize {
+            let mut coder = self.coder.lock();
+            if self.codes.len() == slot as usize {
+                let out = self.code_space(&mut coder, self.code_lines());
+                // SAFETY: `out` is this slot's unpublished code space.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(out, self.dim) };
+                let (scale, sqnorm, l1) = encode(v, bytes);
+                self.codes.push(Code { bytes: out.cast_const(), scale, sqnorm, l1 });
+            }
+        }
+        slot
     }
 
     /// Publishes `count` vectors stored back to back at `offset` bytes into
@@ -273,7 +419,10 @@ impl VectorArena {
     /// Bytes of vectors held on the heap.
     pub fn heap_bytes(&self) -> usize {
         let w = self.writer.lock();
-        w.owners.iter().map(|o| if let Owner::Heap(b) = o { b.len * 4 } else { 0 }).sum()
+        let vectors: usize = w.owners.iter().map(|o| if let Owner::Heap(b) = o { b.len * 4 } else { 0 }).sum();
+        let coder = self.coder.lock();
+        let codes = coder.blocks.iter().map(|b| b.len() * 64).sum::<usize>() + self.codes.len() * size_of::<Code>();
+        vectors + codes
     }
 }
 

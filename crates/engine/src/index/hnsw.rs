@@ -23,6 +23,7 @@ use rayon::prelude::*;
 
 use super::arena::{Paged, VectorArena};
 use super::prefetch::prefetch;
+use super::quant::{point, CodedQuery, Point};
 use super::vector::{dot, l2_squared};
 use crate::schema::Metric;
 
@@ -213,10 +214,11 @@ impl Hnsw {
         nodes * std::mem::size_of::<Node>() + upper
     }
 
+    /// The distance from `query` to `id`, through its code when it has one.
     #[inline]
-    fn dist_to(&self, query: &[f32], id: u32) -> f32 {
-        match self.arena.vector(id) {
-            Some(v) => distance(self.metric, query, v),
+    fn dist_to(&self, query: &CodedQuery<'_>, id: u32) -> f32 {
+        match point(&self.arena, id) {
+            Some(p) => query.distance(p),
             None => f32::INFINITY,
         }
     }
@@ -266,6 +268,7 @@ impl Hnsw {
                 }
             }
         };
+        let query = &CodedQuery::new(self.metric, query);
         let mut nearest = Near { dist: self.dist_to(query, top), id: top };
         let mut buf = Vec::with_capacity(M0);
         for layer in (node.level.saturating_add(1)..=top_level).rev() {
@@ -315,6 +318,7 @@ impl Hnsw {
             return;
         }
         let Some(base) = self.arena.vector(id) else { return };
+        let base = &CodedQuery::brief(self.metric, base);
         let mut candidates: Vec<Near> =
             buf.iter().chain([&new]).map(|&n| Near { dist: self.dist_to(base, n), id: n }).collect();
         candidates.sort_unstable();
@@ -335,6 +339,7 @@ impl Hnsw {
                 break;
             }
             let Some(cv) = self.arena.vector(c.id) else { continue };
+            let cv = &CodedQuery::brief(self.metric, cv);
             if kept.iter().all(|k| self.dist_to(cv, k.id) > c.dist) {
                 kept.push(*c);
             }
@@ -344,7 +349,7 @@ impl Hnsw {
 
     /// Moves to nearer nodes at `layer` until none of the current node's
     /// links is nearer.
-    fn greedy(&self, query: &[f32], mut nearest: Near, layer: u8, buf: &mut Vec<u32>) -> Near {
+    fn greedy(&self, query: &CodedQuery<'_>, mut nearest: Near, layer: u8, buf: &mut Vec<u32>) -> Near {
         loop {
             let Some(node) = self.nodes.get(nearest.id as usize) else { return nearest };
             node.neighbours(layer, buf);
@@ -367,7 +372,7 @@ impl Hnsw {
     #[allow(clippy::too_many_arguments)]
     fn search_layer(
         &self,
-        query: &[f32],
+        query: &CodedQuery<'_>,
         entries: &[Near],
         ef: usize,
         layer: u8,
@@ -391,7 +396,7 @@ impl Hnsw {
             found.pop();
         }
         let mut bound = found.peek().map_or(f32::INFINITY, |f| f.dist);
-        let mut fresh: Vec<(u32, &[f32])> = Vec::with_capacity(M0);
+        let mut fresh: Vec<(u32, Point<'_>)> = Vec::with_capacity(M0);
         while let Some(Reverse(c)) = candidates.pop() {
             if c.dist > bound && found.len() >= ef {
                 break;
@@ -402,31 +407,31 @@ impl Hnsw {
                 self.nodes.prefetch(next.id as usize);
             }
             node.neighbours(layer, buf);
-            // The vectors are scattered over the arena, so a walk waits on
+            // The codes are scattered over the arena, so a walk waits on
             // memory: ask for the first line of every unvisited neighbour's
-            // vector before scoring any, and for the whole of the next one
+            // code before scoring any, and for the whole of the next one
             // while scoring each, so the loads overlap instead of queueing
             // (hnswlib prefetches the same way). Asking for every line of
             // every neighbour at once measured slower: the CPU's fill
             // buffers stall the prefetches.
             fresh.clear();
             for &n in buf.iter() {
-                self.arena.prefetch_slot(n);
+                self.arena.prefetch_code(n);
                 visited.prefetch(n);
             }
             for &n in buf.iter() {
                 if visited.first_visit(n) {
-                    if let Some(v) = self.arena.vector(n) {
-                        prefetch(&v[..v.len().min(16)]);
-                        fresh.push((n, v));
+                    if let Some(p) = point(&self.arena, n) {
+                        p.prefetch_first();
+                        fresh.push((n, p));
                     }
                 }
             }
-            for (i, &(n, v)) in fresh.iter().enumerate() {
+            for (i, &(n, p)) in fresh.iter().enumerate() {
                 if let Some((_, next)) = fresh.get(i + 1) {
-                    prefetch(next);
+                    next.prefetch_all();
                 }
-                let d = distance(self.metric, query, v);
+                let d = query.distance(p);
                 if found.len() < ef || d < bound {
                     candidates.push(Reverse(Near { dist: d, id: n }));
                     if accepted(n) {
@@ -444,8 +449,9 @@ impl Hnsw {
 
     /// The `k` nearest linked nodes whose slot `accept` takes, nearest
     /// first, as (slot, distance); `ef` candidates are kept during the walk.
-    pub fn search(&self, query: &[f32], k: usize, ef: usize, accept: &dyn Fn(u32) -> bool) -> Vec<(u32, f32)> {
+    pub fn search(&self, vector: &[f32], k: usize, ef: usize, accept: &dyn Fn(u32) -> bool) -> Vec<(u32, f32)> {
         let Some((top, top_level)) = *self.entry.read() else { return Vec::new() };
+        let query = &CodedQuery::new(self.metric, vector);
         let mut buf = Vec::with_capacity(M0);
         let mut nearest = Near { dist: self.dist_to(query, top), id: top };
         for layer in (1..=top_level).rev() {
@@ -456,7 +462,18 @@ impl Hnsw {
         let found = VISITED.with_borrow_mut(|visited| {
             self.search_layer(query, &[nearest], ef.max(k), 0, Some(&accept), visited, &mut buf)
         });
-        found.into_sorted_vec().into_iter().take(k).map(|n| (n.id, n.dist)).collect()
+        // the walk compared codes: score what it found with the vectors
+        let mut found = found.into_vec();
+        for i in 0..found.len() {
+            if let Some(ahead) = found.get(i + 4).and_then(|n| self.arena.vector(n.id)) {
+                prefetch(ahead);
+            }
+            if let Some(v) = self.arena.vector(found[i].id) {
+                found[i].dist = distance(self.metric, vector, v);
+            }
+        }
+        found.sort_unstable();
+        found.into_iter().take(k).map(|n| (n.id, n.dist)).collect()
     }
 
     /// Writes the graph's links (not its vectors, which are the arena's):

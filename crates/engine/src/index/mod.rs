@@ -7,5 +7,6 @@
 pub mod arena;
 pub mod hnsw;
 pub mod prefetch;
+pub mod quant;
 pub mod text;
 pub mod vector;

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::arena::VectorArena;
 use super::hnsw::{self, Hnsw};
+use super::quant::{point, CodedQuery};
 use crate::error::{Error, Result};
 use crate::schema::Metric;
 
@@ -92,6 +93,110 @@ fn l2_squared_avx2(a: &[f32], b: &[f32]) -> f32 {
     l2_squared_lanes(a, b)
 }
 
+#[inline(always)]
+fn dot_q8f_lanes(q: &[f32], c: &[i8]) -> f32 {
+    let n = q.len().min(c.len());
+    let (xs, ys) = (q[..n].chunks_exact(LANES), c[..n].chunks_exact(LANES));
+    let tail: f32 = xs.remainder().iter().zip(ys.remainder()).map(|(x, y)| x * f32::from(*y)).sum();
+    let mut acc = [0f32; LANES];
+    for (x, y) in xs.zip(ys) {
+        for i in 0..LANES {
+            acc[i] += x[i] * f32::from(y[i]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_q8f_avx2(q: &[f32], c: &[i8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(c.len());
+    let whole = n - n % 32;
+    let (pq, pc) = (q.as_ptr(), c.as_ptr());
+    // SAFETY: every load reads 8 floats or 8 bytes at an offset below
+    // `whole`, so inside both slices; unaligned loads need no alignment.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < whole {
+            for (j, lane) in acc.iter_mut().enumerate() {
+                let bytes = _mm_loadl_epi64(pc.add(i + 8 * j).cast::<__m128i>());
+                let y = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                let x = _mm256_loadu_ps(pq.add(i + 8 * j));
+                *lane = _mm256_fmadd_ps(x, y, *lane);
+            }
+            i += 32;
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+        lanes.iter().sum::<f32>() + dot_q8f_lanes(&q[whole..n], &c[whole..n])
+    }
+}
+
+/// `q · c` of a float query and an 8-bit code (for a query used a few
+/// times, where rounding it to 16 bits first would cost more than it saves).
+pub(crate) fn dot_q8f(q: &[f32], c: &[i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if kernel() {
+        // SAFETY: as in `dot`.
+        return unsafe { dot_q8f_avx2(q, c) };
+    }
+    dot_q8f_lanes(q, c)
+}
+
+#[inline(always)]
+fn dot_q8_lanes(q: &[i16], c: &[i8]) -> i64 {
+    let n = q.len().min(c.len());
+    let (xs, ys) = (q[..n].chunks_exact(LANES), c[..n].chunks_exact(LANES));
+    let tail: i64 = xs.remainder().iter().zip(ys.remainder()).map(|(x, y)| i64::from(*x) * i64::from(*y)).sum();
+    let mut acc = [0i32; LANES];
+    for (x, y) in xs.zip(ys) {
+        for i in 0..LANES {
+            acc[i] += i32::from(x[i]) * i32::from(y[i]);
+        }
+    }
+    acc.iter().map(|a| i64::from(*a)).sum::<i64>() + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dot_q8_avx2(q: &[i16], c: &[i8]) -> i64 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(c.len());
+    let whole = n - n % 32;
+    let (pq, pc) = (q.as_ptr(), c.as_ptr());
+    // SAFETY: every load reads 16 values at an offset below `whole`, so
+    // inside both slices; unaligned loads need no alignment.
+    unsafe {
+        let mut acc = [_mm256_setzero_si256(); 2];
+        let mut i = 0;
+        while i < whole {
+            for (j, lane) in acc.iter_mut().enumerate() {
+                let codes = _mm256_cvtepi8_epi16(_mm_loadu_si128(pc.add(i + 16 * j).cast::<__m128i>()));
+                let query = _mm256_loadu_si256(pq.add(i + 16 * j).cast::<__m256i>());
+                *lane = _mm256_add_epi32(*lane, _mm256_madd_epi16(codes, query));
+            }
+            i += 32;
+        }
+        let mut lanes = [0i32; 8];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), _mm256_add_epi32(acc[0], acc[1]));
+        lanes.iter().map(|l| i64::from(*l)).sum::<i64>() + dot_q8_lanes(&q[whole..n], &c[whole..n])
+    }
+}
+
+/// `q · c` of a query quantised to 16 bits (at most ±16,383, so no lane's
+/// sum of up to 4,096 / 16 products overflows 32 bits) and an 8-bit code.
+pub(crate) fn dot_q8(q: &[i16], c: &[i8]) -> i64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { dot_q8_avx2(q, c) };
+    }
+    dot_q8_lanes(q, c)
+}
+
 /// Whether the AVX2 (with FMA) builds of the kernels may run here (the check is cached
 /// by std after the first call).
 #[inline(always)]
@@ -145,6 +250,66 @@ pub fn similarity_from_distance(metric: Metric, distance: f32) -> f32 {
 /// value for the same pair (both go through [`hnsw::distance`]).
 pub fn similarity(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
     similarity_from_distance(metric, hnsw::distance(metric, a, b))
+}
+
+/// Rows ahead whose code or vector an exact scan asks for while scoring
+/// one: the eligible rows' slots are spread over the arena.
+const SCAN_AHEAD: usize = 8;
+
+/// Exact similarities of at least the `keep` best of `scan`'s (row, slot)
+/// pairs, and of every row whose code could not rule it out: the rows are
+/// first scored through their 8-bit codes with a bound on each score's
+/// error ([`CodedQuery::error`]); a row whose best possible distance is
+/// worse than the `keep`-th best worst possible one cannot be among the
+/// best `keep`, and the others are scored with their vectors. So the
+/// result holds the same best `keep` rows (and scores) as scoring every
+/// row with its vector, while reading a quarter of the bytes for most.
+pub fn exact_top(
+    arena: &VectorArena,
+    metric: Metric,
+    query: &[f32],
+    scan: &[(u32, u32)],
+    keep: usize,
+) -> Vec<(u32, f32)> {
+    let score = |rows: &mut dyn Iterator<Item = (u32, u32)>, out: &mut Vec<(u32, f32)>| {
+        let mut rows = rows.peekable();
+        while let Some((row, slot)) = rows.next() {
+            if let Some(ahead) = rows.peek().and_then(|(_, s)| arena.vector(*s)) {
+                super::prefetch::prefetch(ahead);
+            }
+            if let Some(v) = arena.vector(slot) {
+                out.push((row, similarity(metric, query, v)));
+            }
+        }
+    };
+    let mut hits = Vec::new();
+    if scan.len() <= keep || keep == 0 {
+        score(&mut scan.iter().copied(), &mut hits);
+        return hits;
+    }
+    let coded = CodedQuery::new(metric, query);
+    // (lowest, highest) possible distance of each row
+    let bound_rows = |rows: &[(u32, u32)], out: &mut [(f32, f32)]| {
+        for (i, (&(_, slot), bound)) in rows.iter().zip(out.iter_mut()).enumerate() {
+            if let Some(ahead) = rows.get(i + SCAN_AHEAD).and_then(|(_, s)| point(arena, *s)) {
+                ahead.prefetch_all();
+            }
+            *bound = match point(arena, slot) {
+                Some(p) => {
+                    let (d, e) = (coded.distance(p), coded.error(p));
+                    (d - e, d + e)
+                }
+                None => (f32::INFINITY, f32::INFINITY),
+            };
+        }
+    };
+    let mut bounds = vec![(0f32, 0f32); scan.len()];
+    bound_rows(scan, &mut bounds);
+    let mut highest: Vec<f32> = bounds.iter().map(|b| b.1).collect();
+    let threshold = *highest.select_nth_unstable_by(keep - 1, f32::total_cmp).1;
+    let mut candidates = scan.iter().zip(&bounds).filter(|(_, b)| b.0 <= threshold).map(|(r, _)| *r);
+    score(&mut candidates, &mut hits);
+    hits
 }
 
 pub struct VectorIndex {
@@ -327,6 +492,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_coded_scan_keeps_exactly_the_best_rows_of_a_full_scan() {
+        use rand::{Rng, SeedableRng};
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            for dim in [2usize, 17, 64, 384] {
+                let arena = VectorArena::new(dim);
+                let centre: Vec<f32> = (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let mut scan = Vec::new();
+                for row in 0..3000u32 {
+                    // near copies of one point (scores within the codes'
+                    // error of each other) and exact duplicates (ties)
+                    let v: Vec<f32> = if row % 10 == 0 {
+                        centre.clone()
+                    } else {
+                        centre.iter().map(|x| x + rng.gen_range(-0.05..0.05)).collect()
+                    };
+                    scan.push((row * 3, arena.push(row * 3, &prepare(metric, v))));
+                }
+                let query = prepare(metric, centre.iter().map(|x| x + rng.gen_range(-0.02..0.02)).collect());
+                let mut all: Vec<(u32, f32)> = scan
+                    .iter()
+                    .map(|&(row, slot)| (row, similarity(metric, &query, arena.vector(slot).unwrap())))
+                    .collect();
+                all.sort_by(order);
+                for keep in [1usize, 11, 321, 2999, 3000, 5000] {
+                    let mut got = exact_top(&arena, metric, &query, &scan, keep);
+                    assert!(got.len() >= keep.min(scan.len()));
+                    got.sort_by(order);
+                    got.truncate(keep);
+                    assert_eq!(got, all[..keep.min(all.len())], "{metric:?} dim {dim} keep {keep}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn simd_kernels_agree_with_the_plain_sums_at_every_remainder() {
         for len in 0..70 {
             let a: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -341,6 +543,23 @@ mod tests {
         }
         // mismatched lengths use the common prefix, never read past either
         assert_eq!(dot(&[1.0, 2.0, 3.0], &[1.0]), 1.0);
+    }
+
+    #[test]
+    fn the_integer_kernel_is_exact_at_every_remainder_and_at_the_extremes() {
+        for len in (0..70).chain([4096]) {
+            let q: Vec<i16> = (0..len).map(|i| ((i as f32 * 0.37).sin() * 16_383.0) as i16).collect();
+            let c: Vec<i8> = (0..len).map(|i| ((i as f32 * 0.11).cos() * 127.0) as i8).collect();
+            let plain: i64 = q.iter().zip(&c).map(|(x, y)| i64::from(*x) * i64::from(*y)).sum();
+            assert_eq!(dot_q8(&q, &c), plain, "len {len}");
+            assert_eq!(dot_q8_lanes(&q, &c), plain, "len {len}");
+            let qf: Vec<f32> = q.iter().map(|x| f32::from(*x)).collect();
+            let float = dot_q8f(&qf, &c);
+            assert!((f64::from(float) - plain as f64).abs() <= 1e-5 * (plain as f64).abs().max(1e4), "len {len}");
+        }
+        // the largest sum a 4,096-d query and code can give does not overflow
+        let (q, c) = (vec![16_383i16; 4096], vec![-127i8; 4096]);
+        assert_eq!(dot_q8(&q, &c), -16_383 * 127 * 4096);
     }
 
     #[test]

@@ -33,15 +33,21 @@ pub const MAX_TOP_K: i64 = 1000;
 pub const MAX_BUDGET: i64 = 10_000;
 /// Eligible sets up to this size are always scored exactly instead of through HNSW.
 pub const EXACT_THRESHOLD: u64 = 2048;
-/// An exact scan costs about 0.13 to 0.5 µs per eligible row (384-d; it is
-/// memory-bound), a filtered HNSW search about 3.5 ms at `ef` 320 over
-/// 100,000 vectors, growing with `ef`, slowly with the graph, and inversely
-/// with the share of the graph the filter accepts (it walks past rejected
-/// rows). The two cross near `eligible² ≈ 12 × ef × graph size`: 7 on the
-/// clustered vectors of `cargo run --release --example vecprobe -p
-/// braid-engine`, above 24 on bench/hybrid.mjs's text-derived vectors, whose
-/// graph walks are longer.
-pub const HNSW_EXACT_RATIO: u64 = 12;
+/// An exact scan reads each eligible row's 8-bit code and then the vectors
+/// of the few rows the codes cannot rule out: about 40-80 ns per eligible
+/// row (384-d; it is memory-bound), half what scoring every row's f32
+/// vector cost. A filtered HNSW search costs about 0.6-2.6 ms at `ef` 320
+/// over 100,000 vectors, growing with `ef`, slowly with the graph, and
+/// inversely with the share of the graph the filter accepts (it walks past
+/// rejected rows). The two cross near `eligible² ≈ R × ef × graph size`,
+/// with R the ratio of a walk step's cost to a scanned row's: about 12 on
+/// the clustered vectors of `cargo run --release --example vecprobe -p
+/// braid-engine`, above 20 on bench/hybrid.mjs's text-derived vectors,
+/// whose graph walks are longer (`cargo run --release --example scanprobe
+/// -p braid-engine`: 2.0 ms for a 25,000-row tenant, where the walk at
+/// `ef` 320 took 2.6 ms and found 92% of the true top 10). Halving the
+/// scan's cost per row doubled R, from 12 before the codes.
+pub const HNSW_EXACT_RATIO: u64 = 24;
 /// The smallest `ef` a vector search uses.
 pub const MIN_EF: usize = 256;
 

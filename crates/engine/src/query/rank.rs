@@ -22,7 +22,6 @@ use roaring::RoaringBitmap;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::index::prefetch;
 use crate::index::text::{self, QueryStats, TextSearch};
 use crate::index::vector::{self, VectorIndex};
 use crate::query::explain::Explain;
@@ -273,9 +272,6 @@ fn text_overlay(
     TextPrep { hits, stats, columns, build_ms: ms(t) }
 }
 
-/// How many rows ahead the exact scan asks for a vector.
-const PREFETCH_AHEAD: usize = 4;
-
 /// Exact vector scores: of every eligible row when that is cheaper than
 /// HNSW (or the graph lags behind), else of the overlay only, with HNSW to
 /// search the rest after the lock.
@@ -291,7 +287,6 @@ fn vector_exact(
     ex: &mut Explain,
 ) -> VectorPrep {
     let t = Instant::now();
-    let mut hits = Vec::new();
     let mut with_vec = eligible & &vc.rows;
     ex.missing_feature_count = eligible.len() - with_vec.len();
     if plan.freshness != Freshness::Latest {
@@ -304,20 +299,14 @@ fn vector_exact(
     // vectors in row order
     let rows: Box<dyn Iterator<Item = u32>> =
         if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(marks.vector..)) };
-    let scan: Vec<(u32, &[f32])> = rows.filter_map(|row| Some((row, vc.data.get(row)?))).collect();
-    hits.reserve(scan.len());
-    for (i, &(row_id, v)) in scan.iter().enumerate() {
-        // the eligible rows' vectors are spread over the arena: ask for one
-        // a few rows ahead while scoring this one, so the scan streams
-        if let Some((_, ahead)) = scan.get(i + PREFETCH_AHEAD) {
-            prefetch::prefetch(ahead);
-        }
-        hits.push((row_id, vector::similarity(metric, query, v)));
-        if row_id >= marks.vector {
-            *overlay_rows.entry(row_id).or_default() += 1;
-            ex.dirty_feature_count += 1;
-            ex.hot_overlay_searched = true;
-        }
+    let scan: Vec<(u32, u32)> = rows.filter_map(|row| Some((row, vc.data.slot(row)?))).collect();
+    // the best budget + 1 rows, exactly (one more tells the budget was
+    // filled), and any rows their codes could not rule out
+    let hits = vector::exact_top(vc.data.arena_ref(), metric, query, &scan, plan.budget + 1);
+    for &(row_id, _) in scan.iter().filter(|(row, _)| *row >= marks.vector) {
+        *overlay_rows.entry(row_id).or_default() += 1;
+        ex.dirty_feature_count += 1;
+        ex.hot_overlay_searched = true;
     }
     let hnsw = if exact {
         ex.exact_fallback_triggered = true;

@@ -198,6 +198,14 @@ fn run_indexer(
                 });
             }
         }
+        // vectors mapped from a checkpoint get their 8-bit codes here, off
+        // the commit path (vectors written since the start get them as
+        // they are stored); walks and scans read vectors until then
+        let arenas: Vec<_> =
+            state.read().tables.values().flat_map(|t| t.vectors.values()).map(|vc| vc.data.arena()).collect();
+        for arena in arenas {
+            arena.encode_pending();
+        }
         let stopping = shared.stop.load(Ordering::Acquire);
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);

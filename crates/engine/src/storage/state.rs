@@ -349,8 +349,18 @@ impl VectorStore {
     }
 
     pub fn get(&self, row: u32) -> Option<&[f32]> {
-        let slot = self.slot_of.get(row.checked_sub(self.slot_base)? as usize)?.checked_sub(1)?;
-        self.arena.vector(slot)
+        self.arena.vector(self.slot(row)?)
+    }
+
+    /// The arena slot of `row`'s vector.
+    #[inline]
+    pub fn slot(&self, row: u32) -> Option<u32> {
+        self.slot_of.get(row.checked_sub(self.slot_base)? as usize)?.checked_sub(1)
+    }
+
+    /// The column's arena, borrowed.
+    pub fn arena_ref(&self) -> &VectorArena {
+        &self.arena
     }
 
     /// Vectors stored.
