@@ -181,55 +181,79 @@ struct Writer {
     filled: usize,
 }
 
-/// One slot's 8-bit code (scalar quantisation, SQ8): `dim` signed bytes
-/// `c` with `v ≈ scale · c`, scaled per vector so the largest component
-/// maps to ±127. Graph walks and exact scans read the codes (a quarter of
-/// the vector's bytes) and re-rank their best candidates with the vector.
-#[derive(Clone, Copy)]
+/// The header of one slot's 8-bit code (scalar quantisation, SQ8): the
+/// code is `dim` signed bytes `c` with `v ≈ scale · c`, scaled per vector
+/// so the largest component maps to ±127, stored right after this header.
+/// Graph walks and exact scans read codes (about a quarter of the vector's
+/// bytes) and re-score their best candidates with the vectors.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
 pub struct Code {
-    bytes: *const i8,
     /// `v ≈ scale · c`; every component's rounding error is at most `scale / 2`.
     pub scale: f32,
     /// `‖scale · c‖²`.
     pub sqnorm: f32,
     /// `‖scale · c‖₁`.
     pub l1: f32,
+    _pad: f32,
 }
 
-// SAFETY: the bytes are owned by the arena's code blocks, written before
-// the code is published and never after, nor freed before the arena.
-unsafe impl Send for Code {}
-unsafe impl Sync for Code {}
+/// Bytes of a [`Code`] header in front of the code bytes.
+const CODE_HEADER: usize = std::mem::size_of::<Code>();
 
-/// A cache line of code bytes: every code starts on a line of its own.
+/// A cache line of codes: every code starts on a line of its own.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct CodeLine([i8; 64]);
+struct CodeLine([u8; 64]);
 
-/// Code blocks and how much of the last one is used.
-struct Coder {
-    blocks: Vec<Box<[CodeLine]>>,
-    filled: usize,
+/// `BLOCK_VECTORS` codes (headers and bytes), a fixed number of lines
+/// each, so a slot's code is found by arithmetic (no table to read first:
+/// a walk can ask for a neighbour's code before knowing anything about it).
+struct CodeBlock {
+    base: *mut CodeLine,
+    len: usize,
 }
+
+impl CodeBlock {
+    fn new(len: usize) -> CodeBlock {
+        CodeBlock { base: Box::into_raw(vec![CodeLine([0; 64]); len].into_boxed_slice()).cast::<CodeLine>(), len }
+    }
+}
+
+impl Drop for CodeBlock {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` as a boxed slice of `len` lines.
+        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.base, self.len))) }
+    }
+}
+
+// SAFETY: a code is written once, by the one encoder holding the coder
+// lock, before `coded` is released past it, and only read after.
+unsafe impl Send for CodeBlock {}
+unsafe impl Sync for CodeBlock {}
 
 /// The prepared vectors of one column, by slot.
 pub struct VectorArena {
     dim: usize,
     slots: Paged<Slot>,
     writer: Mutex<Writer>,
-    /// The codes of the first `codes.len()` slots; slots past it (vectors
-    /// mapped from a checkpoint and not yet encoded) are read as vectors.
-    codes: Paged<Code>,
-    coder: Mutex<Coder>,
+    /// Code blocks by `slot / BLOCK_VECTORS`.
+    code_blocks: Paged<CodeBlock>,
+    /// Cache lines per code (header and bytes).
+    code_lines: usize,
+    /// Slots below this have their code; slots past it (vectors mapped
+    /// from a checkpoint and not yet encoded) are read as vectors.
+    coded: AtomicUsize,
+    /// Held by whoever encodes.
+    coder: Mutex<()>,
 }
 
-/// Quantises `v` into `out` (its length); returns the code's scale,
-/// squared norm and L1 norm.
-pub fn encode(v: &[f32], out: &mut [i8]) -> (f32, f32, f32) {
+/// Quantises `v` into `out` (its length); returns the code's header.
+pub fn encode(v: &[f32], out: &mut [i8]) -> Code {
     let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
     if !(max > 0.0 && max.is_finite()) {
         out.fill(0);
-        return (0.0, 0.0, 0.0);
+        return Code::default();
     }
     let scale = max / 127.0;
     let inv = 127.0 / max;
@@ -240,7 +264,7 @@ pub fn encode(v: &[f32], out: &mut [i8]) -> (f32, f32, f32) {
         sq += i64::from(q) * i64::from(q);
         l1 += i64::from(q).abs();
     }
-    (scale, scale * scale * sq as f32, scale * l1 as f32)
+    Code { scale, sqnorm: scale * scale * sq as f32, l1: scale * l1 as f32, _pad: 0.0 }
 }
 
 impl VectorArena {
@@ -249,80 +273,90 @@ impl VectorArena {
             dim,
             slots: Paged::default(),
             writer: Mutex::new(Writer { owners: Vec::new(), filled: 0 }),
-            codes: Paged::default(),
-            coder: Mutex::new(Coder { blocks: Vec::new(), filled: 0 }),
+            code_blocks: Paged::default(),
+            code_lines: (CODE_HEADER + dim).div_ceil(64),
+            coded: AtomicUsize::new(0),
+            coder: Mutex::new(()),
         }
     }
 
-    /// Cache lines per code.
-    fn code_lines(&self) -> usize {
-        self.dim.div_ceil(64).max(1)
+    /// Where `slot`'s code (header, then bytes) is or will be, if its
+    /// block exists.
+    #[inline(always)]
+    fn code_at(&self, slot: u32) -> Option<*mut u8> {
+        let slot = slot as usize;
+        let block = self.code_blocks.get(slot / BLOCK_VECTORS)?;
+        // in bounds: the block holds BLOCK_VECTORS codes of `code_lines` lines
+        Some(block.base.wrapping_add((slot % BLOCK_VECTORS) * self.code_lines).cast::<u8>())
     }
 
     /// The code of `slot`, once it has one.
-    #[inline]
+    #[inline(always)]
     pub fn code(&self, slot: u32) -> Option<(&[i8], &Code)> {
-        let c = self.codes.get(slot as usize)?;
-        // SAFETY: `bytes` points at `dim` code bytes kept alive by the
-        // coder's blocks and never written after the code was published.
-        Some((unsafe { std::slice::from_raw_parts(c.bytes, self.dim) }, c))
+        if slot as usize >= self.coded.load(Ordering::Acquire) {
+            return None;
+        }
+        let at = self.code_at(slot)?;
+        // SAFETY: the slot is coded, so its header and `dim` bytes after it
+        // were written (inside its block) before `coded` was released past
+        // it, and are never written again nor freed before the arena.
+        unsafe {
+            let header = &*at.cast::<Code>();
+            Some((std::slice::from_raw_parts(at.add(CODE_HEADER).cast::<i8>(), self.dim), header))
+        }
     }
 
-    /// Asks the CPU to start loading `slot`'s code entry (scale and where
-    /// its bytes are).
-    #[inline]
-    pub fn prefetch_code(&self, slot: u32) {
-        self.codes.prefetch(slot as usize);
+    /// Asks the CPU to start loading `slot`'s code: its first line, or all
+    /// of it (a hint; nothing happens for a slot without a code block).
+    #[inline(always)]
+    pub fn prefetch_code(&self, slot: u32, all: bool) {
+        if let Some(at) = self.code_at(slot) {
+            let lines = if all { self.code_lines } else { 1 };
+            for line in 0..lines {
+                super::prefetch::line(at.wrapping_add(line * 64));
+            }
+        }
     }
 
     /// Slots that have a code.
     pub fn coded(&self) -> usize {
-        self.codes.len()
+        self.coded.load(Ordering::Acquire)
     }
 
     /// Encodes the slots that have no code yet, on all cores, and
-    /// publishes their codes in slot order. Cheap when there are none.
+    /// publishes their codes. Cheap when there are none.
     pub fn encode_pending(&self) {
         use rayon::prelude::*;
-        let mut coder = self.coder.lock();
-        let (from, to) = (self.codes.len(), self.slots.len());
+        let _coder = self.coder.lock();
+        let (from, to) = (self.coded.load(Ordering::Acquire), self.slots.len());
         if from >= to {
             return;
         }
-        struct Out(*mut i8);
-        // SAFETY: each slot's code space is its own (unpublished) part of a
-        // block, written by exactly one task.
-        unsafe impl Send for Out {}
-        unsafe impl Sync for Out {}
-        let lines = self.code_lines();
-        let pending: Vec<(u32, Out)> =
-            (from..to).map(|slot| (slot as u32, Out(self.code_space(&mut coder, lines)))).collect();
-        let meta: Vec<(f32, f32, f32)> = pending
-            .par_iter()
-            .with_min_len(256)
-            .map(|(slot, out)| {
-                let v = self.vector(*slot).expect("the slot is published");
-                // SAFETY: `out` is `lines * 64 >= dim` bytes of this slot's
-                // code space, written by this task only.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(out.0, self.dim) };
-                encode(v, bytes)
-            })
-            .collect();
-        for ((_, out), (scale, sqnorm, l1)) in pending.into_iter().zip(meta) {
-            self.codes.push(Code { bytes: out.0.cast_const(), scale, sqnorm, l1 });
+        self.ensure_code_blocks(to);
+        (from..to).into_par_iter().with_min_len(256).for_each(|slot| self.encode_slot(slot as u32));
+        self.coded.store(to, Ordering::Release);
+    }
+
+    /// Allocates code blocks until slots below `end` have one (the caller
+    /// holds the coder lock).
+    fn ensure_code_blocks(&self, end: usize) {
+        while self.code_blocks.len() * BLOCK_VECTORS < end {
+            self.code_blocks.push(CodeBlock::new(BLOCK_VECTORS * self.code_lines));
         }
     }
 
-    /// Space for the next code: `lines` cache lines of the current block.
-    fn code_space(&self, coder: &mut Coder, lines: usize) -> *mut i8 {
-        if coder.blocks.is_empty() || coder.filled == BLOCK_VECTORS {
-            coder.blocks.push(vec![CodeLine([0; 64]); BLOCK_VECTORS * lines].into_boxed_slice());
-            coder.filled = 0;
+    /// Writes `slot`'s code (the caller holds the coder lock, the slot is
+    /// published and not yet coded, and no one else writes it).
+    fn encode_slot(&self, slot: u32) {
+        let (Some(v), Some(at)) = (self.vector(slot), self.code_at(slot)) else { return };
+        // SAFETY: `at` is this slot's unpublished code space in its block:
+        // `code_lines * 64 >= CODE_HEADER + dim` bytes that no reader sees
+        // before `coded` passes the slot, written by this caller only.
+        unsafe {
+            let bytes = std::slice::from_raw_parts_mut(at.add(CODE_HEADER).cast::<i8>(), self.dim);
+            let header = encode(v, bytes);
+            at.cast::<Code>().write(header);
         }
-        let at = coder.filled * lines;
-        coder.filled += 1;
-        let block = coder.blocks.last_mut().expect("a block was just ensured");
-        block[at..at + lines].as_mut_ptr().cast::<i8>()
     }
 
     pub fn dim(&self) -> usize {
@@ -384,14 +418,12 @@ impl VectorArena {
         drop(w);
         // the new vector is in cache now: encode it unless older slots
         // (mapped from a checkpoint) still wait for `encode_pending`
-        if self.codes.len() == slot as usize {
-            let mut coder = self.coder.lock();
-            if self.codes.len() == slot as usize {
-                let out = self.code_space(&mut coder, self.code_lines());
-                // SAFETY: `out` is this slot's unpublished code space.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(out, self.dim) };
-                let (scale, sqnorm, l1) = encode(v, bytes);
-                self.codes.push(Code { bytes: out.cast_const(), scale, sqnorm, l1 });
+        if self.coded.load(Ordering::Acquire) == slot as usize {
+            let _coder = self.coder.lock();
+            if self.coded.load(Ordering::Acquire) == slot as usize {
+                self.ensure_code_blocks(slot as usize + 1);
+                self.encode_slot(slot);
+                self.coded.store(slot as usize + 1, Ordering::Release);
             }
         }
         slot
@@ -420,9 +452,7 @@ impl VectorArena {
     pub fn heap_bytes(&self) -> usize {
         let w = self.writer.lock();
         let vectors: usize = w.owners.iter().map(|o| if let Owner::Heap(b) = o { b.len * 4 } else { 0 }).sum();
-        let coder = self.coder.lock();
-        let codes = coder.blocks.iter().map(|b| b.len() * 64).sum::<usize>() + self.codes.len() * size_of::<Code>();
-        vectors + codes
+        vectors + self.code_blocks.len() * BLOCK_VECTORS * self.code_lines * 64
     }
 }
 

@@ -416,13 +416,13 @@ impl Hnsw {
             // buffers stall the prefetches.
             fresh.clear();
             for &n in buf.iter() {
-                self.arena.prefetch_code(n);
+                self.arena.prefetch_code(n, false);
+                self.arena.prefetch_slot(n);
                 visited.prefetch(n);
             }
             for &n in buf.iter() {
                 if visited.first_visit(n) {
                     if let Some(p) = point(&self.arena, n) {
-                        p.prefetch_first();
                         fresh.push((n, p));
                     }
                 }

@@ -42,15 +42,6 @@ pub enum Point<'a> {
 }
 
 impl Point<'_> {
-    /// Asks the CPU to start loading the first line of the point's bytes.
-    #[inline(always)]
-    pub fn prefetch_first(&self) {
-        match self {
-            Point::Code(bytes, _) => line(bytes.as_ptr().cast::<u8>()),
-            Point::Vector(v) => prefetch(&v[..v.len().min(16)]),
-        }
-    }
-
     /// Asks the CPU to start loading all of the point's bytes.
     #[inline(always)]
     pub fn prefetch_all(&self) {

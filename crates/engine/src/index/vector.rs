@@ -255,6 +255,9 @@ pub fn similarity(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
 /// Rows ahead whose code or vector an exact scan asks for while scoring
 /// one: the eligible rows' slots are spread over the arena.
 const SCAN_AHEAD: usize = 8;
+/// Rows ahead whose vector the re-scoring asks for (a vector is several
+/// times a code's lines, so fewer are in flight).
+const RESCORE_AHEAD: usize = 2;
 
 /// Exact similarities of at least the `keep` best of `scan`'s (row, slot)
 /// pairs, and of every row whose code could not rule it out: the rows are
@@ -271,28 +274,28 @@ pub fn exact_top(
     scan: &[(u32, u32)],
     keep: usize,
 ) -> Vec<(u32, f32)> {
-    let score = |rows: &mut dyn Iterator<Item = (u32, u32)>, out: &mut Vec<(u32, f32)>| {
-        let mut rows = rows.peekable();
-        while let Some((row, slot)) = rows.next() {
-            if let Some(ahead) = rows.peek().and_then(|(_, s)| arena.vector(*s)) {
+    // the vectors of `rows`, a few rows ahead asked for while scoring one
+    let score = |rows: &[(u32, u32)], out: &mut Vec<(u32, f32)>| {
+        let vectors: Vec<(u32, &[f32])> = rows.iter().filter_map(|&(r, s)| Some((r, arena.vector(s)?))).collect();
+        out.reserve(vectors.len());
+        for (i, &(row, v)) in vectors.iter().enumerate() {
+            if let Some((_, ahead)) = vectors.get(i + RESCORE_AHEAD) {
                 super::prefetch::prefetch(ahead);
             }
-            if let Some(v) = arena.vector(slot) {
-                out.push((row, similarity(metric, query, v)));
-            }
+            out.push((row, similarity(metric, query, v)));
         }
     };
     let mut hits = Vec::new();
     if scan.len() <= keep || keep == 0 {
-        score(&mut scan.iter().copied(), &mut hits);
+        score(scan, &mut hits);
         return hits;
     }
     let coded = CodedQuery::new(metric, query);
     // (lowest, highest) possible distance of each row
     let bound_rows = |rows: &[(u32, u32)], out: &mut [(f32, f32)]| {
         for (i, (&(_, slot), bound)) in rows.iter().zip(out.iter_mut()).enumerate() {
-            if let Some(ahead) = rows.get(i + SCAN_AHEAD).and_then(|(_, s)| point(arena, *s)) {
-                ahead.prefetch_all();
+            if let Some((_, ahead)) = rows.get(i + SCAN_AHEAD) {
+                arena.prefetch_code(*ahead, true);
             }
             *bound = match point(arena, slot) {
                 Some(p) => {
@@ -307,8 +310,9 @@ pub fn exact_top(
     bound_rows(scan, &mut bounds);
     let mut highest: Vec<f32> = bounds.iter().map(|b| b.1).collect();
     let threshold = *highest.select_nth_unstable_by(keep - 1, f32::total_cmp).1;
-    let mut candidates = scan.iter().zip(&bounds).filter(|(_, b)| b.0 <= threshold).map(|(r, _)| *r);
-    score(&mut candidates, &mut hits);
+    let candidates: Vec<(u32, u32)> =
+        scan.iter().zip(&bounds).filter(|(_, b)| b.0 <= threshold).map(|(r, _)| *r).collect();
+    score(&candidates, &mut hits);
     hits
 }
 
