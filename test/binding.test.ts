@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BraidError, ERROR_STATUS, statusOf } from '../src/errors.js';
 import { Braid } from '../src/engine.js';
 import { loadNative, type NativeEngine } from '../src/native/index.js';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { tempDir } from './helpers.js';
 
 const TABLE = 'docs';
@@ -36,6 +36,13 @@ describe('the binding itself', () => {
   afterAll(() => {
     native.close();
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('turns transparent huge pages off for its process, as the allocator is told before it loads', () => {
+    expect(process.env.MIMALLOC_ALLOW_THP).toBe('0');
+    // Linux shows the process's THP switch here (6.x kernels; older ones lack the line)
+    const line = readFileSync('/proc/self/status', 'utf8').match(/^THP_enabled:\s+(\d+)/m);
+    if (process.platform === 'linux' && line) expect(line[1]).toBe('0');
   });
 
   it('exports the engine error table: every code with the status the service answers', () => {
