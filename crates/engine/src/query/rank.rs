@@ -272,6 +272,15 @@ fn text_overlay(
     TextPrep { hits, stats, columns, build_ms: ms(t) }
 }
 
+/// Rows (8 bytes each) whose (row, slot) list an exact vector scan keeps
+/// per thread between queries, so a scan does not fault a new one in (see
+/// `vector::exact_top`'s buffers).
+const SCAN_ROWS_KEPT: usize = 1 << 20;
+
+thread_local! {
+    static SCAN_ROWS: std::cell::RefCell<Vec<(u32, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Exact vector scores: of every eligible row when that is cheaper than
 /// HNSW (or the graph lags behind), else of the overlay only, with HNSW to
 /// search the rest after the lock.
@@ -299,15 +308,22 @@ fn vector_exact(
     // vectors in row order
     let rows: Box<dyn Iterator<Item = u32>> =
         if exact { Box::new(with_vec.iter()) } else { Box::new(with_vec.range(marks.vector..)) };
-    let scan: Vec<(u32, u32)> = rows.filter_map(|row| Some((row, vc.data.slot(row)?))).collect();
-    // the best budget + 1 rows, exactly (one more tells the budget was
-    // filled), and any rows their codes could not rule out
-    let hits = vector::exact_top(vc.data.arena_ref(), metric, query, &scan, plan.budget + 1);
-    for &(row_id, _) in scan.iter().filter(|(row, _)| *row >= marks.vector) {
-        *overlay_rows.entry(row_id).or_default() += 1;
-        ex.dirty_feature_count += 1;
-        ex.hot_overlay_searched = true;
-    }
+    let hits = SCAN_ROWS.with_borrow_mut(|scan| {
+        scan.clear();
+        scan.extend(rows.filter_map(|row| Some((row, vc.data.slot(row)?))));
+        // the best budget + 1 rows, exactly (one more tells the budget was
+        // filled), and any rows their codes could not rule out
+        let hits = vector::exact_top(vc.data.arena_ref(), metric, query, scan, plan.budget + 1);
+        for &(row_id, _) in scan.iter().filter(|(row, _)| *row >= marks.vector) {
+            *overlay_rows.entry(row_id).or_default() += 1;
+            ex.dirty_feature_count += 1;
+            ex.hot_overlay_searched = true;
+        }
+        if scan.capacity() > SCAN_ROWS_KEPT {
+            *scan = Vec::new();
+        }
+        hits
+    });
     let hnsw = if exact {
         ex.exact_fallback_triggered = true;
         None
