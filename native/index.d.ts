@@ -187,6 +187,8 @@ export declare class NativeEngine {
   faultForTest(point: string, actions: string): Promise<void>
   /** Test hook: panics inside an engine call. */
   panicForTest(): Promise<void>
+  /** Lets the indexers of an engine opened with `deferIndexing` start. */
+  startIndexing(): void
   /** Finishes queued writes and stops the engine's threads. */
   close(): void
 }
@@ -367,6 +369,8 @@ export interface OpenOptions {
   checkpointRows?: number
   /** ...or this long after the last one when anything was written (default 5 minutes). */
   checkpointIntervalMs?: number
+  /** Indexers wait for `startIndexing()` (the server calls it once it listens); default false. */
+  deferIndexing?: boolean
 }
 
 export interface PhaseTiming {

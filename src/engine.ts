@@ -167,6 +167,14 @@ export class Braid {
     return this.engine.panicForTest();
   }
 
+  /**
+   * Lets the indexers start, for an engine opened with `deferIndexing: true`
+   * (the server's, once it listens); nothing when they already run.
+   */
+  startIndexing(): void {
+    this.engine.startIndexing();
+  }
+
   /** Finishes queued writes, commits indexes and releases the data directory. */
   close(): void {
     this.engine.close();

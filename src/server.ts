@@ -26,15 +26,20 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
     checkpointBytes: config.checkpointBytes,
     checkpointRows: config.checkpointRows,
     checkpointIntervalMs: config.checkpointIntervalMs,
+    // after a crash the indexers catch up on every core; they start once the
+    // server listens, so that a restart is not slowed by them (docs/operations.md)
+    deferIndexing: true,
   });
-  const app = await buildApp({ engine, config, logger: { level: config.logLevel } });
+  let app: FastifyInstance;
   let url: string;
   try {
+    app = await buildApp({ engine, config, logger: { level: config.logLevel } });
     url = await app.listen({ host: config.host, port: config.port });
   } catch (err) {
     engine.close();
     throw err;
   }
+  engine.startIndexing();
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
     closing ??= (async () => {

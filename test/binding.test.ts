@@ -185,6 +185,52 @@ describe('the binding itself', () => {
   });
 });
 
+describe('an engine opened with indexing deferred (as the server opens it)', () => {
+  const dir = tempDir('braid-binding-deferred-');
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('answers queries completely before its indexers start, and indexes everything once they do', async () => {
+    const db = Braid.open({ dataDir: dir, deferIndexing: true, textCommitIntervalMs: 10 });
+    try {
+      const records = Array.from({ length: 50 }, (_, i) => ({
+        table: TABLE,
+        tenant_id: TENANT,
+        id: `r${i}`,
+        fields: { title: i === 7 ? 'solar wind over the sea' : `note ${i}`, v: [1, i, 0] },
+      }));
+      await db.putBatch(records);
+      // nothing is indexed yet, and a short wait says so
+      expect(await db.engine.waitIndexed(300)).toBe(false);
+      expect(db.engine.metrics().index_lag).toEqual({ text_rows: 50, vector_rows: 50 });
+      // the rows no index holds are scanned exactly
+      const before = await db.query({ table: TABLE, tenant_id: TENANT, text: 'solar wind', vector: [1, 7, 0], top_k: 3 });
+      expect(before.results[0]!.record_id).toBe('r7');
+      db.startIndexing();
+      db.startIndexing();
+      expect(await db.engine.waitIndexed(30_000)).toBe(true);
+      expect(db.engine.metrics().index_lag).toEqual({ text_rows: 0, vector_rows: 0 });
+      const after = await db.query({ table: TABLE, tenant_id: TENANT, text: 'solar wind', vector: [1, 7, 0], top_k: 3 });
+      expect(after.results.map((r) => r.record_id)).toEqual(before.results.map((r) => r.record_id));
+    } finally {
+      db.close();
+    }
+  });
+
+  it('closes without waiting for indexers that never started, and the next open indexes what they left', async () => {
+    const db = Braid.open({ dataDir: dir, deferIndexing: true });
+    await db.put({ table: TABLE, tenant_id: TENANT, id: 'late', fields: { title: 'late arrival', v: [0, 0, 1] } });
+    db.close();
+    const again = Braid.open({ dataDir: dir });
+    try {
+      expect(await again.engine.waitIndexed(30_000)).toBe(true);
+      const hit = await again.query({ table: TABLE, tenant_id: TENANT, text: 'late arrival', top_k: 1 });
+      expect(hit.results[0]!.record_id).toBe('late');
+    } finally {
+      again.close();
+    }
+  });
+});
+
 describe('the embedded API over the binding', () => {
   let db: Braid;
   const dir = tempDir('braid-binding-embedded-');

@@ -209,6 +209,11 @@ export class Engine {
     return writeResult(await settle(() => this.engine.recordReceipt(branch, receipt)));
   }
 
+  /** Lets the indexers of an engine opened with `deferIndexing` start (nothing when they run). */
+  startIndexing(): void {
+    settleSync(() => this.native.startIndexing());
+  }
+
   /** Waits until the text and vector indexes cover every committed write. */
   waitIndexed(timeoutMs = 30_000): Promise<boolean> {
     return settle(() => this.engine.waitIndexed(timeoutMs));

@@ -400,6 +400,12 @@ impl Engine {
         self.branch(database, branch)?.checkpoint(None)
     }
 
+    /// Lets the indexers of an engine opened with indexing deferred
+    /// ([`crate::storage::IndexingGate`]) start; nothing when they run.
+    pub fn start_indexing(&self) {
+        self.config.branch.indexing.open();
+    }
+
     /// Blocks until every branch's indexes cover every committed row.
     pub fn wait_indexed(&self, timeout: std::time::Duration) -> bool {
         let branches: Vec<Arc<Branch>> = self.branches.read().values().cloned().collect();

@@ -19,6 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
+use braid_engine::storage::IndexingGate;
 use braid_engine::{Code, Engine, EngineConfig, Error as EngineError};
 use napi::bindgen_prelude::*;
 use napi::JsValue;
@@ -360,6 +361,12 @@ impl NativeEngine {
         )
     }
 
+    /// Lets the indexers of an engine opened with `deferIndexing` start.
+    #[napi]
+    pub fn start_indexing(&self) {
+        self.engine.start_indexing();
+    }
+
     /// Finishes queued writes and stops the engine's threads.
     #[napi]
     pub fn close(&self, env: &Env) -> Result<()> {
@@ -510,5 +517,6 @@ fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
     if let Some(v) = o.checkpoint_interval_ms {
         b.checkpoint_interval = Duration::from_millis(whole("checkpointIntervalMs", v)?);
     }
+    b.indexing = IndexingGate::new(!o.defer_indexing.unwrap_or(false));
     Ok(config)
 }

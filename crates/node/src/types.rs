@@ -44,6 +44,8 @@ pub struct OpenOptions {
     pub checkpoint_rows: Option<f64>,
     /// ...or this long after the last one when anything was written (default 5 minutes).
     pub checkpoint_interval_ms: Option<f64>,
+    /// Indexers wait for `startIndexing()` (the server calls it once it listens); default false.
+    pub defer_indexing: Option<bool>,
 }
 
 /// The branch a call addresses; unset is the default database and `main`.

@@ -200,7 +200,7 @@ fn eligible_rows(
     let mut eligible = base;
     for (col, key, text) in &plan.scalar {
         match table.scalar.get(col).and_then(|m| m.get(key)) {
-            Some(b) => eligible &= b,
+            Some(rows) => rows.intersect(&mut eligible),
             None => eligible.clear(),
         }
         ex.scalar_filter_predicates.push(text.clone());

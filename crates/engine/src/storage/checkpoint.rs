@@ -32,6 +32,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
 
 use crate::error::{Code, Error, Result};
 use crate::faults;
@@ -42,14 +43,17 @@ use crate::storage::commit::Receipt;
 use crate::storage::records::RecordLoc;
 use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
-    KeyEntry, Row, RowTable, ScalarKey, State, TableData, VectorChunk, VectorColumn, VectorStore,
+    KeyEntry, Postings, Row, RowTable, ScalarKey, ScalarValues, State, TableData, VectorChunk, VectorColumn,
+    VectorStore,
 };
 use crate::storage::wal;
 
+/// 3: a scalar value held by one row stores that row, not a bitmap
+/// ([`PostingsImage`]).
 /// 2: rows in packed pages (pages retention emptied are left out), the key
 /// directory column-wise, and vector slot directories from their first row.
-/// 1 (rows and keys as postcard structs) is still read.
-pub const FORMAT_VERSION: u32 = 2;
+/// 1 (rows and keys as postcard structs) and 2 are still read.
+pub const FORMAT_VERSION: u32 = 3;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -92,8 +96,10 @@ pub fn latest(dir: &Path) -> Result<Option<u32>> {
     Ok(generations(dir, "checkpoint-", ".ckpt")?.last().copied())
 }
 
+/// `P`: how a scalar value's rows are stored ([`PostingsImage`] from format
+/// 3 on, a serialized bitmap before).
 #[derive(Serialize, Deserialize)]
-struct Image {
+struct Image<P = PostingsImage> {
     /// WAL segments from this generation on are the tail to replay.
     gen: u32,
     created_ms: u64,
@@ -113,7 +119,7 @@ struct Image {
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage>,
+    tables: Vec<TableImage<P>>,
     /// (table, column, first row) of each vector column's slot directory.
     slot_bases: Vec<(String, String, u32)>,
 }
@@ -133,11 +139,11 @@ struct ImageV1 {
     keys: Vec<KeyImage>,
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage>,
+    tables: Vec<TableImage<ByteBuf>>,
 }
 
 impl ImageV1 {
-    fn upgrade(self) -> (Image, RowTable) {
+    fn upgrade(self) -> (Image<ByteBuf>, RowTable) {
         let image = Image {
             gen: self.gen,
             created_ms: self.created_ms,
@@ -283,23 +289,52 @@ fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
         .collect()
 }
 
+/// Bitmaps are serialized roaring bitmaps, as bytes (postcard writes a
+/// byte string and a sequence of bytes alike, so formats 1 and 2, which
+/// declared them as sequences, read the same).
 #[derive(Serialize, Deserialize)]
-struct TableImage {
+struct TableImage<P> {
     name: String,
-    live: Vec<u8>,
-    tenants: Vec<(String, Vec<u8>)>,
-    scalar: Vec<ScalarImage>,
+    live: ByteBuf,
+    tenants: Vec<(String, ByteBuf)>,
+    /// Per scalar column: (column, [(value, its rows)]).
+    scalar: Vec<(String, Vec<(ScalarKey, P)>)>,
     vectors: Vec<VectorImage>,
     text: Vec<ScopeImage>,
 }
 
-/// A scalar column's equality bitmaps: (column, [(value, bitmap)]).
-type ScalarImage = (String, Vec<(ScalarKey, Vec<u8>)>);
+/// The rows holding a scalar value (format 3).
+#[derive(Serialize, Deserialize)]
+enum PostingsImage {
+    One(u32),
+    Many(ByteBuf),
+}
+
+/// A scalar value's rows as an image stores them.
+trait StoredPostings {
+    fn postings(&self) -> Result<Option<Postings>>;
+}
+
+impl StoredPostings for PostingsImage {
+    fn postings(&self) -> Result<Option<Postings>> {
+        match self {
+            PostingsImage::One(row) => Ok(Some(Postings::One(*row))),
+            PostingsImage::Many(bytes) => Ok(Postings::of(bitmap(bytes)?)),
+        }
+    }
+}
+
+/// Formats 1 and 2: a bitmap for every value.
+impl StoredPostings for ByteBuf {
+    fn postings(&self) -> Result<Option<Postings>> {
+        Ok(Postings::of(bitmap(self)?))
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 struct VectorImage {
     column: String,
-    rows: Vec<u8>,
+    rows: ByteBuf,
     slots: Vec<u32>,
     chunks: Vec<ChunkImage>,
 }
@@ -311,10 +346,10 @@ struct ChunkImage {
     count: u64,
 }
 
-fn bitmap_bytes(b: &RoaringBitmap) -> Vec<u8> {
+fn bitmap_bytes(b: &RoaringBitmap) -> ByteBuf {
     let mut out = Vec::with_capacity(b.serialized_size());
     b.serialize_into(&mut out).expect("writing to a Vec cannot fail");
-    out
+    ByteBuf::from(out)
 }
 
 fn bitmap(bytes: &[u8]) -> Result<RoaringBitmap> {
@@ -430,7 +465,19 @@ pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8
             scalar: data
                 .scalar
                 .iter()
-                .map(|(col, values)| (col.clone(), values.iter().map(|(k, b)| (k.clone(), bitmap_bytes(b))).collect()))
+                .map(|(col, values)| {
+                    let values = values
+                        .iter()
+                        .map(|(k, rows)| {
+                            let rows = match rows {
+                                Postings::One(row) => PostingsImage::One(*row),
+                                Postings::Many(rows) => PostingsImage::Many(bitmap_bytes(rows)),
+                            };
+                            (k.clone(), rows)
+                        })
+                        .collect();
+                    (col.clone(), values)
+                })
                 .collect(),
             vectors,
             text: data.text_stats.export(),
@@ -516,19 +563,43 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     };
     let undecodable =
         |e: postcard::Error| Error::new(Code::WalCorrupt, format!("{} cannot be decoded: {e}", path.display()));
-    let (image, rows) = if format == 1 {
-        postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?.upgrade()
-    } else {
-        let mut image: Image = postcard::from_bytes(body).map_err(undecodable)?;
-        let bad_rows =
-            || Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()));
-        let pages = std::mem::take(&mut image.row_pages)
-            .into_iter()
-            .map(|(n, packed)| unpack_rows(&packed).map(|rows| (n as usize, rows)).ok_or_else(bad_rows))
-            .collect::<Result<Vec<_>>>()?;
-        let rows = RowTable::from_pages(image.row_count as usize, pages).ok_or_else(bad_rows)?;
-        (image, rows)
-    };
+    match format {
+        1 => {
+            let (image, rows) = postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?.upgrade();
+            restore(dir, gen, &path, image, rows)
+        }
+        2 => {
+            let image: Image<ByteBuf> = postcard::from_bytes(body).map_err(undecodable)?;
+            restore_paged(dir, gen, &path, image)
+        }
+        _ => {
+            let image: Image = postcard::from_bytes(body).map_err(undecodable)?;
+            restore_paged(dir, gen, &path, image)
+        }
+    }
+}
+
+/// [`restore`] for an image whose rows are in packed pages (format 2 on).
+fn restore_paged<P: StoredPostings + Send>(dir: &Path, gen: u32, path: &Path, mut image: Image<P>) -> Result<State> {
+    use rayon::prelude::*;
+    let bad_rows =
+        || Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()));
+    let pages = std::mem::take(&mut image.row_pages)
+        .into_par_iter()
+        .map(|(n, packed)| unpack_rows(&packed).map(|rows| (n as usize, rows)).ok_or_else(bad_rows))
+        .collect::<Result<Vec<_>>>()?;
+    let rows = RowTable::from_pages(image.row_count as usize, pages).ok_or_else(bad_rows)?;
+    restore(dir, gen, path, image, rows)
+}
+
+/// The branch state an image describes.
+fn restore<P: StoredPostings + Send>(
+    dir: &Path,
+    gen: u32,
+    path: &Path,
+    image: Image<P>,
+    rows: RowTable,
+) -> Result<State> {
     let records = RecordFiles::open(dir, &image.record_files, gen)?;
     let mut state = State::new(records);
     state.schema_epoch = image.schema_epoch;
@@ -538,32 +609,57 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
     state.invalid_vectors = image.invalid_vectors;
     state.rows = rows;
     state.purged_rows = state.rows.iter().filter(|r| r.loc.is_purged()).count() as u64;
-    let slot_bases: HashMap<(&str, &str), u32> =
-        image.slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
+    let schemas: Vec<TableSchema> = serde_json::from_slice(&image.schemas_json).map_err(Error::storage)?;
+    let schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();
+    let receipts: Vec<Receipt> = serde_json::from_slice(&image.receipts_json).map_err(Error::storage)?;
+    state.receipts = receipts.into_iter().map(|r| (r.key.clone(), r)).collect();
     let names: Vec<Arc<str>> = image.keys.names.iter().map(|n| state.intern(n)).collect();
-    let keys = image.keys.entries(&names).ok_or_else(|| {
+    // the key directory and the tables' indexes on both cores at once
+    let (keys, tables) =
+        rayon::join(|| image.keys.entries(&names), || restore_tables(dir, &schemas, image.tables, &image.slot_bases));
+    let keys = keys.ok_or_else(|| {
         Error::new(Code::WalCorrupt, format!("{} has a key directory that does not add up", path.display()))
     })?;
     state.install_keys(keys);
-    let schemas: Vec<TableSchema> = serde_json::from_slice(&image.schemas_json).map_err(Error::storage)?;
-    state.schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();
-    let receipts: Vec<Receipt> = serde_json::from_slice(&image.receipts_json).map_err(Error::storage)?;
-    state.receipts = receipts.into_iter().map(|r| (r.key.clone(), r)).collect();
+    state.tables = tables?;
+    state.schemas = schemas;
+    Ok(state)
+}
+
+/// The tables of an image: live sets, tenant masks, scalar postings (a
+/// column per task), vector columns over their mapped files and BM25
+/// statistics.
+fn restore_tables<P: StoredPostings + Send>(
+    dir: &Path,
+    schemas: &BTreeMap<String, TableSchema>,
+    images: Vec<TableImage<P>>,
+    slot_bases: &[(String, String, u32)],
+) -> Result<HashMap<String, TableData>> {
+    use rayon::prelude::*;
+    let slot_bases: HashMap<(&str, &str), u32> =
+        slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
     let mut maps: HashMap<u32, Arc<Mmap>> = HashMap::new();
-    for t in image.tables {
-        let schema = state.schemas.get(&t.name);
+    let mut tables = HashMap::new();
+    for t in images {
+        let schema = schemas.get(&t.name);
         let mut data =
             TableData { live: bitmap(&t.live)?, text_stats: TextStats::import(t.text), ..Default::default() };
         for (tenant, b) in t.tenants {
             data.tenants.insert(Arc::from(tenant), bitmap(&b)?);
         }
-        for (col, values) in t.scalar {
-            let mut m = HashMap::with_capacity(values.len());
-            for (k, b) in values {
-                m.insert(k, bitmap(&b)?);
-            }
-            data.scalar.insert(col, m);
-        }
+        data.scalar = t
+            .scalar
+            .into_par_iter()
+            .map(|(col, values)| {
+                let mut m = ScalarValues::with_capacity_and_hasher(values.len(), Default::default());
+                for (k, stored) in values {
+                    if let Some(rows) = stored.postings()? {
+                        m.insert(k, rows);
+                    }
+                }
+                Ok((col, m))
+            })
+            .collect::<Result<_>>()?;
         for v in t.vectors {
             let Some((_, dim, metric)) =
                 schema.and_then(|s| s.vector_columns().find(|(c, ..)| *c == v.column.as_str()))
@@ -595,9 +691,9 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
             })?;
             data.vectors.insert(v.column.clone(), VectorColumn::over(metric, store, bitmap(&v.rows)?));
         }
-        state.tables.insert(t.name, data);
+        tables.insert(t.name, data);
     }
-    Ok(state)
+    Ok(tables)
 }
 
 /// Files a snapshot of checkpoint `gen` needs: its image and every sealed
@@ -703,6 +799,71 @@ mod tests {
         let mut broken = keys;
         broken.versions.pop();
         assert!(broken.entries(&names).is_none(), "columns that do not add up are refused");
+    }
+
+    /// An image of one table, `t`, with no rows, whose scalar column `c`
+    /// holds `postings` under the values 0, 1, ...
+    fn scalar_image<P>(postings: Vec<P>) -> Image<P> {
+        let scalar = vec![(
+            "c".to_string(),
+            postings.into_iter().enumerate().map(|(n, p)| (ScalarKey::Num(n as u64), p)).collect(),
+        )];
+        Image {
+            gen: 1,
+            created_ms: 0,
+            schema_epoch: 0,
+            latest_epoch: 0,
+            horizon: 0,
+            invalid_vectors: 0,
+            record_files: vec![],
+            row_count: 0,
+            row_pages: vec![],
+            keys: KeysImage::default(),
+            schemas_json: b"[]".to_vec(),
+            receipts_json: b"[]".to_vec(),
+            tables: vec![TableImage {
+                name: "t".into(),
+                live: bitmap_bytes(&RoaringBitmap::new()),
+                tenants: vec![],
+                scalar,
+                vectors: vec![],
+                text: vec![],
+            }],
+            slot_bases: vec![],
+        }
+    }
+
+    fn scalar_postings(state: &State) -> Vec<Option<Postings>> {
+        let values = &state.tables["t"].scalar["c"];
+        (0..3).map(|n| values.get(&ScalarKey::Num(n)).cloned()).collect()
+    }
+
+    #[test]
+    fn a_format_2_image_is_still_read_and_a_value_of_one_row_keeps_it_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = |r: &[u32]| bitmap_bytes(&r.iter().copied().collect());
+        // format 2 kept a bitmap for every value, an empty one included
+        let v2 = scalar_image(vec![rows(&[7]), rows(&[1, 5, 9]), rows(&[])]);
+        std::fs::write(dir.path().join(file_name(1)), framed(2, &postcard::to_stdvec(&v2).unwrap())).unwrap();
+        let state = load(dir.path(), 1).unwrap();
+        let many = Postings::Many([1, 5, 9].into_iter().collect());
+        assert_eq!(scalar_postings(&state), [Some(Postings::One(7)), Some(many.clone()), None]);
+
+        let v3 = scalar_image(vec![PostingsImage::One(7), PostingsImage::Many(rows(&[1, 5, 9]))]);
+        std::fs::write(dir.path().join(file_name(2)), framed(3, &postcard::to_stdvec(&v3).unwrap())).unwrap();
+        let state = load(dir.path(), 2).unwrap();
+        assert_eq!(scalar_postings(&state), [Some(Postings::One(7)), Some(many), None]);
+    }
+
+    #[test]
+    fn an_image_of_a_newer_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = scalar_image::<PostingsImage>(vec![]);
+        let bytes = framed(FORMAT_VERSION + 1, &postcard::to_stdvec(&image).unwrap());
+        std::fs::write(dir.path().join(file_name(1)), bytes).unwrap();
+        let err = load(dir.path(), 1).err().expect("refused");
+        assert_eq!(err.code, Code::FormatUnsupported);
+        assert!(err.message.contains("newer Braid"), "{}", err.message);
     }
 
     #[test]

@@ -169,6 +169,11 @@ fn run_indexer(
     graphs_dir: &Path,
 ) {
     let _alive = AliveGuard(shared.clone());
+    if !config.indexing.wait(&shared.stop) {
+        // closed before indexing was allowed: what was committed stays
+        // for the next start's indexer, as after a crash
+        return;
+    }
     let interval = config.text_commit_interval;
     let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
     let mut last_sweep = Instant::now();

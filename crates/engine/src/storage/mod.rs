@@ -21,4 +21,5 @@ pub mod wal;
 
 pub use branch::{Branch, BranchConfig, WriteOp, WriteOutcome, WriteResult, WriteTiming};
 pub use commit::{Commit, Receipt, ReceiptDraft, WalRow};
+pub use pipeline::IndexingGate;
 pub use state::{Row, ScalarKey, State, TableData};

@@ -334,7 +334,7 @@ pub fn memory(state: &State, stats: &BranchStats) -> MemoryEstimate {
     // names are shared); the key map holds a key number and one control
     // byte per slot
     let arc_headers = keys * 2 * size_of::<usize>() as u64;
-    let key_map = state.key_index.capacity() as u64 * (size_of::<u32>() as u64 + 1);
+    let key_map = state.key_index.capacity() as u64 * (size_of::<(u32, u32)>() as u64 + 1);
     let version_lists = state.rows.len() as u64 * size_of::<u32>() as u64;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {

@@ -1,0 +1,29 @@
+//! Times opening a data directory (checkpoint load and WAL replay), on a copy
+//! so the original stays as it was:
+//! `cargo run --release --example openprobe -p braid-engine -- <data dir>`
+//! (bench/restart.mjs --keep-copy DIR leaves one per milestone). With
+//! `--rewrite` it opens the directory itself and closes it, which writes a
+//! checkpoint in this build's format.
+use std::time::Instant;
+
+use braid_engine::engine::{Engine, EngineConfig};
+
+fn main() {
+    let src = std::path::PathBuf::from(std::env::args().nth(1).expect("a data directory"));
+    if std::env::args().nth(2).as_deref() == Some("--rewrite") {
+        let engine = Engine::open(EngineConfig::new(&src)).expect("open");
+        engine.close();
+        return;
+    }
+    let copy = std::env::temp_dir().join("braid-openprobe");
+    let _ = std::fs::remove_dir_all(&copy);
+    let status = std::process::Command::new("cp").arg("-a").arg(&src).arg(&copy).status().expect("cp");
+    assert!(status.success(), "cp failed");
+    let started = Instant::now();
+    let engine = Engine::open(EngineConfig::new(&copy)).expect("open");
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+    let recovery = engine.events().into_iter().find(|e| format!("{e:?}").contains("ecover"));
+    println!("open {open_ms:.0} ms; {recovery:?}");
+    // exit without waiting for the indexers to catch up
+    std::process::exit(0);
+}
