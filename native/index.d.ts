@@ -148,6 +148,16 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class NativeEngine {
   /** Opens (or creates) the engine over a data directory. */
   static open(options: OpenOptions): NativeEngine
+  /**
+   * Starts opening the engine on a thread of its own and returns at
+   * once; calls wait for the open (and fail as it failed), and `ready()`
+   * resolves when it is done. Options are checked here, before the thread
+   * starts. The server opens its data directory this way, and builds its
+   * routes meanwhile.
+   */
+  static openInBackground(options: OpenOptions): NativeEngine
+  /** Resolves once the engine is open; rejects as the open failed. */
+  ready(): Promise<void>
   /** Writes records atomically at one epoch; resolves once durable. */
   put(branch: BranchRef | undefined | null, records: RecordInput[], receipt?: ReceiptDraft | undefined | null): Promise<WriteResult>
   /** Writes a tombstone version of a record. */
@@ -189,7 +199,10 @@ export declare class NativeEngine {
   panicForTest(): Promise<void>
   /** Lets the indexers of an engine opened with `deferIndexing` start. */
   startIndexing(): void
-  /** Finishes queued writes and stops the engine's threads. */
+  /**
+   * Finishes queued writes and stops the engine's threads (after the
+   * open, when it is still running; nothing when it failed).
+   */
   close(): void
 }
 

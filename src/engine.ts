@@ -43,6 +43,20 @@ export class Braid {
     return new Braid(Engine.open(options));
   }
 
+  /**
+   * Starts opening a data directory in the background and returns at once;
+   * calls wait for the open, and `ready()` resolves when it is done (or
+   * rejects as it failed). The server builds its routes meanwhile.
+   */
+  static openInBackground(options: Native.OpenOptions): Braid {
+    return new Braid(Engine.openInBackground(options));
+  }
+
+  /** Resolves once the data directory is open (immediately after `open`). */
+  ready(): Promise<void> {
+    return this.engine.ready();
+  }
+
   get dataDir(): string {
     return this.engine.dataDir;
   }

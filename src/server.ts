@@ -17,7 +17,9 @@ export interface RunningServer {
 }
 
 export async function startServer(config: ServerConfig): Promise<RunningServer> {
-  const engine = Braid.open({
+  // the data directory opens (checkpoint load, WAL replay) on a thread of
+  // its own while the routes are built
+  const engine = Braid.openInBackground({
     dataDir: config.dataDir,
     maxBatch: config.maxBatch,
     maxVectorDim: config.maxVectorDim,
@@ -34,6 +36,7 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
   let url: string;
   try {
     app = await buildApp({ engine, config, logger: { level: config.logLevel } });
+    await engine.ready();
     url = await app.listen({ host: config.host, port: config.port });
   } catch (err) {
     engine.close();

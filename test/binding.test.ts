@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BraidError, ERROR_STATUS, statusOf } from '../src/errors.js';
 import { Braid } from '../src/engine.js';
 import { loadNative, type NativeEngine } from '../src/native/index.js';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tempDir } from './helpers.js';
 
 const TABLE = 'docs';
@@ -182,6 +182,42 @@ describe('the binding itself', () => {
     } finally {
       rmSync(other, { recursive: true, force: true });
     }
+  });
+});
+
+describe('an engine opened in the background (as the server opens it)', () => {
+  const dir = tempDir('braid-binding-background-');
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('returns at once; calls made before the open finishes wait for it and see everything the last run wrote', async () => {
+    const first = Braid.open({ dataDir: dir });
+    await first.put({ table: TABLE, tenant_id: TENANT, id: 'kept', fields: { title: 'kept across opens' } });
+    first.close();
+    const db = Braid.openInBackground({ dataDir: dir });
+    try {
+      // asked before ready(): the call waits for the open
+      const got = db.get({ table: TABLE, tenant_id: TENANT, id: 'kept' });
+      await db.ready();
+      expect((await got)?.fields).toEqual({ title: 'kept across opens' });
+      expect(db.engine.metrics().record_count).toBe(1);
+      await db.ready();
+    } finally {
+      db.close();
+    }
+  });
+
+  it('a failed open rejects ready() and every call with its error, and close() still returns', async () => {
+    const file = `${dir}/not-a-directory`;
+    writeFileSync(file, 'x');
+    const db = Braid.openInBackground({ dataDir: file });
+    const call = db.get({ table: TABLE, tenant_id: TENANT, id: 'x' });
+    await expect(db.ready()).rejects.toMatchObject({ code: 'storage_failure', message: expect.stringContaining('cannot open') });
+    await expect(call).rejects.toMatchObject({ status: 503 });
+    db.close();
+  });
+
+  it('refuses bad options at once, before any thread starts', () => {
+    expect(() => Braid.openInBackground({ dataDir: dir, checkpointRows: -1 })).toThrow(/checkpointRows/);
   });
 });
 

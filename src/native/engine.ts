@@ -120,12 +120,33 @@ export class Engine {
     try {
       native = loadNative().NativeEngine.open(options);
     } catch (err) {
-      const e = braidError(err);
-      // an engine that cannot open is a store that cannot serve
-      const code = e.code === 'invalid_request' ? 'storage_failure' : e.code;
-      throw new BraidError(code, `cannot open ${options.dataDir}: ${e.message}`);
+      throw openError(options.dataDir, err);
     }
     return new Engine(native, options.dataDir);
+  }
+
+  /**
+   * Starts opening a data directory on a thread of the engine's and returns
+   * at once (bad options still throw here). Calls wait for the open and fail
+   * as it failed; `ready()` resolves once it is done.
+   */
+  static openInBackground(options: Native.OpenOptions): Engine {
+    let native: NativeEngine;
+    try {
+      native = loadNative().NativeEngine.openInBackground(options);
+    } catch (err) {
+      throw openError(options.dataDir, err);
+    }
+    return new Engine(native, options.dataDir);
+  }
+
+  /** Resolves once the engine is open; rejects with the open's error. */
+  async ready(): Promise<void> {
+    try {
+      await this.engine.ready();
+    } catch (err) {
+      throw openError(this.dataDir, err);
+    }
   }
 
   private get engine(): NativeEngine {
@@ -235,6 +256,13 @@ export class Engine {
     this.closed = true;
     this.native.close();
   }
+}
+
+/** An engine that cannot open is a store that cannot serve. */
+function openError(dataDir: string, err: unknown): BraidError {
+  const e = braidError(err);
+  const code = e.code === 'invalid_request' ? 'storage_failure' : e.code;
+  return new BraidError(code, `cannot open ${dataDir}: ${e.message}`);
 }
 
 // -- numbers across the binding

@@ -77,9 +77,39 @@ pub fn doctor(env: &Env, data_dir: String, salvage: bool) -> Result<Value> {
 
 #[napi]
 pub struct NativeEngine {
-    engine: Arc<Engine>,
+    opening: Arc<Opening>,
     pool: pool::Pool,
     settler: settle::Settler,
+}
+
+/// The engine behind a `NativeEngine`: open already (`open`), or being
+/// opened on a thread of its own (`openInBackground`). Every call waits for
+/// the open, and fails as it failed.
+struct Opening {
+    engine: std::sync::Mutex<Option<EngineResult<Arc<Engine>>>>,
+    done: std::sync::Condvar,
+}
+
+impl Opening {
+    fn new(engine: Option<EngineResult<Arc<Engine>>>) -> Arc<Opening> {
+        Arc::new(Opening { engine: std::sync::Mutex::new(engine), done: std::sync::Condvar::new() })
+    }
+
+    fn finish(&self, engine: EngineResult<Arc<Engine>>) {
+        *self.engine.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(engine);
+        self.done.notify_all();
+    }
+
+    /// The engine once it is open (blocks until then).
+    fn wait(&self) -> EngineResult<Arc<Engine>> {
+        let mut engine = self.engine.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            match &*engine {
+                Some(result) => return result.clone(),
+                None => engine = self.done.wait(engine).unwrap_or_else(std::sync::PoisonError::into_inner),
+            }
+        }
+    }
 }
 
 #[napi]
@@ -90,9 +120,31 @@ impl NativeEngine {
         tune_allocator();
         let config = config(options).map_err(|e| js_error(env, &e))?;
         let engine = guard("open", || Engine::open(config)).map_err(|e| js_error(env, &e))?;
-        // SAFETY: a factory runs on the JS thread
-        let settler = unsafe { settle::Settler::new(env.raw()) }?;
-        Ok(NativeEngine { engine: Arc::new(engine), pool: pool::Pool::new(32), settler })
+        NativeEngine::over(env, Opening::new(Some(Ok(Arc::new(engine)))))
+    }
+
+    /// Starts opening the engine on a thread of its own and returns at
+    /// once; calls wait for the open (and fail as it failed), and `ready()`
+    /// resolves when it is done. Options are checked here, before the thread
+    /// starts. The server opens its data directory this way, and builds its
+    /// routes meanwhile.
+    #[napi(factory)]
+    pub fn open_in_background(env: &Env, options: OpenOptions) -> Result<NativeEngine> {
+        tune_allocator();
+        let config = config(options).map_err(|e| js_error(env, &e))?;
+        let opening = Opening::new(None);
+        let finished = opening.clone();
+        std::thread::Builder::new()
+            .name("braid-open".into())
+            .spawn(move || finished.finish(guard("open", || Engine::open(config)).map(Arc::new)))
+            .map_err(|e| js_error(env, &EngineError::internal(format!("cannot start the open thread: {e}"))))?;
+        NativeEngine::over(env, opening)
+    }
+
+    /// Resolves once the engine is open; rejects as the open failed.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn ready<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
+        self.run(env, Ok(|_: &Engine| Ok(())))
     }
 
     /// Writes records atomically at one epoch; resolves once durable.
@@ -322,7 +374,7 @@ impl NativeEngine {
     pub fn metrics(&self, env: &Env, branch: Option<BranchRef>) -> Result<Value> {
         guard("metrics", || {
             let (db, br) = route(&branch);
-            self.engine.metrics(db, br).and_then(|m| serde_json::to_value(m).map_err(EngineError::internal))
+            self.opening.wait()?.metrics(db, br).and_then(|m| serde_json::to_value(m).map_err(EngineError::internal))
         })
         .map_err(|e| js_error(env, &e))
     }
@@ -330,7 +382,7 @@ impl NativeEngine {
     /// The engine's events since the last call, oldest first.
     #[napi(ts_return_type = "EngineEvent[]")]
     pub fn events(&self, env: &Env) -> Result<Value> {
-        guard("events", || serde_json::to_value(self.engine.events()).map_err(EngineError::internal))
+        guard("events", || serde_json::to_value(self.opening.wait()?.events()).map_err(EngineError::internal))
             .map_err(|e| js_error(env, &e))
     }
 
@@ -364,14 +416,19 @@ impl NativeEngine {
     /// Lets the indexers of an engine opened with `deferIndexing` start.
     #[napi]
     pub fn start_indexing(&self) {
-        self.engine.start_indexing();
+        if let Ok(engine) = self.opening.wait() {
+            engine.start_indexing();
+        }
     }
 
-    /// Finishes queued writes and stops the engine's threads.
+    /// Finishes queued writes and stops the engine's threads (after the
+    /// open, when it is still running; nothing when it failed).
     #[napi]
     pub fn close(&self, env: &Env) -> Result<()> {
         guard("close", || {
-            self.engine.close();
+            if let Ok(engine) = self.opening.wait() {
+                engine.close();
+            }
             Ok(())
         })
         .map_err(|e| js_error(env, &e))
@@ -379,6 +436,12 @@ impl NativeEngine {
 }
 
 impl NativeEngine {
+    fn over(env: &Env, opening: Arc<Opening>) -> Result<NativeEngine> {
+        // SAFETY: the factories run on the JS thread
+        let settler = unsafe { settle::Settler::new(env.raw()) }?;
+        Ok(NativeEngine { opening, pool: pool::Pool::new(32), settler })
+    }
+
     /// Runs `job` on the pool and returns the promise it settles; when the
     /// arguments could not be read (`job` is an error), the promise rejects
     /// with that error, as every asynchronous method's failures do.
@@ -392,8 +455,10 @@ impl NativeEngine {
         match job {
             Err(e) => unsafe { pending.settle_now(env.raw(), outcome::<T>(Err(e))) },
             Ok(job) => {
-                let engine = self.engine.clone();
-                self.pool.spawn(Box::new(move || pending.settle(outcome(guard("a call", || job(&engine))))));
+                let opening = self.opening.clone();
+                self.pool.spawn(Box::new(move || {
+                    pending.settle(outcome(guard("a call", || job(&*opening.wait()?))));
+                }));
             }
         }
         Ok(Object::from_raw(env.raw(), promise))
