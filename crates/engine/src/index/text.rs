@@ -84,27 +84,26 @@ pub struct ScopeStats {
 }
 
 impl ScopeStats {
-    fn apply(&mut self, toks: &[String], sign: i64) {
+    /// Adds or removes one document of `tokens` tokens, `unique` its
+    /// distinct ones.
+    fn apply(&mut self, unique: &[&str], tokens: usize, sign: i64) {
         let add = |x: &mut u64, by: u64| {
             *x = if sign > 0 { *x + by } else { x.saturating_sub(by) };
         };
         add(&mut self.docs, 1);
-        add(&mut self.tokens, toks.len() as u64);
-        let mut seen: Vec<&String> = toks.iter().collect();
-        seen.sort_unstable();
-        seen.dedup();
-        for t in seen {
+        add(&mut self.tokens, tokens as u64);
+        for &t in unique {
             // look up before inserting: most tokens are already counted, and
             // an entry would copy the token first
-            match self.df.get_mut(t.as_str()) {
+            match self.df.get_mut(t) {
                 Some(count) => {
                     add(count, 1);
                     if *count == 0 {
-                        self.df.remove(t.as_str());
+                        self.df.remove(t);
                     }
                 }
                 None if sign > 0 => {
-                    self.df.insert(t.clone(), 1);
+                    self.df.insert(t.to_string(), 1);
                 }
                 None => {}
             }
@@ -112,11 +111,18 @@ impl ScopeStats {
     }
 }
 
-/// BM25 statistics per scope: key (tenant, Some(column)) for one column and
-/// (tenant, None) for all text columns together.
+/// BM25 statistics per scope: one per (tenant, text column), and one per
+/// tenant for all its text columns together. Looked up by borrowed names,
+/// so counting a document allocates nothing but its new terms.
 #[derive(Debug, Default)]
 pub struct TextStats {
-    scopes: HashMap<(Arc<str>, Option<String>), ScopeStats>,
+    tenants: crate::FastMap<Arc<str>, TenantStats>,
+}
+
+#[derive(Debug, Default)]
+struct TenantStats {
+    all: ScopeStats,
+    columns: crate::FastMap<String, ScopeStats>,
 }
 
 /// One scope of [`TextStats`] as a checkpoint stores it.
@@ -129,18 +135,31 @@ pub struct ScopeImage {
 
 impl TextStats {
     pub fn export(&self) -> Vec<ScopeImage> {
-        self.scopes
-            .iter()
-            .map(|((tenant, column), stats)| ScopeImage {
+        let mut out = Vec::new();
+        for (tenant, t) in &self.tenants {
+            let scope = |column: Option<&String>, stats: &ScopeStats| ScopeImage {
                 tenant: tenant.to_string(),
-                column: column.clone(),
+                column: column.cloned(),
                 stats: stats.clone(),
-            })
-            .collect()
+            };
+            out.push(scope(None, &t.all));
+            out.extend(t.columns.iter().map(|(column, stats)| scope(Some(column), stats)));
+        }
+        out
     }
 
     pub fn import(scopes: Vec<ScopeImage>) -> TextStats {
-        TextStats { scopes: scopes.into_iter().map(|s| ((Arc::from(s.tenant), s.column), s.stats)).collect() }
+        let mut out = TextStats::default();
+        for s in scopes {
+            let t = out.tenants.entry(Arc::from(s.tenant)).or_default();
+            match s.column {
+                Some(column) => {
+                    t.columns.insert(column, s.stats);
+                }
+                None => t.all = s.stats,
+            }
+        }
+        out
     }
 
     /// Adds (sign = 1) or removes (sign = -1) one (row, column) document.
@@ -148,15 +167,27 @@ impl TextStats {
         if toks.is_empty() {
             return;
         }
-        self.scopes.entry((tenant.clone(), Some(column.to_string()))).or_default().apply(toks, sign);
-        self.scopes.entry((tenant.clone(), None)).or_default().apply(toks, sign);
+        let mut unique: Vec<&str> = toks.iter().map(String::as_str).collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let t = match self.tenants.get_mut(&**tenant) {
+            Some(t) => t,
+            None => self.tenants.entry(tenant.clone()).or_default(),
+        };
+        match t.columns.get_mut(column) {
+            Some(stats) => stats.apply(&unique, toks.len(), sign),
+            None => t.columns.entry(column.to_string()).or_default().apply(&unique, toks.len(), sign),
+        }
+        t.all.apply(&unique, toks.len(), sign);
     }
 
     /// The statistics a query needs, copied out so the store lock is not held
     /// while tantivy searches.
     pub fn snapshot(&self, tenant: &str, column: Option<&str>, terms: &[String]) -> QueryStats {
-        let key = (Arc::<str>::from(tenant), column.map(str::to_string));
-        let scope = self.scopes.get(&key);
+        let scope = self.tenants.get(tenant).and_then(|t| match column {
+            Some(column) => t.columns.get(column),
+            None => Some(&t.all),
+        });
         QueryStats {
             docs: scope.map_or(0, |s| s.docs),
             tokens: scope.map_or(0, |s| s.tokens),
