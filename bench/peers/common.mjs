@@ -107,6 +107,9 @@ export async function run(system) {
       // known-item queries (the real-text corpus): reciprocal rank of the synset the words came from
       let rrSum = 0;
       let known = 0;
+      // each known-item query's rank of its target (0-based, -1 beyond the top 10), kept in the results
+      // JSON so that two systems' rankings can be compared query by query
+      const ranks = [];
       let pass = 0;
       const started = now();
       while (pass === 0 || (latencies.length < minSamples && now() - started < maxSeconds * 1000)) {
@@ -121,6 +124,7 @@ export async function run(system) {
               const rank = ids.slice(0, TOP_K).indexOf(recordId(q.target));
               rrSum += rank >= 0 ? 1 / (rank + 1) : 0;
               known++;
+              ranks.push(rank);
             }
           }
         }
@@ -137,6 +141,7 @@ export async function run(system) {
         mean_hits: hitsSum / corpus.queries.length,
         recall_at_10: truth[kind] ? recallSum / corpus.queries.length : null,
         mrr_at_10: known ? rrSum / known : null,
+        ...(known ? { target_ranks: ranks } : {}),
       };
       const k = result.kinds[kind];
       log(system.name, `${kind}: p50 ${k.p50_ms.toFixed(3)} ms, p99 ${k.p99_ms.toFixed(3)} ms, ${k.qps.toFixed(0)} qps${k.recall_at_10 !== null ? `, recall@10 ${k.recall_at_10.toFixed(3)}` : ''}${k.mrr_at_10 !== null ? `, MRR@10 ${k.mrr_at_10.toFixed(3)}` : ''}`);
