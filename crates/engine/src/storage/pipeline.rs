@@ -68,10 +68,6 @@ impl IndexingGate {
         changed.notify_all();
     }
 
-    pub fn is_open(&self) -> bool {
-        *self.0 .0.lock()
-    }
-
     /// Blocks until the gate opens or `stop` is set (which is looked at
     /// every 50 ms); true when the gate is open.
     pub fn wait(&self, stop: &AtomicBool) -> bool {
