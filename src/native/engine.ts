@@ -116,13 +116,7 @@ export class Engine {
 
   /** Opens (or creates) a Braid data directory. */
   static open(options: Native.OpenOptions): Engine {
-    let native: NativeEngine;
-    try {
-      native = loadNative().NativeEngine.open(options);
-    } catch (err) {
-      throw openError(options.dataDir, err);
-    }
-    return new Engine(native, options.dataDir);
+    return Engine.start(options, (native) => native.open(options));
   }
 
   /**
@@ -131,9 +125,14 @@ export class Engine {
    * as it failed; `ready()` resolves once it is done.
    */
   static openInBackground(options: Native.OpenOptions): Engine {
+    return Engine.start(options, (native) => native.openInBackground(options));
+  }
+
+  /** An engine over what `open` makes of the binding's factories; their errors as `openError`. */
+  private static start(options: Native.OpenOptions, open: (native: ReturnType<typeof loadNative>['NativeEngine']) => NativeEngine): Engine {
     let native: NativeEngine;
     try {
-      native = loadNative().NativeEngine.openInBackground(options);
+      native = open(loadNative().NativeEngine);
     } catch (err) {
       throw openError(options.dataDir, err);
     }
