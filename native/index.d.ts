@@ -160,6 +160,13 @@ export declare class NativeEngine {
   ready(): Promise<void>
   /** Writes records atomically at one epoch; resolves once durable. */
   put(branch: BranchRef | undefined | null, records: RecordInput[], receipt?: ReceiptDraft | undefined | null): Promise<WriteResult>
+  /**
+   * Writes the records of a `/v1/records/put-batch` body, read from its
+   * JSON bytes on the worker pool (`braid_engine::wire::put_batch`).
+   * Resolves `null`, having written nothing, when the body needs the
+   * service's own reading: its schema check, its parser or its refusal.
+   */
+  putBatchJson(branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null): Promise<PutBatchOutcome | null>
   /** Writes a tombstone version of a record. */
   delete(branch: BranchRef | undefined | null, key: RecordKey, receipt?: ReceiptDraft | undefined | null): Promise<WriteResult>
   /** The visible version of a record, at the latest epoch or at `epoch`. */
@@ -399,6 +406,12 @@ export interface PlannerCandidate {
   source: string
   version_id: number
   visibility_checked: boolean
+}
+
+/** A put-batch body the engine read and wrote, and what it asked for. */
+export interface PutBatchOutcome {
+  result: WriteResult
+  includeWriteTiming: boolean
 }
 
 export interface QueryResponse {

@@ -16,6 +16,7 @@ import { headerBranch, resolveBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv } from './validation.js';
+import { parseRequestJson } from './json.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
 import { prometheusRoutes } from './prometheus.js';
@@ -26,7 +27,6 @@ import { graphqlRoutes } from './routes/graphql.js';
 import { adminRoutes } from './routes/admin.js';
 import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
-import sjson from 'secure-json-parse';
 import swagger from '@fastify/swagger';
 import { TokenSet, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
 
@@ -96,14 +96,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     const raw = body as string;
     request.rawBody = raw;
-    if (raw.trim() === '') {
-      done(new BraidError('invalid_json', 'request body is empty but content-type is application/json'), undefined);
-      return;
-    }
     try {
-      done(null, sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' }));
+      done(null, parseRequestJson(raw));
     } catch (err) {
-      done(new BraidError('invalid_json', `body is not valid json: ${(err as Error).message.toLowerCase()}`), undefined);
+      done(err as Error, undefined);
     }
   });
 

@@ -3,6 +3,7 @@
  * (src/engine.ts) and, rewritten, by the gateway to an engine
  * (src/gateway/routing.ts).
  */
+import sjson from 'secure-json-parse';
 import { BraidError } from './errors.js';
 
 /**
@@ -21,5 +22,18 @@ export function encodeRequestJson(value: unknown): string {
   } catch (err) {
     if (!(err instanceof RangeError)) throw err;
     throw new BraidError('invalid_record', `the request cannot be encoded for the engine, its values nest too deeply or are too large: ${err.message}`);
+  }
+}
+
+/**
+ * A request body's value: JSON.parse's, refusing `__proto__` keys and
+ * `constructor.prototype` (prototype poisoning), as 400 invalid_json.
+ */
+export function parseRequestJson(raw: string): unknown {
+  if (raw.trim() === '') throw new BraidError('invalid_json', 'request body is empty but content-type is application/json');
+  try {
+    return sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' });
+  } catch (err) {
+    throw new BraidError('invalid_json', `body is not valid json: ${(err as Error).message.toLowerCase()}`);
   }
 }

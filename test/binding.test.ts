@@ -185,6 +185,49 @@ describe('the binding itself', () => {
   });
 });
 
+describe('put-batch bodies read by the engine from their bytes', () => {
+  let native: NativeEngine;
+  const dir = tempDir('braid-binding-json-');
+
+  beforeAll(async () => {
+    native = loadNative().NativeEngine.open({ dataDir: dir, textCommitIntervalMs: 10 });
+    await native.declareTable(undefined, TABLE, { title: { type: 'string' }, v: { type: 'vector', dim: 3, metric: 'cosine' } });
+  });
+  afterAll(() => {
+    native.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('writes a put-batch body from its bytes, or answers null and writes nothing when the service must read it', async () => {
+    const body = (records: unknown[], extra: Record<string, unknown> = {}) => Buffer.from(JSON.stringify({ records, ...extra }));
+    const record = (id: string, fields: Record<string, unknown>) => ({ table: TABLE, tenant_id: TENANT, id, fields });
+    const out = await native.putBatchJson(undefined, body([record('j1', { title: 'from bytes', v: [0, 0, 1] }), record('j2', { n: 1.5 })], { include_write_timing: true }));
+    expect(out!.includeWriteTiming).toBe(true);
+    expect(out!.result.committed).toMatchObject({ record_count: 2, changed: true });
+    expect((await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'j1' }))!.fields).toEqual({ title: 'from bytes', v: [0, 0, 1] });
+    const plain = await native.putBatchJson(undefined, body([record('j3', {})]));
+    expect(plain!.includeWriteTiming).toBe(false);
+
+    const epoch = (await native.metrics(undefined)).latest_epoch;
+    for (const text of [
+      '',
+      '{"records":[]',
+      JSON.stringify({ records: [record('n1', {})], extra: true }),
+      JSON.stringify({ records: [record('n1', { 'not a name': 1 })] }),
+      '{"records":[{"table":"docs","tenant_id":"acme","id":"n1","fields":{"__proto__":{"x":1}}}]}',
+      '{"records":[{"table":"docs","tenant_id":"acme","id":"n1","fields":{"n":1e400}}]}',
+    ]) {
+      expect(await native.putBatchJson(undefined, Buffer.from(text)), text).toBeNull();
+    }
+    expect((await native.metrics(undefined)).latest_epoch).toBe(epoch);
+    expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'n1' })).toBeNull();
+
+    // what it reads, the engine still checks: a refusal names the record
+    const refused = await rejection(native.putBatchJson(undefined, body([record('j4', {}), record('j5', { title: 7 })])));
+    expect(refused).toMatchObject({ code: 'schema_type_mismatch', status: 400, index: 1 });
+  });
+});
+
 describe('an engine opened in the background (as the server opens it)', () => {
   const dir = tempDir('braid-binding-background-');
   afterAll(() => rmSync(dir, { recursive: true, force: true }));

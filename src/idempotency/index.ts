@@ -28,6 +28,7 @@
  *   `next_cursor` members, which describe a run (measured timings, a fresh
  *   cursor), not its answer.
  */
+import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from './plugin.js';
@@ -87,13 +88,20 @@ export interface IdempotencyContext {
 
 declare module 'fastify' {
   interface FastifyRequest {
-    rawBody?: string;
+    /** The request body as it came: text, or bytes where a route reads them itself (put-batch). */
+    rawBody?: string | Buffer;
     idempotency?: IdempotencyContext;
   }
 }
 
-export function hashBody(raw: string | undefined): string {
-  return createHash('sha256').update(raw ?? '').digest('hex');
+/**
+ * SHA-256 of a raw body. Bytes hash as the text they decode to (invalid
+ * UTF-8 as its replacement characters), so a body hashes the same whichever
+ * way its route read it.
+ */
+export function hashBody(raw: string | Buffer | undefined): string {
+  const text = raw === undefined || typeof raw === 'string' || isUtf8(raw) ? raw ?? '' : raw.toString('utf8');
+  return createHash('sha256').update(text).digest('hex');
 }
 
 function validKey(key: string): boolean {

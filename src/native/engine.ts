@@ -31,6 +31,7 @@ export type {
   LogReport,
   OpenOptions,
   PhaseTiming,
+  PutBatchOutcome,
   PlannerCandidate,
   QueryResponse,
   ReceiptDraft,
@@ -156,6 +157,17 @@ export class Engine {
   /** Writes records atomically at one epoch, with a keyed request's receipt in the same commit; resolves once durable. */
   async put(records: Native.RecordInput[], branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult> {
     return writeResult(await settle(() => this.engine.put(branch, packRecords(records), receipt)));
+  }
+
+  /**
+   * Writes the records of a put-batch request body, which the engine reads
+   * from its bytes off the JS thread. Resolves null, having written nothing,
+   * when the body needs the service's own reading (invalid JSON, a schema
+   * violation, a key JSON.parse treats specially: crates/engine/src/wire.rs).
+   */
+  async putBatchJson(body: Buffer, branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<{ result: WriteResult; includeWriteTiming: boolean } | null> {
+    const outcome = await settle(() => this.engine.putBatchJson(branch, body, receipt));
+    return outcome && { result: writeResult(outcome.result), includeWriteTiming: outcome.includeWriteTiming };
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */

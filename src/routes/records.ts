@@ -10,13 +10,15 @@ import {
   PutBatchResponse,
   PutBody,
   RecordPutRequest,
+  type PutBatchRequest as PutBatchRequestT,
   type PutBody as PutBodyT,
 } from '../schemas/records.js';
 import { compile, validationError } from '../validation.js';
-import type { WriteResult } from '../native/engine.js';
+import type { Engine, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
 import { headerBranch, resolveBranch } from '../services/branch.js';
-import { getRecord, putRecords } from '../services/records.js';
+import { getRecord, putBatchJson, putRecords, type WriteOptions } from '../services/records.js';
+import { parseRequestJson } from '../json.js';
 
 const wrapperValidator = compile(RecordPutRequest);
 const bareValidator = compile(RecordInput);
@@ -38,6 +40,23 @@ function epochReply(reply: FastifyReply, result: WriteResult) {
 
 /** What a retry of a keyed single-record write answers; the commit fills in the epoch (the binding copies it). */
 const EPOCH_REPLY: Readonly<Record<string, unknown>> = Object.freeze({ epoch: null });
+
+/** What a retry of a keyed put-batch answers; the commit fills in both. */
+const PUT_BATCH_REPLY: Readonly<Record<string, unknown>> = Object.freeze({ epoch: null, record_count: null });
+
+const putBatchValidator = compile(PutBatchRequest);
+
+/**
+ * A put-batch body the engine could not read as it is (see putBatchJson),
+ * read the way every other route reads its body: the JSON parser, the
+ * schema, then the records service. Its refusal is the request's answer.
+ */
+async function putBatchChecked(engine: Engine, bytes: Buffer, options: WriteOptions) {
+  const body = parseRequestJson(bytes.toString('utf8'));
+  if (!putBatchValidator(body)) throw validationError(putBatchValidator.errors);
+  const { records, include_write_timing } = body as PutBatchRequestT;
+  return { result: await putRecords(engine, records, options), includeWriteTiming: include_write_timing ?? false };
+}
 
 export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -74,34 +93,49 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     return epochReply(reply, await putRecords(engine, [request.body], { branch, requestKey: writeKeyOf(request), reply: EPOCH_REPLY }));
   });
 
-  app.post('/v1/records/put-batch', {
-    schema: {
-      summary: 'Atomic write of many records at one epoch',
-      body: PutBatchRequest,
-      response: { 200: PutBatchResponse, ...idemErrorResponses },
-    },
-  }, async (request, reply) => {
-    const started = performance.now();
-    const { records, include_write_timing } = request.body;
-    // a replayed batch answers with the committed epoch and count; its
-    // write_timing is not replayed because the replay wrote nothing
-    const result = await putRecords(engine, records, {
-      branch: headerBranch(request.headers),
-      requestKey: writeKeyOf(request),
-      reply: { epoch: null, record_count: records.length },
+  // put-batch bodies are megabytes of vectors: the route reads its body as
+  // bytes, which the engine parses off the JS thread (its own content-type
+  // parser, so only in this encapsulated context)
+  await app.register(async (bytesContext) => {
+    bytesContext.removeContentTypeParser('application/json');
+    bytesContext.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+      request.rawBody = body as Buffer;
+      done(null, body);
     });
-    if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);
-    const { epoch, record_count, timing } = result.committed;
-    if (!include_write_timing) return { epoch, record_count };
-    const write_timing = {
-      queue_ms: timing.queue_ms,
-      validate_ms: timing.validate_ms,
-      encode_ms: timing.encode_ms,
-      wal_fsync_ms: timing.wal_fsync_ms,
-      apply_ms: timing.apply_ms,
-      total_ms: performance.now() - started,
-    };
-    return { epoch, record_count, write_timing };
+    bytesContext.post('/v1/records/put-batch', {
+      schema: {
+        summary: 'Atomic write of many records at one epoch',
+        body: PutBatchRequest,
+        response: { 200: PutBatchResponse, ...idemErrorResponses },
+      },
+      // checked by the engine's reading, else by putBatchChecked below
+      validatorCompiler: () => (value: unknown) => ({ value }),
+    }, async (request, reply) => {
+      const started = performance.now();
+      const options = {
+        branch: headerBranch(request.headers),
+        requestKey: writeKeyOf(request),
+        // a replayed batch answers with the committed epoch and count, both
+        // filled in by the commit; its write_timing is not replayed because
+        // the replay wrote nothing
+        reply: PUT_BATCH_REPLY,
+      };
+      const body = request.body as unknown as Buffer;
+      const read = await putBatchJson(engine, body, options);
+      const { result, includeWriteTiming } = read ?? await putBatchChecked(engine, body, options);
+      if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);
+      const { epoch, record_count, timing } = result.committed;
+      if (!includeWriteTiming) return { epoch, record_count };
+      const write_timing = {
+        queue_ms: timing.queue_ms,
+        validate_ms: timing.validate_ms,
+        encode_ms: timing.encode_ms,
+        wal_fsync_ms: timing.wal_fsync_ms,
+        apply_ms: timing.apply_ms,
+        total_ms: performance.now() - started,
+      };
+      return { epoch, record_count, write_timing };
+    });
   });
 
   app.post('/v1/records/get', {

@@ -39,6 +39,15 @@ export function putRecords(engine: Engine, records: RecordInput[], options?: Wri
   return engine.put(records, options?.branch, writeReceipt(options));
 }
 
+/**
+ * Full replacement write of the records of a put-batch request body, read
+ * by the engine from its bytes; null, having written nothing, when the body
+ * needs the service's own reading (then parse it and call putRecords).
+ */
+export function putBatchJson(engine: Engine, body: Buffer, options?: WriteOptions): Promise<{ result: WriteResult; includeWriteTiming: boolean } | null> {
+  return engine.putBatchJson(body, options?.branch, writeReceipt(options));
+}
+
 /** Writes a tombstone version of the record. */
 export function deleteRecord(engine: Engine, key: RecordKey, options?: WriteOptions): Promise<WriteResult> {
   return engine.delete(key, options?.branch, writeReceipt(options));

@@ -16,6 +16,7 @@ pub mod names;
 pub mod query;
 pub mod schema;
 pub mod storage;
+pub mod wire;
 
 pub use engine::{BranchEvent, BranchSummary, Engine, EngineConfig, Metrics, RestoreOutcome};
 pub use error::{Code, Error, Result};

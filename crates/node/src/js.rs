@@ -145,10 +145,7 @@ unsafe fn number(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Re
 
 fn finite(n: f64, path: &[Seg]) -> Read<Number> {
     // integers stay integers, as JSON.parse of their text would give
-    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
-        return Ok(Number::from(n as i64));
-    }
-    Number::from_f64(n).ok_or_else(|| fail(path, Reason::NotFinite))
+    braid_engine::wire::javascript_number(n).ok_or_else(|| fail(path, Reason::NotFinite))
 }
 
 unsafe fn string(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<String> {

@@ -51,8 +51,8 @@ fn tune_allocator() {
 }
 
 use types::{
-    BranchRef, BranchSummary, ErrorCodeStatus, OpenOptions, QueryResponse, RecordKey, RecordOutput, RequestKey,
-    RestoreOutcome, SnapshotInfo, StoredReceipt, TableSchema, WriteResult,
+    BranchRef, BranchSummary, ErrorCodeStatus, OpenOptions, PutBatchOutcome, QueryResponse, RecordKey, RecordOutput,
+    RequestKey, RestoreOutcome, SnapshotInfo, StoredReceipt, TableSchema, WriteResult,
 };
 
 type EngineResult<T> = std::result::Result<T, EngineError>;
@@ -165,6 +165,34 @@ impl NativeEngine {
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
                 e.put(db, br, records, receipt).map(WriteResult::from)
+            })
+        })();
+        self.run(env, job)
+    }
+
+    /// Writes the records of a `/v1/records/put-batch` body, read from its
+    /// JSON bytes on the worker pool (`braid_engine::wire::put_batch`).
+    /// Resolves `null`, having written nothing, when the body needs the
+    /// service's own reading: its schema check, its parser or its refusal.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null",
+        ts_return_type = "Promise<PutBatchOutcome | null>"
+    )]
+    pub fn put_batch_json<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        body: Buffer,
+        receipt: Option<Unknown<'env>>,
+    ) -> Result<Object<'env>> {
+        let job = (|| -> EngineResult<_> {
+            let receipt = read_receipt(env, receipt)?;
+            Ok(move |e: &Engine| {
+                let Some(batch) = braid_engine::wire::put_batch(&body) else { return Ok(None) };
+                drop(body);
+                let (db, br) = route(&branch);
+                let result = e.put(db, br, batch.records, receipt).map(WriteResult::from)?;
+                Ok(Some(PutBatchOutcome { result, include_write_timing: batch.include_write_timing }))
             })
         })();
         self.run(env, job)

@@ -222,6 +222,13 @@ pub struct WriteResult {
     pub replayed: Option<Replayed>,
 }
 
+/// A put-batch body the engine read and wrote, and what it asked for.
+#[napi(object)]
+pub struct PutBatchOutcome {
+    pub result: WriteResult,
+    pub include_write_timing: bool,
+}
+
 impl From<EngineWrite> for WriteResult {
     fn from(result: EngineWrite) -> Self {
         match result {

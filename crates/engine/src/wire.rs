@@ -1,0 +1,183 @@
+//! Request bodies read straight from their JSON bytes.
+//!
+//! The service reads a request body with `JSON.parse`, checks it against the
+//! route's JSON Schema and hands the engine the records. For the bulk write
+//! route (`/v1/records/put-batch`, megabytes of vectors) that costs more
+//! than the write itself, all of it on the JS thread. [`put_batch`] reads
+//! the same body in one pass, on whichever thread calls it, and answers
+//! `None` unless the service's own path would have accepted the body and
+//! handed the engine exactly these records. On `None` the service takes that
+//! path, so every refusal keeps its one message. `None` covers:
+//!
+//! - text that is not JSON, or that `serde_json` refuses where `JSON.parse`
+//!   reads something (a number past f64's range, a lone surrogate escape,
+//!   nesting deeper than 128 levels);
+//! - a member the schema does not have, or one of the wrong type (`null`
+//!   included);
+//! - a field key that is not a column name, which the service refuses;
+//! - a `__proto__` or `constructor` key at any depth, which the service's
+//!   parser refuses (or, for `constructor`, looks at further);
+//! - an object key that is an array index: JavaScript objects list those
+//!   first, so the service would store that object in another key order.
+//!
+//! What it accepts it reads as JavaScript would hold it: every number is an
+//! f64, and integers within 2^53 are integers (`1.0` is `1`).
+
+use serde::{Deserialize, Deserializer};
+use serde_json::{Number, Value};
+
+use crate::model::RecordInput;
+use crate::names;
+
+/// A `/v1/records/put-batch` body.
+#[derive(Debug)]
+pub struct PutBatch {
+    pub records: Vec<RecordInput>,
+    pub include_write_timing: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBatchBody {
+    records: Vec<RecordInput>,
+    #[serde(default, deserialize_with = "present")]
+    include_write_timing: Option<bool>,
+}
+
+/// An optional member that, when present, is a boolean (`null` is refused,
+/// as the schema refuses it).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    bool::deserialize(d).map(Some)
+}
+
+/// The body as the service would have read it, or `None` when the service
+/// must read it itself (see the module docs).
+pub fn put_batch(bytes: &[u8]) -> Option<PutBatch> {
+    let mut body: PutBatchBody = serde_json::from_slice(bytes).ok()?;
+    for record in &mut body.records {
+        for (key, value) in record.fields.iter_mut() {
+            if !names::is_identifier(key) || !plain_key(key) || !as_javascript_holds(value) {
+                return None;
+            }
+        }
+    }
+    Some(PutBatch { records: body.records, include_write_timing: body.include_write_timing.unwrap_or(false) })
+}
+
+/// A JSON number as JavaScript holds it: an integer when it is one within
+/// 2^53, else an f64. `None` for NaN and the infinities, which JSON cannot
+/// hold. The binding reads JavaScript numbers with this too.
+pub fn javascript_number(n: f64) -> Option<Number> {
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+        return Some(Number::from(n as i64));
+    }
+    Number::from_f64(n)
+}
+
+/// Rewrites the numbers of `value` as JavaScript holds them; false when a key
+/// needs the service's own reading.
+fn as_javascript_holds(value: &mut Value) -> bool {
+    match value {
+        Value::Number(n) => match n.as_f64().and_then(javascript_number) {
+            Some(held) => {
+                *n = held;
+                true
+            }
+            None => false,
+        },
+        Value::Array(items) => items.iter_mut().all(as_javascript_holds),
+        Value::Object(map) => map.iter_mut().all(|(key, v)| plain_key(key) && as_javascript_holds(v)),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
+}
+
+/// Not `__proto__` or `constructor`, and not an array index.
+fn plain_key(key: &str) -> bool {
+    key != "__proto__" && key != "constructor" && !is_array_index(key)
+}
+
+/// `0` to `4294967294` written canonically: the keys a JavaScript object
+/// lists first, in numeric order.
+fn is_array_index(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    if bytes.is_empty() || bytes.len() > 10 || !bytes.iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    (bytes.len() == 1 || bytes[0] != b'0') && key.parse::<u64>().is_ok_and(|n| n < u32::MAX as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(body: &str) -> Option<PutBatch> {
+        put_batch(body.as_bytes())
+    }
+
+    #[test]
+    fn reads_a_batch_with_numbers_as_javascript_holds_them() {
+        let batch = read(
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"v":[1.0,-0.0,0.5,1e3],"n":9007199254740993,"o":{"b":1,"a":[2.0]}}},
+                {"table":"t","tenant_id":"a","id":"2"}],"include_write_timing":true}"#,
+        )
+        .expect("a plain batch reads");
+        assert!(batch.include_write_timing);
+        assert_eq!(batch.records.len(), 2);
+        let fields = &batch.records[0].fields;
+        assert_eq!(fields["v"], json!([1, 0, 0.5, 1000]));
+        assert!(fields["v"][0].is_i64(), "1.0 is the integer 1, as JSON.parse gives it");
+        // past 2^53 JavaScript holds the nearest f64
+        assert_eq!(fields["n"].as_f64(), Some(9007199254740992.0));
+        assert!(fields["n"].is_f64());
+        assert_eq!(fields["o"].as_object().unwrap().keys().collect::<Vec<_>>(), ["b", "a"], "key order kept");
+        assert!(batch.records[1].fields.is_empty());
+        assert!(!read(r#"{"records":[]}"#).unwrap().include_write_timing);
+    }
+
+    #[test]
+    fn leaves_to_the_service_what_it_reads_otherwise() {
+        let refused = [
+            "",
+            "  ",
+            "[]",
+            r#"{"records":[],}"#,
+            r#"{}"#,
+            r#"{"records":null}"#,
+            r#"{"records":[],"include_write_timing":null}"#,
+            r#"{"records":[],"include_write_timing":1}"#,
+            r#"{"records":[],"extra":1}"#,
+            r#"{"records":[],"records":[]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a"}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":1}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":null}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","extra":{}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"not a name":1}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"__proto__":1}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"constructor":1}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"o":{"__proto__":{}}}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"o":[{"b":1,"2":1}]}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"x":1e400}}]}"#,
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"x":"\ud800"}}]}"#,
+        ];
+        for body in refused {
+            assert!(read(body).is_none(), "{body} must go the service's way");
+        }
+        let deep = format!(
+            r#"{{"records":[{{"table":"t","tenant_id":"a","id":"1","fields":{{"x":{}{}}}}}]}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert!(read(&deep).is_none());
+    }
+
+    #[test]
+    fn array_indexes() {
+        for key in ["0", "7", "10", "4294967294"] {
+            assert!(is_array_index(key), "{key}");
+        }
+        for key in ["", "01", "-1", "1.5", "4294967295", "99999999999", "a1", "1a"] {
+            assert!(!is_array_index(key), "{key}");
+        }
+    }
+}
