@@ -39,15 +39,28 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Freed memory goes back to the OS at once: on WordNet 100k (ingest then
 /// index) the peak resident size was 759 MB with the default delay and 674 MB
-/// with none, at the same speed.
-fn tune_allocator() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
+/// with none, at the same speed. An open is different: replaying the WAL tail
+/// allocates and frees in bursts, and with no delay each burst faulted its
+/// pages in again (replay of a 100,000-row tail: 700-730 ms with none, 650-660
+/// ms with 100 ms). So an open runs with [`OPEN_PURGE_DELAY_MS`] and the delay
+/// drops to none once it is done.
+fn set_purge_delay(ms: i64) {
     // an operator's MIMALLOC_PURGE_DELAY (read by mimalloc itself) wins
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;
     }
     // SAFETY: sets a process-wide option; mimalloc reads it on each purge
-    ONCE.call_once(|| unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) });
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, ms as std::os::raw::c_long) };
+}
+
+const OPEN_PURGE_DELAY_MS: i64 = 100;
+
+/// Opens an engine with the allocator tuned for the open (above).
+fn open_engine(config: EngineConfig) -> EngineResult<Engine> {
+    set_purge_delay(OPEN_PURGE_DELAY_MS);
+    let engine = guard("open", || Engine::open(config));
+    set_purge_delay(0);
+    engine
 }
 
 use types::{
@@ -117,9 +130,8 @@ impl NativeEngine {
     /// Opens (or creates) the engine over a data directory.
     #[napi(factory)]
     pub fn open(env: &Env, options: OpenOptions) -> Result<NativeEngine> {
-        tune_allocator();
         let config = config(options).map_err(|e| js_error(env, &e))?;
-        let engine = guard("open", || Engine::open(config)).map_err(|e| js_error(env, &e))?;
+        let engine = open_engine(config).map_err(|e| js_error(env, &e))?;
         NativeEngine::over(env, Opening::new(Some(Ok(Arc::new(engine)))))
     }
 
@@ -130,13 +142,12 @@ impl NativeEngine {
     /// routes meanwhile.
     #[napi(factory)]
     pub fn open_in_background(env: &Env, options: OpenOptions) -> Result<NativeEngine> {
-        tune_allocator();
         let config = config(options).map_err(|e| js_error(env, &e))?;
         let opening = Opening::new(None);
         let finished = opening.clone();
         std::thread::Builder::new()
             .name("braid-open".into())
-            .spawn(move || finished.finish(guard("open", || Engine::open(config)).map(Arc::new)))
+            .spawn(move || finished.finish(open_engine(config).map(Arc::new)))
             .map_err(|e| js_error(env, &EngineError::internal(format!("cannot start the open thread: {e}"))))?;
         NativeEngine::over(env, opening)
     }

@@ -57,6 +57,42 @@ pub fn tokens(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
     out
 }
 
+/// The tokens of one text, kept in one buffer that is reused from text to
+/// text: counting a document into the BM25 statistics (every write, and
+/// every row of a replay) then allocates nothing per token.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Tokens {
+    /// Replaces the tokens with those of `text`.
+    pub fn read(&mut self, analyzer: &mut TextAnalyzer, text: &str) -> &Tokens {
+        self.text.clear();
+        self.ends.clear();
+        let mut stream = analyzer.token_stream(text);
+        while let Some(token) = stream.next() {
+            self.text.push_str(&token.text);
+            self.ends.push(self.text.len());
+        }
+        self
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(start, &end)| &self.text[start..end])
+    }
+}
+
 pub fn scope_key(table: &str, tenant: &str) -> String {
     format!("{table}\u{1f}{tenant}")
 }
@@ -163,11 +199,11 @@ impl TextStats {
     }
 
     /// Adds (sign = 1) or removes (sign = -1) one (row, column) document.
-    pub fn apply(&mut self, tenant: &Arc<str>, column: &str, toks: &[String], sign: i64) {
+    pub fn apply(&mut self, tenant: &Arc<str>, column: &str, toks: &Tokens, sign: i64) {
         if toks.is_empty() {
             return;
         }
-        let mut unique: Vec<&str> = toks.iter().map(String::as_str).collect();
+        let mut unique: Vec<&str> = toks.iter().collect();
         unique.sort_unstable();
         unique.dedup();
         let t = match self.tenants.get_mut(&**tenant) {
@@ -699,5 +735,24 @@ mod tests {
         assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_common, &doc));
         let long: Vec<String> = std::iter::repeat_n("x".to_string(), 20).chain(["rare".to_string()]).collect();
         assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_rare, &long));
+    }
+
+    #[test]
+    fn reused_tokens_are_the_analyzer_tokens() {
+        let mut analyzer = analyzer();
+        let mut scratch = Tokens::default();
+        for text in [
+            "The Solar WIND, the solar wind!",
+            "",
+            "   ",
+            "one",
+            "é Ünïcode wörds and a verylongtokenthatisfarlongerthanfortycharacters x",
+        ] {
+            let expected = tokens(&mut analyzer, text);
+            let read = scratch.read(&mut analyzer, text);
+            assert_eq!(read.iter().collect::<Vec<_>>(), expected, "{text:?}");
+            assert_eq!(read.len(), expected.len());
+            assert_eq!(read.is_empty(), expected.is_empty());
+        }
     }
 }

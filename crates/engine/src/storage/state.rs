@@ -566,6 +566,8 @@ pub struct State {
     /// Where every version's fields are.
     pub records: RecordFiles,
     analyzer: TextAnalyzer,
+    /// Scratch for the tokens of the text being counted.
+    tokens: text::Tokens,
 }
 
 pub fn key_string(table: &str, tenant: &str, id: &str) -> String {
@@ -591,6 +593,7 @@ impl State {
             invalid_vectors: 0,
             records,
             analyzer: text::analyzer(),
+            tokens: text::Tokens::default(),
         }
     }
 
@@ -722,7 +725,7 @@ impl State {
 
     /// Indexes a new row in the structures kept inside the commit.
     fn admit_row(&mut self, row_id: u32, fields: &Map<String, Value>) {
-        let State { rows, keys, schemas, tables, analyzer, invalid_vectors, .. } = self;
+        let State { rows, keys, schemas, tables, analyzer, tokens, invalid_vectors, .. } = self;
         let row = &rows[row_id as usize];
         let key = &keys[row.key as usize];
         if !tables.contains_key(&*key.table) {
@@ -771,8 +774,7 @@ impl State {
             }
             if column.text {
                 if let Some(s) = value.as_str() {
-                    let toks = text::tokens(analyzer, s);
-                    table.text_stats.apply(&key.tenant, name, &toks, 1);
+                    table.text_stats.apply(&key.tenant, name, tokens.read(analyzer, s), 1);
                 }
             }
         }
@@ -781,7 +783,7 @@ impl State {
     /// A version stops being the latest: it leaves the live set and the BM25
     /// statistics (which describe the latest epoch).
     fn retire(&mut self, row_id: u32, epoch: u64) {
-        let State { rows, keys, schemas, tables, analyzer, records, .. } = self;
+        let State { rows, keys, schemas, tables, analyzer, tokens, records, .. } = self;
         // the latest version of a key is never removed, so its page is held
         let Some(row) = rows.get_mut(row_id as usize) else { return };
         row.superseded_at = epoch;
@@ -802,8 +804,7 @@ impl State {
         let Ok(fields) = records.read(row.loc, Some(&columns)) else { return };
         for col in &columns {
             if let Some(s) = fields.get(col).and_then(Value::as_str) {
-                let toks = text::tokens(analyzer, s);
-                table.text_stats.apply(&key.tenant, col, &toks, -1);
+                table.text_stats.apply(&key.tenant, col, tokens.read(analyzer, s), -1);
             }
         }
     }
