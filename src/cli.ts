@@ -14,6 +14,8 @@ import { addAdminCommands } from './cli/admin.js';
 import { addQueryCommand } from './cli/query.js';
 import { addImportCommand } from './cli/import.js';
 import { PACKAGE_ROOT } from './package-root.js';
+import { openServerEngine } from './server-open.js';
+import type { RunningServer } from './server.js';
 
 export { formatQueryTable } from './cli/format.js';
 
@@ -77,10 +79,18 @@ export function buildCli(): Command {
       };
       // files the index libraries create (tantivy, the vector graphs) are owner-only too
       process.umask(0o077);
-      // the server and gateway load lazily, so the client commands start fast
-      const { exitOnSignals, startServer } = await import('./server.js');
-      const server = await startServer(config);
-      exitOnSignals(server);
+      // the data directory opens on a thread of its own while the server's
+      // code loads (lazily, so the client commands start fast)
+      const engine = openServerEngine(config);
+      let server: RunningServer;
+      try {
+        const { exitOnSignals, startServer } = await import('./server.js');
+        server = await startServer(config, engine);
+        exitOnSignals(server);
+      } catch (err) {
+        engine.close();
+        throw err;
+      }
       console.log(`braid listening on ${server.url} (data: ${path.resolve(config.dataDir)})`);
     }));
 

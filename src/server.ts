@@ -5,7 +5,9 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
-import { Braid } from './engine.js';
+import type { Braid } from './engine.js';
+import { openServerEngine } from './server-open.js';
+import { prepareQueryChecks } from './services/queries.js';
 import { logEngineEvents } from './engine-events.js';
 import type { ServerConfig } from './config.js';
 
@@ -16,25 +18,17 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-export async function startServer(config: ServerConfig): Promise<RunningServer> {
-  // the data directory opens (checkpoint load, WAL replay) on a thread of
-  // its own while the routes are built
-  const engine = Braid.openInBackground({
-    dataDir: config.dataDir,
-    maxBatch: config.maxBatch,
-    maxVectorDim: config.maxVectorDim,
-    receiptRetentionMs: config.receiptRetentionMs,
-    historyEpochs: config.historyEpochs,
-    checkpointBytes: config.checkpointBytes,
-    checkpointRows: config.checkpointRows,
-    checkpointIntervalMs: config.checkpointIntervalMs,
-    // after a crash the indexers catch up on every core; they start once the
-    // server listens, so that a restart is not slowed by them (docs/operations.md)
-    deferIndexing: true,
-  });
+/**
+ * Starts the service over `engine`, by default the data directory of
+ * `config` opened the server's way (src/server-open.ts). The server owns the
+ * engine from here: it closes it when it stops, or when it fails to start.
+ */
+export async function startServer(config: ServerConfig, engine: Braid = openServerEngine(config)): Promise<RunningServer> {
   let app: FastifyInstance;
   let url: string;
   try {
+    // compiled while the data directory opens, not on the first query
+    prepareQueryChecks();
     app = await buildApp({ engine, config, logger: { level: config.logLevel } });
     await engine.ready();
     url = await app.listen({ host: config.host, port: config.port });

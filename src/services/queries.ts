@@ -17,15 +17,26 @@ import { HybridQuery as HybridQuerySchema } from '../schemas/query.js';
 import { compile, validationError } from '../validation.js';
 import type { BranchRef, Engine, HybridExplain, HybridQuery, QueryResponse, TableSchema } from '../native/engine.js';
 
-const validQuery = compile(HybridQuerySchema);
 // an embedded caller may pass the vector as a typed array, which the binding
 // reads without a copy (docs/embedded.md); JSON has none, and its values are
 // the engine's to judge like any vector's
-const validTypedVectorQuery = compile({ ...HybridQuerySchema, properties: { ...HybridQuerySchema.properties, vector: {} } });
+const TypedVectorQuerySchema = { ...HybridQuerySchema, properties: { ...HybridQuerySchema.properties, vector: {} } };
+
+/**
+ * Compiles the query checks, which checkQuery otherwise does on first use.
+ * They take about 35 ms, so importing this module does not (every command
+ * and every server start imports it); the server calls this while its data
+ * directory opens.
+ */
+export function prepareQueryChecks(): void {
+  compile(HybridQuerySchema);
+  compile(TypedVectorQuerySchema);
+}
 
 /** The query as the engine takes it, or a 400 naming the first member out of shape. */
 export function checkQuery(query: unknown): HybridQuery {
-  const valid = ArrayBuffer.isView((query as { vector?: unknown } | null)?.vector) ? validTypedVectorQuery : validQuery;
+  const typed = ArrayBuffer.isView((query as { vector?: unknown } | null)?.vector);
+  const valid = compile(typed ? TypedVectorQuerySchema : HybridQuerySchema);
   if (!valid(query)) throw validationError(valid.errors);
   return query as HybridQuery;
 }
