@@ -2,8 +2,9 @@
 //! so the original stays as it was:
 //! `cargo run --release --example openprobe -p braid-engine -- <data dir>`
 //! (bench/restart.mjs --keep-copy DIR leaves one per milestone). With
-//! `--rewrite` it opens the directory itself and closes it, which writes a
-//! checkpoint in this build's format.
+//! `--rewrite` it opens the directory itself, lets the indexes catch up and
+//! closes it, which writes a checkpoint in this build's format (with nothing
+//! else running, so the checkpoint's own cost can be measured).
 use std::time::Instant;
 
 use braid_engine::engine::{Engine, EngineConfig};
@@ -12,6 +13,7 @@ fn main() {
     let src = std::path::PathBuf::from(std::env::args().nth(1).expect("a data directory"));
     if std::env::args().nth(2).as_deref() == Some("--rewrite") {
         let engine = Engine::open(EngineConfig::new(&src)).expect("open");
+        engine.wait_indexed(std::time::Duration::from_secs(600));
         engine.close();
         return;
     }

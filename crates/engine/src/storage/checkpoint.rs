@@ -99,7 +99,7 @@ pub fn latest(dir: &Path) -> Result<Option<u32>> {
 /// `P`: how a scalar value's rows are stored ([`PostingsImage`] from format
 /// 3 on, a serialized bitmap before).
 #[derive(Serialize, Deserialize)]
-struct Image<P = PostingsImage> {
+struct Image<P = PostingsImage, K = ScalarKey> {
     /// WAL segments from this generation on are the tail to replay.
     gen: u32,
     created_ms: u64,
@@ -119,7 +119,7 @@ struct Image<P = PostingsImage> {
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<P>>,
+    tables: Vec<TableImage<P, K>>,
     /// (table, column, first row) of each vector column's slot directory.
     slot_bases: Vec<(String, String, u32)>,
 }
@@ -192,22 +192,34 @@ struct KeysImage {
 }
 
 impl KeysImage {
-    fn of<T: AsRef<str>>(keys: impl Iterator<Item = (T, T, T, Vec<u32>)>) -> KeysImage {
-        let mut out = KeysImage::default();
+    fn of<T: AsRef<str>, R: AsRef<[u32]>>(keys: impl ExactSizeIterator<Item = (T, T, T, R)>) -> KeysImage {
+        let n = keys.len();
+        let mut out = KeysImage {
+            table: Vec::with_capacity(n),
+            tenant: Vec::with_capacity(n),
+            id_ends: Vec::with_capacity(n),
+            version_counts: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
+            ..KeysImage::default()
+        };
+        // looked up by the borrowed name: a table or tenant is copied once
         let mut named: HashMap<String, u32> = HashMap::new();
-        let mut index = |names: &mut Vec<String>, name: &str| {
-            *named.entry(name.to_string()).or_insert_with(|| {
+        let mut index = |names: &mut Vec<String>, name: &str| match named.get(name) {
+            Some(i) => *i,
+            None => {
                 names.push(name.to_string());
-                names.len() as u32 - 1
-            })
+                let i = names.len() as u32 - 1;
+                named.insert(name.to_string(), i);
+                i
+            }
         };
         for (table, tenant, id, rows) in keys {
             out.table.push(index(&mut out.names, table.as_ref()));
             out.tenant.push(index(&mut out.names, tenant.as_ref()));
             out.ids.extend_from_slice(id.as_ref().as_bytes());
             out.id_ends.push(out.ids.len() as u64);
-            out.version_counts.push(rows.len() as u32);
-            out.versions.extend_from_slice(&rows);
+            out.version_counts.push(rows.as_ref().len() as u32);
+            out.versions.extend_from_slice(rows.as_ref());
         }
         out
     }
@@ -292,13 +304,16 @@ fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
 /// Bitmaps are serialized roaring bitmaps, as bytes (postcard writes a
 /// byte string and a sequence of bytes alike, so formats 1 and 2, which
 /// declared them as sequences, read the same).
+///
+/// `K` is the scalar value as it is read (owned) or written (borrowed from
+/// the state, so a capture copies no value).
 #[derive(Serialize, Deserialize)]
-struct TableImage<P> {
+struct TableImage<P, K = ScalarKey> {
     name: String,
     live: ByteBuf,
     tenants: Vec<(String, ByteBuf)>,
     /// Per scalar column: (column, [(value, its rows)]).
-    scalar: Vec<(String, Vec<(ScalarKey, P)>)>,
+    scalar: Vec<(String, Vec<(K, P)>)>,
     vectors: Vec<VectorImage>,
     text: Vec<ScopeImage>,
 }
@@ -425,16 +440,46 @@ pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> 
     Ok(())
 }
 
+/// A scalar column as an image holds it, its values borrowed from the state.
+type ScalarImage<'a> = (String, Vec<(&'a ScalarKey, PostingsImage)>);
+
+fn scalar_image<'a>(column: &str, values: &'a ScalarValues) -> ScalarImage<'a> {
+    let values = values
+        .iter()
+        .map(|(k, rows)| {
+            let rows = match rows {
+                Postings::One(row) => PostingsImage::One(*row),
+                Postings::Many(rows) => PostingsImage::Many(bitmap_bytes(rows)),
+            };
+            (k, rows)
+        })
+        .collect();
+    (column.to_string(), values)
+}
+
 /// The image of `state` as of the start of generation `gen`, with the open
 /// record file and the vector tails counted as sealed (by the checkpoint
 /// that writes this image).
-pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8>> {
+pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<ImageBytes> {
     let mut record_files = state.records.sealed();
     record_files.push(state.records.open_gen());
-    let row_pages =
-        state.rows.pages().map(|(n, rows)| (n as u32, serde_bytes::ByteBuf::from(pack_rows(rows)))).collect();
+    // the key directory on a thread of its own beside the rest: the committer
+    // takes no write while this runs. A plain scoped thread, not rayon's
+    // pool, which the indexers may be keeping busy.
+    let (keys, row_pages, mut scalar) = std::thread::scope(|scope| {
+        let keys =
+            scope.spawn(|| KeysImage::of(state.keys.iter().map(|k| (&*k.table, &*k.tenant, &*k.id, &k.rows[..]))));
+        let row_pages: Vec<(u32, ByteBuf)> =
+            state.rows.pages().map(|(n, rows)| (n as u32, ByteBuf::from(pack_rows(rows)))).collect();
+        let scalar: HashMap<&String, Vec<ScalarImage>> = state
+            .tables
+            .iter()
+            .map(|(table, data)| (table, data.scalar.iter().map(|(col, values)| scalar_image(col, values)).collect()))
+            .collect();
+        let keys = keys.join().map_err(|_| Error::internal("the key directory's capture panicked"))?;
+        Ok::<_, Error>((keys, row_pages, scalar))
+    })?;
     let mut slot_bases = Vec::new();
-    let keys = KeysImage::of(state.keys.iter().map(|k| (&*k.table, &*k.tenant, &*k.id, k.rows.clone())));
     let schemas: Vec<&TableSchema> = state.schemas.values().collect();
     let receipts: Vec<&Receipt> = state.receipts.values().collect();
     let mut tables = Vec::new();
@@ -462,28 +507,12 @@ pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8
             name: name.clone(),
             live: bitmap_bytes(&data.live),
             tenants: data.tenants.iter().map(|(t, b)| (t.to_string(), bitmap_bytes(b))).collect(),
-            scalar: data
-                .scalar
-                .iter()
-                .map(|(col, values)| {
-                    let values = values
-                        .iter()
-                        .map(|(k, rows)| {
-                            let rows = match rows {
-                                Postings::One(row) => PostingsImage::One(*row),
-                                Postings::Many(rows) => PostingsImage::Many(bitmap_bytes(rows)),
-                            };
-                            (k.clone(), rows)
-                        })
-                        .collect();
-                    (col.clone(), values)
-                })
-                .collect(),
+            scalar: scalar.remove(name).unwrap_or_default(),
             vectors,
             text: data.text_stats.export(),
         });
     }
-    let image = Image {
+    let image: Image<PostingsImage, &ScalarKey> = Image {
         gen,
         created_ms: crate::storage::commit::now_ms(),
         schema_epoch: state.schema_epoch,
@@ -500,28 +529,53 @@ pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<Vec<u8
         slot_bases,
     };
     let body = postcard::to_stdvec(&image).map_err(|e| Error::internal(format!("checkpoint encoding: {e}")))?;
-    Ok(framed(FORMAT_VERSION, &body))
+    Ok(ImageBytes { header: header(FORMAT_VERSION, &body), body })
+}
+
+/// An image as its file holds it: the header, then the body (kept apart so
+/// the body is not copied to put the header in front of it).
+pub struct ImageBytes {
+    header: [u8; HEADER_LEN],
+    body: Vec<u8>,
+}
+
+impl ImageBytes {
+    pub fn len(&self) -> usize {
+        HEADER_LEN + self.body.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// The header of an image file whose body is `body`.
+fn header(format: u32, body: &[u8]) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&format.to_le_bytes());
+    out[12..16].copy_from_slice(&crc32fast::hash(body).to_le_bytes());
+    out[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    out
 }
 
 /// An image file's bytes: header, then `body`.
+#[cfg(test)]
 fn framed(format: u32, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&format.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    let mut out = header(format, body).to_vec();
     out.extend_from_slice(body);
     out
 }
 
 /// Writes an image durably: a temporary file, fsync, rename, fsync of the
 /// directory. The rename is the checkpoint's commit point.
-pub fn write(dir: &Path, gen: u32, bytes: &[u8]) -> Result<PathBuf> {
+pub fn write(dir: &Path, gen: u32, image: &ImageBytes) -> Result<PathBuf> {
     let path = dir.join(file_name(gen));
     let tmp = dir.join(format!(".{}.tmp", file_name(gen)));
     faults::check("checkpoint::write")?;
     let mut file = wal::create_private(&tmp, true)?;
-    file.write_all(bytes)?;
+    file.write_all(&image.header)?;
+    file.write_all(&image.body)?;
     file.sync_all()?;
     drop(file);
     faults::check("checkpoint::rename")?;
