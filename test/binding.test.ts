@@ -25,17 +25,29 @@ async function rejection(promise: Promise<unknown>): Promise<{ code: unknown; st
   throw new Error('expected the call to reject');
 }
 
-describe('the binding itself', () => {
-  let native: NativeEngine;
-  const dir = tempDir('braid-binding-');
-
+/**
+ * A binding engine on a temp dir for the enclosing describe, with the table
+ * `docs` (title, a 3-d vector) declared; `native()` is valid inside its tests.
+ */
+function nativeEngineForSuite(prefix: string): () => NativeEngine {
+  let native: NativeEngine | undefined;
+  const dir = tempDir(prefix);
   beforeAll(async () => {
     native = loadNative().NativeEngine.open({ dataDir: dir, textCommitIntervalMs: 10 });
     await native.declareTable(undefined, TABLE, { title: { type: 'string' }, v: { type: 'vector', dim: 3, metric: 'cosine' } });
   });
   afterAll(() => {
-    native.close();
+    native?.close();
     rmSync(dir, { recursive: true, force: true });
+  });
+  return () => native!;
+}
+
+describe('the binding itself', () => {
+  const engine = nativeEngineForSuite('braid-binding-');
+  let native: NativeEngine;
+  beforeAll(() => {
+    native = engine();
   });
 
   it('turns transparent huge pages off for its process, as the allocator is told before it loads', () => {
@@ -186,16 +198,10 @@ describe('the binding itself', () => {
 });
 
 describe('put-batch bodies read by the engine from their bytes', () => {
+  const engine = nativeEngineForSuite('braid-binding-json-');
   let native: NativeEngine;
-  const dir = tempDir('braid-binding-json-');
-
-  beforeAll(async () => {
-    native = loadNative().NativeEngine.open({ dataDir: dir, textCommitIntervalMs: 10 });
-    await native.declareTable(undefined, TABLE, { title: { type: 'string' }, v: { type: 'vector', dim: 3, metric: 'cosine' } });
-  });
-  afterAll(() => {
-    native.close();
-    rmSync(dir, { recursive: true, force: true });
+  beforeAll(() => {
+    native = engine();
   });
 
   it('writes a put-batch body from its bytes, or answers null and writes nothing when the service must read it', async () => {
