@@ -244,11 +244,14 @@ describe('an engine opened in the background (as the server opens it)', () => {
     first.close();
     const db = Braid.openInBackground({ dataDir: dir });
     try {
-      // asked before ready(): the call waits for the open
+      // asked before ready(): the calls wait for the open (a write on a worker, then through the committer)
       const got = db.get({ table: TABLE, tenant_id: TENANT, id: 'kept' });
+      const early = db.put({ table: TABLE, tenant_id: TENANT, id: 'early', fields: { title: 'written while opening' } });
       await db.ready();
       expect((await got)?.fields).toEqual({ title: 'kept across opens' });
-      expect(db.engine.metrics().record_count).toBe(1);
+      expect((await early).committed?.epoch).toBe(2);
+      expect((await db.get({ table: TABLE, tenant_id: TENANT, id: 'early' }))?.fields).toEqual({ title: 'written while opening' });
+      expect(db.engine.metrics().record_count).toBe(2);
       await db.ready();
     } finally {
       db.close();
@@ -264,8 +267,15 @@ describe('an engine opened in the background (as the server opens it)', () => {
       () => undefined,
       (err: unknown) => err,
     );
+    const write = db.put({ table: TABLE, tenant_id: TENANT, id: 'x', fields: {} }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
     await expect(db.ready()).rejects.toMatchObject({ code: 'storage_failure', message: expect.stringContaining('cannot open') });
     expect(await call).toMatchObject({ status: 503 });
+    expect(await write).toMatchObject({ code: 'storage_failure', status: 503 });
+    // and after the failure, at once
+    await expect(db.delete({ table: TABLE, tenant_id: TENANT, id: 'x' })).rejects.toMatchObject({ code: 'storage_failure' });
     db.close();
   });
 

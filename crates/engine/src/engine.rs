@@ -39,7 +39,7 @@ use crate::storage::stats::{
     self, CheckpointFigures, IndexLag, MemoryEstimate, RetentionFigures, VectorGraphs, WalFigures,
 };
 use crate::storage::wal;
-use crate::storage::{Branch, BranchConfig, ReceiptDraft, WriteOp, WriteResult};
+use crate::storage::{Branch, BranchConfig, ReceiptDraft, Reply, WriteOp, WriteResult};
 
 pub const DEFAULT_DATABASE: &str = "default";
 pub const DEFAULT_BRANCH: &str = "main";
@@ -292,6 +292,18 @@ impl Engine {
 
     fn write(&self, database: Option<&str>, branch: Option<&str>, op: WriteOp) -> Result<WriteResult> {
         self.branch(database, branch)?.write(op)
+    }
+
+    /// Hands a write (a put, a delete or a receipt) to its branch's
+    /// committer and returns at once; `reply` gets the outcome once the
+    /// write is durable, or is refused. `put` and `delete` are this plus a
+    /// wait; the Node binding settles a promise from `reply` instead, so no
+    /// thread of its pool waits out the fsync.
+    pub fn submit(&self, database: Option<&str>, branch: Option<&str>, op: WriteOp, reply: Reply) {
+        match self.branch(database, branch) {
+            Ok(branch) => branch.submit(op, reply),
+            Err(e) => reply.send(Err(e)),
+        }
     }
 
     pub fn put(

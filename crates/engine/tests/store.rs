@@ -210,3 +210,52 @@ fn receipts_commit_with_the_write_and_replay() {
     let engine = open(dir.path());
     assert!(matches!(engine.put(None, None, rec(), Some(draft("h1"))).unwrap(), WriteResult::Replayed(_)));
 }
+
+/// `Engine::submit` answers through its reply from the committer thread,
+/// without the caller waiting: the writes of many callers that did not
+/// wait share fsyncs, each gets its own epoch, and a write to a missing or
+/// closed branch is answered at once.
+#[test]
+fn submitted_writes_are_answered_through_their_reply() {
+    use braid_engine::storage::{Reply, WriteOp};
+    use std::sync::mpsc;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let (tx, rx) = mpsc::channel();
+    for i in 0..200 {
+        let tx = tx.clone();
+        let records = vec![common::rec(&format!("s{i}"), json!({"n": i}))];
+        let reply = Reply::new(move |outcome| tx.send(outcome).unwrap());
+        engine.submit(None, None, WriteOp::Put { records, receipt: None }, reply);
+    }
+    let mut epochs: Vec<u64> = (0..200).map(|_| committed_epoch(rx.recv().unwrap().unwrap()).unwrap()).collect();
+    epochs.sort();
+    assert_eq!(epochs, (1..=200).collect::<Vec<_>>());
+    assert_eq!(engine.metrics(None, None).unwrap().record_count, 200);
+
+    let answer = |database: Option<&str>, branch: Option<&str>| {
+        let (tx, rx) = mpsc::channel();
+        let records = vec![common::rec("x", json!({}))];
+        let reply = Reply::new(move |outcome| tx.send(outcome).unwrap());
+        engine.submit(database, branch, WriteOp::Put { records, receipt: None }, reply);
+        rx.try_recv().expect("answered before submit returned").unwrap_err()
+    };
+    assert_eq!(answer(None, Some("nope")).code.as_str(), "branch_not_found");
+    engine.close();
+    assert_eq!(answer(None, None).code.as_str(), "shutting_down");
+}
+
+/// A reply dropped unanswered (its write still queued when the branch went
+/// away) answers `shutting_down` rather than leaving its caller waiting.
+#[test]
+fn a_dropped_reply_answers_shutting_down() {
+    use braid_engine::storage::Reply;
+    let (tx, rx) = std::sync::mpsc::channel();
+    drop(Reply::new(move |outcome| tx.send(outcome).unwrap()));
+    assert_eq!(rx.recv().unwrap().unwrap_err().code.as_str(), "shutting_down");
+    let (tx, rx) = std::sync::mpsc::channel();
+    Reply::new(move |outcome| tx.send(outcome).unwrap())
+        .send(Err(braid_engine::Error::new(braid_engine::Code::InvalidRecord, "x")));
+    assert_eq!(rx.recv().unwrap().unwrap_err().code.as_str(), "invalid_record");
+    assert!(rx.recv().is_err(), "answered once");
+}

@@ -5,7 +5,9 @@
 //! their JavaScript objects by `js.rs`, never printed as JSON text; vectors
 //! may be `Float32Array`s. Each asynchronous method converts its arguments
 //! on the JS thread, runs the engine call on the binding's worker pool
-//! (`pool.rs`) and settles its promise there. An engine error rejects it
+//! (`pool.rs`) and settles its promise there; a write is handed to its
+//! branch's committer instead, whose reply settles the promise once the
+//! write is durable, so no thread waits out the fsync. An engine error rejects it
 //! with a JavaScript `Error` carrying the stable `code`, its HTTP `status`
 //! and, for a batch, the record's `index`; a panic inside the engine
 //! becomes `internal_panic`. Nothing here decides anything.
@@ -19,7 +21,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use braid_engine::storage::IndexingGate;
+use braid_engine::storage::{IndexingGate, Reply, WriteOp};
 use braid_engine::{Code, Engine, EngineConfig, Error as EngineError};
 use napi::bindgen_prelude::*;
 use napi::JsValue;
@@ -113,6 +115,11 @@ impl Opening {
         self.done.notify_all();
     }
 
+    /// The engine, or how its open failed, once the open is over.
+    fn get(&self) -> Option<EngineResult<Arc<Engine>>> {
+        self.engine.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// The engine once it is open (blocks until then).
     fn wait(&self) -> EngineResult<Arc<Engine>> {
         let mut engine = self.engine.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -170,15 +177,12 @@ impl NativeEngine {
         records: Unknown<'env>,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> EngineResult<_> {
+        let write = (|| -> EngineResult<_> {
             let records: Vec<braid_engine::RecordInput> = read(env, records, "records", Code::InvalidRecord)?;
             let receipt = read_receipt(env, receipt)?;
-            Ok(move |e: &Engine| {
-                let (db, br) = route(&branch);
-                e.put(db, br, records, receipt).map(WriteResult::from)
-            })
+            Ok(WriteOp::Put { records, receipt })
         })();
-        self.run(env, job)
+        self.submit(env, branch, write)
     }
 
     /// Writes the records of a `/v1/records/put-batch` body, read from its
@@ -196,17 +200,33 @@ impl NativeEngine {
         body: Buffer,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> EngineResult<_> {
-            let receipt = read_receipt(env, receipt)?;
-            Ok(move |e: &Engine| {
-                let Some(batch) = braid_engine::wire::put_batch(&body) else { return Ok(None) };
-                drop(body);
-                let (db, br) = route(&branch);
-                let result = e.put(db, br, batch.records, receipt).map(WriteResult::from)?;
-                Ok(Some(PutBatchOutcome { result, include_write_timing: batch.include_write_timing }))
-            })
-        })();
-        self.run(env, job)
+        let receipt = match read_receipt(env, receipt) {
+            Ok(receipt) => receipt,
+            Err(e) => return self.refuse::<Option<PutBatchOutcome>>(env, e),
+        };
+        // SAFETY: methods run on the JS thread
+        let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
+        let opening = self.opening.clone();
+        self.pool.spawn(Box::new(move || {
+            let read = guard("reading a put-batch body", || {
+                let engine = opening.wait()?;
+                Ok(braid_engine::wire::put_batch(&body).map(|batch| (engine, batch)))
+            });
+            drop(body);
+            let (engine, batch) = match read {
+                Ok(Some(read)) => read,
+                Ok(None) => return pending.settle(outcome::<Option<PutBatchOutcome>>(Ok(None))),
+                Err(e) => return pending.settle(outcome::<Option<PutBatchOutcome>>(Err(e))),
+            };
+            let include_write_timing = batch.include_write_timing;
+            let reply = Reply::new(move |result| {
+                let result = result.map(|r| Some(PutBatchOutcome { result: r.into(), include_write_timing }));
+                pending.settle(outcome(result));
+            });
+            let (db, br) = route(&branch);
+            engine.submit(db, br, WriteOp::Put { records: batch.records, receipt }, reply);
+        }));
+        Ok(Object::from_raw(env.raw(), promise))
     }
 
     /// Writes a tombstone version of a record.
@@ -221,14 +241,11 @@ impl NativeEngine {
         key: RecordKey,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> EngineResult<_> {
-            let receipt = read_receipt(env, receipt)?;
-            Ok(move |e: &Engine| {
-                let (db, br) = route(&branch);
-                e.delete(db, br, engine_key(key), receipt).map(WriteResult::from)
-            })
-        })();
-        self.run(env, job)
+        let write = read_receipt(env, receipt).map(|receipt| {
+            let RecordKey { table, tenant_id, id } = key;
+            WriteOp::Delete { table, tenant_id, id, receipt }
+        });
+        self.submit(env, branch, write)
     }
 
     /// The visible version of a record, at the latest epoch or at `epoch`.
@@ -311,14 +328,8 @@ impl NativeEngine {
         branch: Option<BranchRef>,
         receipt: Unknown<'env>,
     ) -> Result<Object<'env>> {
-        let job = (|| -> EngineResult<_> {
-            let receipt: braid_engine::storage::ReceiptDraft = read(env, receipt, "receipt", Code::InvalidRecord)?;
-            Ok(move |e: &Engine| {
-                let (db, br) = route(&branch);
-                e.record_receipt(db, br, receipt).map(WriteResult::from)
-            })
-        })();
-        self.run(env, job)
+        let write = read(env, receipt, "receipt", Code::InvalidRecord).map(|receipt| WriteOp::Receipt { receipt });
+        self.submit(env, branch, write)
     }
 
     /// A live idempotency receipt by its scoped key.
@@ -484,6 +495,51 @@ impl NativeEngine {
     /// Runs `job` on the pool and returns the promise it settles; when the
     /// arguments could not be read (`job` is an error), the promise rejects
     /// with that error, as every asynchronous method's failures do.
+    /// A promise rejected at once with `err`.
+    fn refuse<'env, T: ToNapiValue + Send + 'static>(&self, env: &'env Env, err: EngineError) -> Result<Object<'env>> {
+        // SAFETY: methods run on the JS thread
+        let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
+        unsafe { pending.settle_now(env.raw(), outcome::<T>(Err(err))) };
+        Ok(Object::from_raw(env.raw(), promise))
+    }
+
+    /// Hands a write to its branch's committer; the promise settles from
+    /// the committer's reply once the write's group is durable (or the write
+    /// is refused). Once the engine is open that is a channel send on the JS
+    /// thread: no worker of the pool waits out the fsync, and a durable put
+    /// costs no thread switch beyond the committer's own. While the engine
+    /// is still opening, a worker waits for the open and submits then.
+    fn submit<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        write: EngineResult<WriteOp>,
+    ) -> Result<Object<'env>> {
+        let write = match write {
+            Ok(write) => write,
+            Err(e) => return self.refuse::<WriteResult>(env, e),
+        };
+        // SAFETY: methods run on the JS thread
+        let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
+        let reply = Reply::new(move |result| pending.settle(outcome(result.map(WriteResult::from))));
+        let submit = move |engine: EngineResult<Arc<Engine>>| match engine {
+            Ok(engine) => {
+                let (db, br) = route(&branch);
+                engine.submit(db, br, write, reply);
+            }
+            Err(e) => reply.send(Err(e)),
+        };
+        match self.opening.get() {
+            // a panic drops the reply, which answers the write as not done
+            Some(engine) => drop(catch_unwind(AssertUnwindSafe(|| submit(engine)))),
+            None => {
+                let opening = self.opening.clone();
+                self.pool.spawn(Box::new(move || submit(opening.wait())));
+            }
+        }
+        Ok(Object::from_raw(env.raw(), promise))
+    }
+
     fn run<'env, T, F>(&self, env: &'env Env, job: EngineResult<F>) -> Result<Object<'env>>
     where
         T: ToNapiValue + Send + 'static,

@@ -1,6 +1,9 @@
-//! A fixed pool of worker threads for engine calls. Writes block a worker
-//! until their group commit is durable, so the pool is larger than the core
-//! count: concurrent writers then share fsyncs.
+//! A fixed pool of worker threads for engine calls: reads, queries, the
+//! reading of put-batch bodies, snapshots and restores, and any call made
+//! while the engine is still opening (which waits for the open). Writes do
+//! not wait here for their fsync (the committer's reply settles them), but
+//! a snapshot waits for its checkpoint and a call for the open, so the pool
+//! is larger than the core count.
 //!
 //! Idle workers sleep on a condition variable and a call wakes exactly one.
 //! Channels that spin and `sched_yield` before they sleep (crossbeam's, and

@@ -44,7 +44,7 @@ use crate::storage::wal::{self, Wal};
 pub(crate) use crate::storage::pipeline::Shared;
 use crate::storage::pipeline::{graph_name, ms};
 pub use crate::storage::pipeline::{
-    BranchConfig, CheckpointInfo, IndexerHealth, WriteOp, WriteOutcome, WriteResult, WriteTiming,
+    BranchConfig, CheckpointInfo, IndexerHealth, Reply, WriteOp, WriteOutcome, WriteResult, WriteTiming,
     INDEXER_FAILING_ROUNDS,
 };
 
@@ -276,17 +276,31 @@ impl Branch {
 
     /// Submits a write and waits until it is durable (or rejected).
     pub fn write(&self, op: WriteOp) -> Result<WriteResult> {
-        if self.shared.archived.load(Ordering::Acquire) {
-            bail!(BranchArchived, "branch is archived and read-only");
-        }
-        let (reply, rx) = mpsc::sync_channel(1);
-        {
-            let tx = self.tx.lock();
-            let Some(tx) = tx.as_ref() else { bail!(ShuttingDown, "branch is closing") };
-            tx.send(Request::Write(Job { op, enqueued: Instant::now(), reply }))
-                .map_err(|_| Error::new(Code::ShuttingDown, "branch is closing"))?;
-        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.submit(
+            op,
+            Reply::new(move |outcome| {
+                let _ = tx.send(outcome);
+            }),
+        );
         rx.recv().map_err(|_| Error::new(Code::ShuttingDown, "branch closed before the write finished"))?
+    }
+
+    /// Hands a write to the committer and returns at once; `reply` gets its
+    /// outcome when its group is durable and applied, or when it is refused
+    /// (at once, when the branch is archived or closing).
+    pub fn submit(&self, op: WriteOp, reply: Reply) {
+        if self.shared.archived.load(Ordering::Acquire) {
+            return reply.send(Err(Error::new(Code::BranchArchived, "branch is archived and read-only")));
+        }
+        let tx = self.tx.lock();
+        let Some(tx) = tx.as_ref() else {
+            return reply.send(Err(Error::new(Code::ShuttingDown, "branch is closing")));
+        };
+        let job = Job { op, enqueued: Instant::now(), reply };
+        if let Err(mpsc::SendError(Request::Write(job))) = tx.send(Request::Write(job)) {
+            job.reply.send(Err(Error::new(Code::ShuttingDown, "branch is closing")));
+        }
     }
 
     /// Takes a checkpoint now, between two write groups; with `export`,

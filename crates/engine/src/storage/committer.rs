@@ -10,7 +10,8 @@
 //!
 //! How it talks to the others: `Branch::write` and `Branch::checkpoint`
 //! (storage/branch.rs) send a `Request` down the branch's mpsc channel, each
-//! with a one-slot reply channel the caller blocks on; the branch dropping
+//! with a reply: a write's is a `Reply` (a channel its caller blocks on, or
+//! the binding's promise), a checkpoint's a channel; the branch dropping
 //! its sender on close ends the loop (after a last checkpoint). Applying a
 //! group and switching generations at a checkpoint take the `State`'s write
 //! lock; after each applied group the committer wakes the indexer
@@ -37,7 +38,7 @@ use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft};
 use crate::storage::events::{CheckpointTrigger, Event, FaultStage};
 use crate::storage::pipeline::{
-    ms, BranchConfig, CheckpointInfo, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
+    ms, BranchConfig, CheckpointInfo, Reply, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
 };
 use crate::storage::retention;
 use crate::storage::state::State;
@@ -47,7 +48,7 @@ use crate::storage::wal::{self, Wal};
 pub(super) struct Job {
     pub(super) op: WriteOp,
     pub(super) enqueued: Instant,
-    pub(super) reply: mpsc::SyncSender<Result<WriteResult>>,
+    pub(super) reply: Reply,
 }
 
 pub(super) struct CheckpointJob {
@@ -351,9 +352,7 @@ fn commit_group(
 ) -> u64 {
     if shared.failed.load(Ordering::Acquire) {
         for job in jobs {
-            let _ = job
-                .reply
-                .send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
+            job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier; restart to recover")));
         }
         return 0;
     }
@@ -378,14 +377,14 @@ fn commit_group(
             match staged {
                 Ok(Staged::Commit(commit, count, receipt)) => pending.push((job, *commit, count, receipt, timing)),
                 Ok(Staged::Replay(receipt)) => {
-                    let _ = job.reply.send(Ok(WriteResult::Replayed(receipt)));
+                    job.reply.send(Ok(WriteResult::Replayed(receipt)));
                 }
                 Ok(Staged::Noop(epoch)) => {
                     let outcome = WriteOutcome { epoch, record_count: 0, changed: false, timing, receipt: None };
-                    let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+                    job.reply.send(Ok(WriteResult::Committed(outcome)));
                 }
                 Err(err) => {
-                    let _ = job.reply.send(Err(err));
+                    job.reply.send(Err(err));
                 }
             }
         }
@@ -455,7 +454,7 @@ fn commit_group(
         timing.apply_ms = apply_ms;
         timing.group_size = group_size;
         let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
-        let _ = job.reply.send(Ok(WriteResult::Committed(outcome)));
+        job.reply.send(Ok(WriteResult::Committed(outcome)));
     }
     rows
 }
@@ -485,6 +484,6 @@ fn refuse_group(
         format!("{what}; the write was not applied and {cut}; the branch refuses writes until the engine restarts"),
     );
     for (job, ..) in pending {
-        let _ = job.reply.send(Err(err.clone()));
+        job.reply.send(Err(err.clone()));
     }
 }

@@ -19,7 +19,7 @@ pub mod state;
 pub mod stats;
 pub mod wal;
 
-pub use branch::{Branch, BranchConfig, WriteOp, WriteOutcome, WriteResult, WriteTiming};
+pub use branch::{Branch, BranchConfig, Reply, WriteOp, WriteOutcome, WriteResult, WriteTiming};
 pub use commit::{Commit, Receipt, ReceiptDraft, WalRow};
 pub use pipeline::IndexingGate;
 pub use state::{Row, ScalarKey, State, TableData};

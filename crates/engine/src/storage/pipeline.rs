@@ -14,6 +14,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
+use crate::error::{Code, Error, Result};
 use crate::model::RecordInput;
 use crate::schema::Column;
 use crate::storage::commit::{Receipt, ReceiptDraft};
@@ -132,6 +133,36 @@ pub struct WriteOutcome {
 pub enum WriteResult {
     Committed(WriteOutcome),
     Replayed(Receipt),
+}
+
+/// Where the committer sends a write's outcome, once its group is durable
+/// and applied (or the write is refused). `Branch::write` blocks on a
+/// channel behind one; the Node binding gives one that settles the caller's
+/// promise, so no thread waits out the fsync. It runs on the committer
+/// thread, between two groups: it must hand the outcome on and return.
+///
+/// A reply dropped unanswered (the branch closed with the write still
+/// queued) answers `shutting_down`, so a caller is never left waiting.
+pub struct Reply(Option<Box<dyn FnOnce(Result<WriteResult>) + Send>>);
+
+impl Reply {
+    pub fn new(answer: impl FnOnce(Result<WriteResult>) + Send + 'static) -> Reply {
+        Reply(Some(Box::new(answer)))
+    }
+
+    pub fn send(mut self, outcome: Result<WriteResult>) {
+        if let Some(answer) = self.0.take() {
+            answer(outcome);
+        }
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if let Some(answer) = self.0.take() {
+            answer(Err(Error::new(Code::ShuttingDown, "branch closed before the write finished")));
+        }
+    }
 }
 
 /// What a checkpoint wrote.
