@@ -4,7 +4,8 @@
 //! (bench/restart.mjs --keep-copy DIR leaves one per milestone). With
 //! `--rewrite` it opens the directory itself, lets the indexes catch up and
 //! closes it, which writes a checkpoint in this build's format (with nothing
-//! else running, so the checkpoint's own cost can be measured).
+//! else running, so the checkpoint's own cost can be measured), and prints
+//! how long the close and its checkpoint took.
 use std::time::Instant;
 
 use braid_engine::engine::{Engine, EngineConfig};
@@ -12,9 +13,18 @@ use braid_engine::engine::{Engine, EngineConfig};
 fn main() {
     let src = std::path::PathBuf::from(std::env::args().nth(1).expect("a data directory"));
     if std::env::args().nth(2).as_deref() == Some("--rewrite") {
-        let engine = Engine::open(EngineConfig::new(&src)).expect("open");
+        // no checkpoint until the close, which then takes one of the whole
+        // tail with the indexes caught up and nothing else running
+        let mut config = EngineConfig::new(&src);
+        config.branch.checkpoint_rows = u64::MAX;
+        config.branch.checkpoint_wal_bytes = u64::MAX;
+        let engine = Engine::open(config).expect("open");
         engine.wait_indexed(std::time::Duration::from_secs(600));
+        let started = Instant::now();
         engine.close();
+        let close_ms = started.elapsed().as_secs_f64() * 1e3;
+        let checkpoint = engine.events().into_iter().rfind(|e| format!("{e:?}").contains("Checkpoint {"));
+        println!("close {close_ms:.0} ms; {checkpoint:?}");
         return;
     }
     let copy = std::env::temp_dir().join("braid-openprobe");

@@ -382,30 +382,37 @@ pub struct SealedVectors {
 /// Writes every vector column's tail to `vectors-<gen>.f32` and fsyncs it
 /// (no file when no column has new vectors). The state is not changed:
 /// [`install_vectors`] maps the file once the checkpoint is durable.
+///
+/// The vectors are streamed to the file through a small buffer: a whole
+/// generation's vectors gathered first (100,000 of 256 dimensions are
+/// 102 MB, and a growing buffer copies itself on the way) had been the
+/// largest allocation of a load, and the peak of its resident memory.
 pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVectors> {
     let mut placed = HashMap::new();
-    let mut bytes: Vec<u8> = Vec::new();
-    for (table, data) in &state.tables {
-        for (column, vc) in &data.vectors {
-            if vc.data.unsealed_len() == 0 {
-                continue;
-            }
-            let offset = bytes.len() as u64;
-            for v in vc.data.unsealed() {
-                for x in v {
-                    bytes.extend_from_slice(&x.to_le_bytes());
-                }
-            }
-            placed.insert((table.clone(), column.clone()), (offset, vc.data.unsealed_len() as u64));
-        }
-    }
-    if bytes.is_empty() {
+    let columns: Vec<(&String, &String, &VectorColumn)> = state
+        .tables
+        .iter()
+        .flat_map(|(table, data)| data.vectors.iter().map(move |(column, vc)| (table, column, vc)))
+        .filter(|(.., vc)| vc.data.unsealed_len() > 0)
+        .collect();
+    if columns.is_empty() {
         return Ok(SealedVectors { gen, path: None, placed });
     }
     let path = dir.join(vectors_name(gen));
     faults::check("checkpoint::vectors")?;
-    let mut file = wal::create_private(&path, true)?;
-    file.write_all(&bytes)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, wal::create_private(&path, true)?);
+    let mut offset = 0u64;
+    let mut bytes: Vec<u8> = Vec::new();
+    for (table, column, vc) in columns {
+        placed.insert((table.clone(), column.clone()), (offset, vc.data.unsealed_len() as u64));
+        for v in vc.data.unsealed() {
+            bytes.clear();
+            bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            out.write_all(&bytes)?;
+            offset += bytes.len() as u64;
+        }
+    }
+    let file = out.into_inner().map_err(|e| Error::from(e.into_error()))?;
     file.sync_all()?;
     fsutil::sync_dir(&path)?;
     Ok(SealedVectors { gen, path: Some(path), placed })
@@ -457,10 +464,16 @@ fn scalar_image<'a>(column: &str, values: &'a ScalarValues) -> ScalarImage<'a> {
     (column.to_string(), values)
 }
 
-/// The image of `state` as of the start of generation `gen`, with the open
-/// record file and the vector tails counted as sealed (by the checkpoint
-/// that writes this image).
-pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<ImageBytes> {
+/// Writes the image of `state` as of the start of generation `gen`, with the
+/// open record file and the vector tails counted as sealed (by the
+/// checkpoint that writes this image), to the image's temporary file;
+/// [`commit`] makes it durable and puts it in place.
+///
+/// The body is streamed into the file as it is encoded, its checksum and
+/// length taken on the way and written into the header last: a body built
+/// in memory first had been as large as the image (89 MB at 1,000,000
+/// records) on top of the state, at every checkpoint.
+pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> Result<Captured> {
     let mut record_files = state.records.sealed();
     record_files.push(state.records.open_gen());
     // the key directory on a thread of its own beside the rest: the committer
@@ -528,58 +541,135 @@ pub fn capture(state: &State, gen: u32, sealed: &SealedVectors) -> Result<ImageB
         tables,
         slot_bases,
     };
-    let body = postcard::to_stdvec(&image).map_err(|e| Error::internal(format!("checkpoint encoding: {e}")))?;
-    Ok(ImageBytes { header: header(FORMAT_VERSION, &body), body })
-}
-
-/// An image as its file holds it: the header, then the body (kept apart so
-/// the body is not copied to put the header in front of it).
-pub struct ImageBytes {
-    header: [u8; HEADER_LEN],
-    body: Vec<u8>,
-}
-
-impl ImageBytes {
-    pub fn len(&self) -> usize {
-        HEADER_LEN + self.body.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
+    let path = dir.join(file_name(gen));
+    let tmp = dir.join(format!(".{}.tmp", file_name(gen)));
+    faults::check("checkpoint::write")?;
+    let file = wal::create_private(&tmp, true)?;
+    let written = stream_image(file, &image);
+    match written {
+        Ok((file, bytes)) => Ok(Captured { file, tmp, path, bytes }),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
 }
 
-/// The header of an image file whose body is `body`.
-fn header(format: u32, body: &[u8]) -> [u8; HEADER_LEN] {
+/// Writes `image` to `file`: a header to be filled in, the body (postcard)
+/// through a buffer that checksums it, then the header. Returns the file and
+/// its length.
+fn stream_image<T: Serialize>(mut file: File, image: &T) -> Result<(File, u64)> {
+    use std::io::{Seek, SeekFrom};
+    file.write_all(&[0u8; HEADER_LEN])?;
+    let mut body = Checksummed {
+        file,
+        buf: Vec::with_capacity(STREAM_BUFFER),
+        crc: crc32fast::Hasher::new(),
+        len: 0,
+        error: None,
+    };
+    let encoded = postcard::to_io(image, &mut body)
+        .map(|_| ())
+        .and_then(|()| body.drain().map_err(|_| postcard::Error::SerializeBufferFull));
+    if let Err(e) = encoded {
+        // postcard reports every failure of the writer as a full buffer:
+        // the writer kept the real one
+        return Err(match body.error.take() {
+            Some(io) => Error::from(io),
+            None => Error::internal(format!("checkpoint encoding: {e}")),
+        });
+    }
+    let Checksummed { mut file, crc, len, .. } = body;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&header_for(FORMAT_VERSION, crc.finalize(), len))?;
+    Ok((file, HEADER_LEN as u64 + len))
+}
+
+/// Bytes an image is written in.
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// A writer that gathers bytes into a buffer and writes each full buffer
+/// to `file`, keeping the CRC-32 and count of all of them, and the first
+/// error of the file.
+struct Checksummed {
+    file: File,
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+    len: u64,
+    error: Option<std::io::Error>,
+}
+
+impl Checksummed {
+    fn drain(&mut self) -> std::io::Result<()> {
+        self.crc.update(&self.buf);
+        self.len += self.buf.len() as u64;
+        let written = self.file.write_all(&self.buf);
+        self.buf.clear();
+        written.inspect_err(|e| self.error = Some(std::io::Error::new(e.kind(), e.to_string())))
+    }
+}
+
+impl Write for Checksummed {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= STREAM_BUFFER {
+            self.drain()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An image written to its temporary file by [`capture`], not yet durable.
+pub struct Captured {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    bytes: u64,
+}
+
+impl Captured {
+    /// Bytes of the image file.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// The header of an image file whose body has checksum `crc` and `len` bytes.
+fn header_for(format: u32, crc: u32, len: u64) -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
     out[..8].copy_from_slice(MAGIC);
     out[8..12].copy_from_slice(&format.to_le_bytes());
-    out[12..16].copy_from_slice(&crc32fast::hash(body).to_le_bytes());
-    out[16..24].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    out[16..24].copy_from_slice(&len.to_le_bytes());
     out
 }
 
 /// An image file's bytes: header, then `body`.
 #[cfg(test)]
 fn framed(format: u32, body: &[u8]) -> Vec<u8> {
-    let mut out = header(format, body).to_vec();
+    let mut out = header_for(format, crc32fast::hash(body), body.len() as u64).to_vec();
     out.extend_from_slice(body);
     out
 }
 
-/// Writes an image durably: a temporary file, fsync, rename, fsync of the
-/// directory. The rename is the checkpoint's commit point.
-pub fn write(dir: &Path, gen: u32, image: &ImageBytes) -> Result<PathBuf> {
-    let path = dir.join(file_name(gen));
-    let tmp = dir.join(format!(".{}.tmp", file_name(gen)));
-    faults::check("checkpoint::write")?;
-    let mut file = wal::create_private(&tmp, true)?;
-    file.write_all(&image.header)?;
-    file.write_all(&image.body)?;
-    file.sync_all()?;
+/// Makes a captured image durable: fsync, rename over its final name,
+/// fsync of the directory. The rename is the checkpoint's commit point.
+pub fn commit(captured: Captured) -> Result<PathBuf> {
+    let Captured { file, tmp, path, .. } = captured;
+    let synced = file.sync_all();
     drop(file);
-    faults::check("checkpoint::rename")?;
-    std::fs::rename(&tmp, &path)?;
+    let renamed = synced.map_err(Error::from).and_then(|()| {
+        faults::check("checkpoint::rename")?;
+        Ok(std::fs::rename(&tmp, &path)?)
+    });
+    if let Err(e) = renamed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     fsutil::sync_dir(&path)?;
     Ok(path)
 }
@@ -592,7 +682,13 @@ fn unsupported(path: &Path, what: String) -> Error {
 /// generation `gen` starts empty (the WAL tail refills it).
 pub fn load(dir: &Path, gen: u32) -> Result<State> {
     let path = dir.join(file_name(gen));
-    let bytes = std::fs::read(&path)?;
+    // mapped, not read: the image's pages are the page cache's, not a copy
+    // as large as the image
+    let file = File::open(&path)?;
+    // SAFETY: an image is written once, fsynced and renamed into place, and
+    // never modified afterwards (only deleted once a newer one is durable)
+    let bytes = unsafe { Mmap::map(&file)? };
+    let bytes: &[u8] = &bytes;
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
         return Err(Error::new(Code::WalCorrupt, format!("{} is not a Braid checkpoint", path.display())));
     }
@@ -819,6 +915,24 @@ fn remove_matching(dir: &Path, stale: impl Fn(&str) -> bool) -> Result<()> {
 mod tests {
     use super::*;
     use crate::storage::state::NOT_SUPERSEDED;
+
+    /// An image streamed to its file is byte for byte the image encoded in
+    /// memory and framed, across several of the stream's buffers.
+    #[test]
+    fn a_streamed_image_is_the_framed_encoding() {
+        let dir = tempfile::tempdir().unwrap();
+        let value: (Vec<u32>, ByteBuf, String) = (
+            (0..400_000u32).map(|i| i.wrapping_mul(2_654_435_761)).collect(),
+            ByteBuf::from(vec![7u8; 1_500_000]),
+            "end".into(),
+        );
+        let path = dir.path().join("image");
+        let (_, len) = stream_image(File::create(&path).unwrap(), &value).unwrap();
+        let expected = framed(FORMAT_VERSION, &postcard::to_stdvec(&value).unwrap());
+        assert!(expected.len() > 2 * STREAM_BUFFER);
+        assert_eq!(len, expected.len() as u64);
+        assert!(std::fs::read(&path).unwrap() == expected);
+    }
 
     #[test]
     fn packed_rows_and_keys_round_trip() {

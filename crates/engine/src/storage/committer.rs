@@ -212,10 +212,11 @@ impl Log {
         let written = (|| {
             let (image, epoch) = {
                 let st = state.read();
-                (checkpoint::capture(&st, next, &sealed)?, st.latest_epoch)
+                (checkpoint::capture(&self.dir, &st, next, &sealed)?, st.latest_epoch)
             };
-            checkpoint::write(&self.dir, next, &image)?;
-            Ok::<_, Error>((image.len() as u64, epoch))
+            let bytes = image.bytes();
+            checkpoint::commit(image)?;
+            Ok::<_, Error>((bytes, epoch))
         })();
         let (bytes, epoch) = match written {
             Ok(w) => w,
