@@ -43,7 +43,7 @@ use crate::storage::commit::Receipt;
 use crate::storage::records::RecordLoc;
 use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
-    KeyEntry, Postings, Row, RowTable, ScalarKey, ScalarValues, State, TableData, VectorChunk, VectorColumn,
+    KeyEntry, KeyRows, Postings, Row, RowTable, ScalarKey, ScalarValues, State, TableData, VectorChunk, VectorColumn,
     VectorStore,
 };
 use crate::storage::wal;
@@ -245,7 +245,7 @@ impl KeysImage {
             .map(|k| {
                 let from = if k == 0 { 0 } else { self.id_ends[k - 1] as usize };
                 let id = std::str::from_utf8(self.ids.get(from..self.id_ends[k] as usize)?).ok()?;
-                let rows = self.versions[starts[k]..starts[k] + self.version_counts[k] as usize].to_vec();
+                let rows = KeyRows::from_slice(&self.versions[starts[k]..starts[k] + self.version_counts[k] as usize]);
                 Some(KeyEntry {
                     table: names.get(self.table[k] as usize)?.clone(),
                     tenant: names.get(self.tenant[k] as usize)?.clone(),
@@ -960,7 +960,7 @@ mod tests {
         let entries = keys.entries(&names).unwrap();
         let flat: Vec<(String, String, String, Vec<u32>)> = entries
             .iter()
-            .map(|e| (e.table.to_string(), e.tenant.to_string(), e.id.to_string(), e.rows.clone()))
+            .map(|e| (e.table.to_string(), e.tenant.to_string(), e.id.to_string(), e.rows.to_vec()))
             .collect();
         assert_eq!(flat[1], ("t".into(), "b".into(), "é".into(), vec![1]));
         assert_eq!(flat[2], ("u".into(), "a".into(), "".into(), vec![2, 3, 5]));

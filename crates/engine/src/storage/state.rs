@@ -228,13 +228,18 @@ impl KeyIndex {
     }
 }
 
+/// The row ids of a key's versions.
+pub type KeyRows = smallvec::SmallVec<[u32; 4]>;
+
 #[derive(Debug)]
 pub struct KeyEntry {
     pub table: Arc<str>,
     pub tenant: Arc<str>,
     pub id: Arc<str>,
-    /// Row ids of every version, oldest first.
-    pub rows: Vec<u32>,
+    /// Row ids of every version, oldest first; up to four in the entry
+    /// itself (the same 24 bytes a `Vec` takes), so a key written a few
+    /// times costs no allocation of its own.
+    pub rows: KeyRows,
 }
 
 /// A scalar value as the equality index keys it. Numbers compare as f64, so
@@ -636,7 +641,7 @@ impl State {
     }
 
     /// Appends a new key and indexes it; returns its number.
-    pub fn add_key(&mut self, table: &str, tenant: &str, id: &str, rows: Vec<u32>) -> u32 {
+    pub fn add_key(&mut self, table: &str, tenant: &str, id: &str, rows: KeyRows) -> u32 {
         let k = self.keys.len() as u32;
         let entry = KeyEntry { table: self.intern(table), tenant: self.intern(tenant), id: Arc::from(id), rows };
         self.keys.push(entry);
@@ -697,7 +702,7 @@ impl State {
         for (wal_row, loc) in commit.rows.iter().zip(locs) {
             let key = match self.key_index.get(&self.keys, &wal_row.table, &wal_row.tenant_id, &wal_row.id) {
                 Some(k) => k,
-                None => self.add_key(&wal_row.table, &wal_row.tenant_id, &wal_row.id, Vec::new()),
+                None => self.add_key(&wal_row.table, &wal_row.tenant_id, &wal_row.id, KeyRows::new()),
             };
             let row_id = self.rows.len() as u32;
             if let Some(prev) = self.keys[key as usize].rows.last().copied() {
@@ -871,7 +876,7 @@ impl State {
 mod tests {
     use roaring::RoaringBitmap;
 
-    use super::{KeyEntry, KeyIndex, Postings, VectorStore};
+    use super::{KeyEntry, KeyIndex, KeyRows, Postings, VectorStore};
 
     #[test]
     fn the_key_index_finds_each_key_by_its_three_parts() {
@@ -880,7 +885,12 @@ mod tests {
         let mut index = KeyIndex::default();
         for (n, (table, tenant, id)) in parts.iter().enumerate() {
             assert_eq!(index.get(&keys, table, tenant, id), None, "{n} is not there before it is added");
-            keys.push(KeyEntry { table: (*table).into(), tenant: (*tenant).into(), id: (*id).into(), rows: vec![] });
+            keys.push(KeyEntry {
+                table: (*table).into(),
+                tenant: (*tenant).into(),
+                id: (*id).into(),
+                rows: KeyRows::new(),
+            });
             index.insert(&keys, n as u32);
         }
         // parts that join to the same text are still different keys
@@ -890,7 +900,12 @@ mod tests {
         assert_eq!(index.get(&keys, "t", "abc", ""), None);
         // growing the table rehashes from the kept bits
         for n in parts.len()..5_000 {
-            keys.push(KeyEntry { table: "t".into(), tenant: "x".into(), id: format!("r{n}").into(), rows: vec![] });
+            keys.push(KeyEntry {
+                table: "t".into(),
+                tenant: "x".into(),
+                id: format!("r{n}").into(),
+                rows: KeyRows::new(),
+            });
             index.insert(&keys, n as u32);
         }
         assert_eq!(index.get(&keys, "t", "x", "r4321"), Some(4321));
