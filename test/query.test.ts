@@ -433,3 +433,23 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
     expect(invalid.body.code).toBe('idempotency_key_invalid');
   });
 });
+
+describe('equality filters on long strings (keyed by a digest, checked against the value)', () => {
+  it('return exactly the records holding the string, over /v1/query and /v1/nativeql', async () => {
+    const stem = 'a paragraph far longer than the sixty-four bytes an equality index keeps as the key itself, ';
+    const records = ['one', 'two', 'one', 'three'].map((n, i) => ({ table: 'notes', tenant_id: 'acme', id: `n${i}`, fields: { body: `${stem}${n}` } }));
+    expect((await s.post('/v1/records/put-batch', { records })).status).toBe(200);
+    const filtered = async (value: string) => {
+      const r = await s.post('/v1/query', { table: 'notes', tenant_id: 'acme', scalar_eq: { body: value }, top_k: 10 });
+      expect(r.status).toBe(200);
+      return (r.body.results as { record_id: string }[]).map((x) => x.record_id).sort();
+    };
+    expect(await filtered(`${stem}one`)).toEqual(['n0', 'n2']);
+    expect(await filtered(`${stem}three`)).toEqual(['n3']);
+    expect(await filtered(`${stem}four`)).toEqual([]);
+    expect(await filtered(stem)).toEqual([]);
+    const ql = await s.post('/v1/nativeql', { query: `SEARCH notes TENANT 'acme' WHERE body = '${stem}two' LIMIT 10` });
+    expect(ql.status).toBe(200);
+    expect((ql.body.results as { record_id: string }[]).map((x) => x.record_id)).toEqual(['n1']);
+  });
+});

@@ -618,3 +618,43 @@ fn return_fields_projects_results_without_changing_the_ranking() {
     assert!(query(Some(vec![]), None).unwrap().results.iter().all(|r| r.fields.is_empty()));
     assert_eq!(query(Some(vec!["title", "nope"]), None).unwrap_err().code, Code::UnknownColumn);
 }
+
+/// A string longer than the index keeps inline is keyed by its digest: an
+/// equality filter on it still returns exactly the rows holding that string
+/// (two long strings that share their first 64 bytes included), at the
+/// latest epoch and at an older one, and after a restart from a checkpoint.
+#[test]
+fn equality_filters_on_long_strings_match_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "a sentence long enough that the equality index keys it by a digest of its bytes, ";
+    let long = |n: usize| format!("{prefix}number {n}");
+    let filtered = |engine: &Engine, value: &str, as_of: Option<u64>| {
+        let mut hq = q("docs", "t");
+        hq.scalar_eq = Some(json!({ "body": value }).as_object().unwrap().clone());
+        hq.temporal_as_of = as_of.map(|e| e as i64);
+        hq.top_k = Some(100);
+        let mut got = ids(&engine.query(None, None, &hq).unwrap());
+        got.sort();
+        got
+    };
+    {
+        let engine = open(dir.path());
+        let records =
+            (0..20).map(|i| rec("docs", "t", &format!("d{i:02}"), json!({ "body": long(i % 5), "short": "x" })));
+        engine.put(None, None, records.collect(), None).unwrap();
+        assert_eq!(filtered(&engine, &long(3), None), ["d03", "d08", "d13", "d18"]);
+        assert_eq!(filtered(&engine, &long(7), None), Vec::<String>::new());
+        assert_eq!(filtered(&engine, prefix, None), Vec::<String>::new());
+        // rewritten: the old value is still found at the epoch that had it
+        engine.put(None, None, vec![rec("docs", "t", "d03", json!({ "body": long(4) }))], None).unwrap();
+        assert_eq!(filtered(&engine, &long(3), None), ["d08", "d13", "d18"]);
+        assert_eq!(filtered(&engine, &long(3), Some(1)), ["d03", "d08", "d13", "d18"]);
+        assert_eq!(filtered(&engine, &long(4), None), ["d03", "d04", "d09", "d14", "d19"]);
+    }
+    let engine = open(dir.path());
+    assert_eq!(filtered(&engine, &long(3), None), ["d08", "d13", "d18"]);
+    assert_eq!(filtered(&engine, &long(4), None), ["d03", "d04", "d09", "d14", "d19"]);
+    let mut hq = q("docs", "t");
+    hq.scalar_eq = Some(json!({ "short": "x", "body": long(0) }).as_object().unwrap().clone());
+    assert_eq!(ids(&engine.query(None, None, &hq).unwrap()).len(), 4);
+}

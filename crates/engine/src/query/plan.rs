@@ -166,7 +166,10 @@ pub(super) struct Plan {
     pub(super) terms: Option<Vec<String>>,
     pub(super) text_field: Option<String>,
     pub(super) vector: Option<(String, Metric, Vec<f32>)>,
-    pub(super) scalar: Vec<(String, ScalarKey, String)>,
+    /// Equality filters: column, the key its index is looked up by, the
+    /// predicate as explain prints it, and the value (to check rows found
+    /// under a digest key against).
+    pub(super) scalar: Vec<(String, ScalarKey, String, Value)>,
     pub(super) graph: Option<(String, u32, Vec<String>)>,
     pub(super) top_k: usize,
     pub(super) budget: usize,
@@ -281,7 +284,7 @@ pub(super) fn validate(
         let Some(key) = ScalarKey::of(value) else {
             bail!(InvalidQuery, "scalar_eq.{col} must be a string, number or bool")
         };
-        scalar.push((col.clone(), key, format!("{col} = {value}")));
+        scalar.push((col.clone(), key, format!("{col} = {value}"), value.clone()));
     }
     let graph = match &q.graph_seed {
         None => None,

@@ -198,10 +198,16 @@ fn eligible_rows(
     ex.tenant_mask_visible_records = base.len();
     let scalar_started = Instant::now();
     let mut eligible = base;
-    for (col, key, text) in &plan.scalar {
+    for (col, key, text, value) in &plan.scalar {
         match table.scalar.get(col).and_then(|m| m.get(key)) {
             Some(rows) => rows.intersect(&mut eligible),
             None => eligible.clear(),
+        }
+        if key.needs_check() {
+            // a long string's rows are found by its digest: keep those whose
+            // field is the string (a row that cannot be read does not match)
+            eligible =
+                eligible.iter().filter(|row| state.field(*row, col).ok().flatten().as_ref() == Some(value)).collect();
         }
         ex.scalar_filter_predicates.push(text.clone());
     }

@@ -44,16 +44,19 @@ use crate::storage::records::RecordLoc;
 use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
     KeyEntry, KeyRows, Postings, Row, RowTable, ScalarKey, ScalarValues, State, TableData, VectorChunk, VectorColumn,
-    VectorStore,
+    VectorStore, SCALAR_INLINE_BYTES,
 };
 use crate::storage::wal;
 
+/// 4: a string scalar value longer than `SCALAR_INLINE_BYTES` is stored
+/// as its digest (`ScalarKey::Digest`), not itself.
 /// 3: a scalar value held by one row stores that row, not a bitmap
 /// ([`PostingsImage`]).
 /// 2: rows in packed pages (pages retention emptied are left out), the key
 /// directory column-wise, and vector slot directories from their first row.
-/// 1 (rows and keys as postcard structs) and 2 are still read.
-pub const FORMAT_VERSION: u32 = 3;
+/// 1 (rows and keys as postcard structs), 2 and 3 are still read; their
+/// long string values are keyed by digest as they are loaded.
+pub const FORMAT_VERSION: u32 = 4;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -776,6 +779,22 @@ fn restore<P: StoredPostings + Send>(
     Ok(state)
 }
 
+/// Adds `rows` to the postings of `key` (two long strings of an older image
+/// may share a digest).
+fn merge_postings(values: &mut ScalarValues, key: ScalarKey, rows: Postings) {
+    let merged = match (values.remove(&key), rows) {
+        (None, rows) => rows,
+        (Some(a), b) => {
+            let bitmap = |p: Postings| match p {
+                Postings::One(r) => RoaringBitmap::from_iter([r]),
+                Postings::Many(rows) => rows,
+            };
+            Postings::Many(bitmap(a) | bitmap(b))
+        }
+    };
+    values.insert(key, merged);
+}
+
 /// The tables of an image: live sets, tenant masks, scalar postings (a
 /// column per task), vector columns over their mapped files and BM25
 /// statistics.
@@ -804,7 +823,15 @@ fn restore_tables<P: StoredPostings + Send>(
                 let mut m = ScalarValues::with_capacity_and_hasher(values.len(), Default::default());
                 for (k, stored) in values {
                     if let Some(rows) = stored.postings()? {
-                        m.insert(k, rows);
+                        match k {
+                            // an image before format 4 keyed a long string by itself
+                            ScalarKey::Str(s) if s.len() > SCALAR_INLINE_BYTES => {
+                                merge_postings(&mut m, ScalarKey::of_str(&s), rows)
+                            }
+                            k => {
+                                m.insert(k, rows);
+                            }
+                        }
                     }
                 }
                 Ok((col, m))
@@ -1021,6 +1048,25 @@ mod tests {
         std::fs::write(dir.path().join(file_name(2)), framed(3, &postcard::to_stdvec(&v3).unwrap())).unwrap();
         let state = load(dir.path(), 2).unwrap();
         assert_eq!(scalar_postings(&state), [Some(Postings::One(7)), Some(many), None]);
+    }
+
+    #[test]
+    fn a_format_3_image_keys_its_long_strings_by_digest_as_it_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = "x".repeat(SCALAR_INLINE_BYTES + 1);
+        let inline = "y".repeat(SCALAR_INLINE_BYTES);
+        let mut v3 = scalar_image(vec![PostingsImage::One(1)]);
+        v3.tables[0].scalar[0].1 = vec![
+            (ScalarKey::Str(long.clone()), PostingsImage::One(1)),
+            (ScalarKey::Str(inline.clone()), PostingsImage::One(2)),
+        ];
+        std::fs::write(dir.path().join(file_name(1)), framed(3, &postcard::to_stdvec(&v3).unwrap())).unwrap();
+        let state = load(dir.path(), 1).unwrap();
+        let values = &state.tables["t"].scalar["c"];
+        assert!(matches!(ScalarKey::of_str(&long), ScalarKey::Digest(_)));
+        assert_eq!(values.get(&ScalarKey::of_str(&long)), Some(&Postings::One(1)));
+        assert_eq!(values.get(&ScalarKey::Str(inline)), Some(&Postings::One(2)));
+        assert_eq!(values.len(), 2);
     }
 
     #[test]

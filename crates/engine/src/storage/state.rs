@@ -244,21 +244,50 @@ pub struct KeyEntry {
 
 /// A scalar value as the equality index keys it. Numbers compare as f64, so
 /// `1` and `1.0` are equal.
+///
+/// A string longer than [`SCALAR_INLINE_BYTES`] is keyed by a digest of it
+/// (`Digest`), not by a copy: an inferred string column is both text and
+/// scalar, and keying every distinct document text by itself had held the
+/// whole text of the corpus in memory and in every checkpoint image. A
+/// filter on such a value reads the rows its digest names and keeps those
+/// whose field is the value (query/rank.rs), so a collision can never
+/// match a wrong row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ScalarKey {
     Str(String),
     Num(u64),
     Bool(bool),
+    /// The first 8 bytes of the SHA-256 of a long string (image format 4).
+    Digest(u64),
 }
+
+/// Strings up to this many bytes are keyed by themselves; longer ones by a
+/// digest. Identifiers, labels and categories fit; sentences mostly do not.
+pub const SCALAR_INLINE_BYTES: usize = 64;
 
 impl ScalarKey {
     pub fn of(value: &Value) -> Option<ScalarKey> {
         match value {
-            Value::String(s) => Some(ScalarKey::Str(s.clone())),
+            Value::String(s) => Some(ScalarKey::of_str(s)),
             Value::Bool(b) => Some(ScalarKey::Bool(*b)),
             Value::Number(n) => n.as_f64().map(|f| ScalarKey::Num(if f == 0.0 { 0 } else { f.to_bits() })),
             _ => None,
         }
+    }
+
+    pub fn of_str(s: &str) -> ScalarKey {
+        if s.len() <= SCALAR_INLINE_BYTES {
+            return ScalarKey::Str(s.to_string());
+        }
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(s.as_bytes());
+        ScalarKey::Digest(u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")))
+    }
+
+    /// True when rows found under this key must be checked against the
+    /// value itself (a digest stands for many possible strings).
+    pub fn needs_check(&self) -> bool {
+        matches!(self, ScalarKey::Digest(_))
     }
 }
 
