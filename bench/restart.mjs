@@ -13,6 +13,7 @@
 //
 //   node bench/restart.mjs [--milestones 100000,300000,1000000] [--dim 16] [--checkpoint-bytes N]
 //                          [--keep-copy DIR]  (copies the killed data dir to DIR/<records> for profiling)
+//                          [--unique-text]    (every text distinct: the gloss and its record number)
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -26,6 +27,9 @@ const milestones = arg('milestones', '100000,300000,1000000').split(',').map(Num
 const dim = Number(arg('dim', '16'));
 const checkpointBytes = arg('checkpoint-bytes', undefined);
 const keepCopy = arg('keep-copy', undefined);
+// every text distinct (the gloss and its record number), as documents are;
+// by default the ~117k glosses repeat past that many records
+const uniqueText = process.argv.includes('--unique-text');
 const BATCH = 100;
 const start = (dataDir) => startServer(dataDir, checkpointBytes ? ['--checkpoint-bytes', checkpointBytes] : []);
 
@@ -46,8 +50,9 @@ async function main() {
           const n = written + j;
           const g = data[n % data.length];
           const vector = Array.from({ length: dim }, (_, d) => Math.sin(n * 0.37 + d * 1.3));
-          const fields = { text: g.gloss, category: `lex${g.lexfile}`, n, emb: vector };
-          rawBytes += Buffer.byteLength(g.gloss) + dim * 4 + 16;
+          const text = uniqueText ? `${g.gloss} (record ${n})` : g.gloss;
+          const fields = { text, category: `lex${g.lexfile}`, n, emb: vector };
+          rawBytes += Buffer.byteLength(text) + dim * 4 + 16;
           records.push({ table: 'wn', tenant_id: 'one', id: `r${n}`, fields });
         }
         await post(`${server.url}/v1/records/put-batch`, { records });
@@ -82,7 +87,7 @@ async function main() {
     rmSync(dataDir, { recursive: true, force: true });
   }
   const cpu = cpus()[0]?.model ?? 'unknown';
-  console.log(`Machine: ${cpus().length} cores (${cpu}). Records: WordNet glosses + lexfile scalar + ${dim}-d vector, put-batch of ${BATCH} over HTTP, one tenant; checkpoint every ${checkpointBytes ? `${checkpointBytes} bytes` : '64 MiB (default)'} or 100,000 record versions (default) of WAL, or 5 min.\n`);
+  console.log(`Machine: ${cpus().length} cores (${cpu}). Records: WordNet glosses${uniqueText ? ' (each made distinct by its record number)' : ''} + lexfile scalar + ${dim}-d vector, put-batch of ${BATCH} over HTTP, one tenant; checkpoint every ${checkpointBytes ? `${checkpointBytes} bytes` : '64 MiB (default)'} or 100,000 record versions (default) of WAL, or 5 min.\n`);
   console.log('| records written | load s (this step) | server peak RSS MB | restart: listening ms | restart: first read ms | RSS after restart MB | disk bytes / record | raw bytes / record |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
