@@ -224,7 +224,9 @@ impl NativeEngine {
                 pending.settle(outcome(result));
             });
             let (db, br) = route(&branch);
-            engine.submit(db, br, WriteOp::Put { records: batch.records, receipt }, reply);
+            let write = WriteOp::Put { records: batch.records, receipt };
+            // a panic drops the reply, which answers the write as not done
+            drop(catch_unwind(AssertUnwindSafe(|| engine.submit(db, br, write, reply))));
         }));
         Ok(Object::from_raw(env.raw(), promise))
     }
@@ -534,7 +536,7 @@ impl NativeEngine {
             Some(engine) => drop(catch_unwind(AssertUnwindSafe(|| submit(engine)))),
             None => {
                 let opening = self.opening.clone();
-                self.pool.spawn(Box::new(move || submit(opening.wait())));
+                self.pool.spawn(Box::new(move || drop(catch_unwind(AssertUnwindSafe(|| submit(opening.wait()))))));
             }
         }
         Ok(Object::from_raw(env.raw(), promise))
