@@ -547,17 +547,16 @@ impl NativeEngine {
         T: ToNapiValue + Send + 'static,
         F: FnOnce(&Engine) -> EngineResult<T> + Send + 'static,
     {
+        let job = match job {
+            Ok(job) => job,
+            Err(e) => return self.refuse::<T>(env, e),
+        };
         // SAFETY: methods run on the JS thread
         let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
-        match job {
-            Err(e) => unsafe { pending.settle_now(env.raw(), outcome::<T>(Err(e))) },
-            Ok(job) => {
-                let opening = self.opening.clone();
-                self.pool.spawn(Box::new(move || {
-                    pending.settle(outcome(guard("a call", || job(&*opening.wait()?))));
-                }));
-            }
-        }
+        let opening = self.opening.clone();
+        self.pool.spawn(Box::new(move || {
+            pending.settle(outcome(guard("a call", || job(&*opening.wait()?))));
+        }));
         Ok(Object::from_raw(env.raw(), promise))
     }
 }
