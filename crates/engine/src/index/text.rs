@@ -111,12 +111,16 @@ fn token_of(term_text: &str) -> &str {
 /// payload (`2:<watermark>`); an index in another layout is rebuilt.
 const FORMAT: &str = "2";
 
+/// A token as a statistics key: held inline up to 24 bytes (the analyzer
+/// drops tokens over 40), so counting a new token allocates nothing.
+pub type TokenKey = compact_str::CompactString;
+
 /// Document count, token count and document frequencies of one scope.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ScopeStats {
     pub docs: u64,
     pub tokens: u64,
-    pub df: crate::FastMap<String, u64>,
+    pub df: crate::FastMap<TokenKey, u64>,
 }
 
 impl ScopeStats {
@@ -129,8 +133,6 @@ impl ScopeStats {
         add(&mut self.docs, 1);
         add(&mut self.tokens, tokens as u64);
         for &t in unique {
-            // look up before inserting: most tokens are already counted, and
-            // an entry would copy the token first
             match self.df.get_mut(t) {
                 Some(count) => {
                     add(count, 1);
@@ -139,7 +141,7 @@ impl ScopeStats {
                     }
                 }
                 None if sign > 0 => {
-                    self.df.insert(t.to_string(), 1);
+                    self.df.insert(TokenKey::from(t), 1);
                 }
                 None => {}
             }
@@ -147,39 +149,37 @@ impl ScopeStats {
     }
 }
 
-/// BM25 statistics per scope: one per (tenant, text column), and one per
-/// tenant for all its text columns together. Looked up by borrowed names,
-/// so counting a document allocates nothing but its new terms.
+/// BM25 statistics per (tenant, text column). A query over all of a
+/// tenant's text columns sums its columns' statistics (a document is one
+/// row's text in one column, so the sums are exactly the tenant's), instead
+/// of the store keeping a second copy of every frequency for the tenant.
+/// Looked up by borrowed names, so counting a document allocates nothing but
+/// its new terms.
 #[derive(Debug, Default)]
 pub struct TextStats {
-    tenants: crate::FastMap<Arc<str>, TenantStats>,
+    tenants: crate::FastMap<Arc<str>, crate::FastMap<String, ScopeStats>>,
 }
 
-#[derive(Debug, Default)]
-struct TenantStats {
-    all: ScopeStats,
-    columns: crate::FastMap<String, ScopeStats>,
-}
-
-/// One scope of [`TextStats`] as a checkpoint stores it.
+/// One scope of [`TextStats`] as a checkpoint stores it. `S` is the
+/// statistics as read (owned) or written (borrowed from the state, so a
+/// capture copies no frequency map). Images before format 5 also hold a
+/// tenant-wide scope (no column), which is dropped as it loads.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct ScopeImage {
+pub struct ScopeImage<S = ScopeStats> {
     pub tenant: String,
     pub column: Option<String>,
-    pub stats: ScopeStats,
+    pub stats: S,
 }
 
 impl TextStats {
-    pub fn export(&self) -> Vec<ScopeImage> {
+    pub fn export(&self) -> Vec<ScopeImage<&ScopeStats>> {
         let mut out = Vec::new();
-        for (tenant, t) in &self.tenants {
-            let scope = |column: Option<&String>, stats: &ScopeStats| ScopeImage {
+        for (tenant, columns) in &self.tenants {
+            out.extend(columns.iter().map(|(column, stats)| ScopeImage {
                 tenant: tenant.to_string(),
-                column: column.cloned(),
-                stats: stats.clone(),
-            };
-            out.push(scope(None, &t.all));
-            out.extend(t.columns.iter().map(|(column, stats)| scope(Some(column), stats)));
+                column: Some(column.clone()),
+                stats,
+            }));
         }
         out
     }
@@ -187,12 +187,8 @@ impl TextStats {
     pub fn import(scopes: Vec<ScopeImage>) -> TextStats {
         let mut out = TextStats::default();
         for s in scopes {
-            let t = out.tenants.entry(Arc::from(s.tenant)).or_default();
-            match s.column {
-                Some(column) => {
-                    t.columns.insert(column, s.stats);
-                }
-                None => t.all = s.stats,
+            if let Some(column) = s.column {
+                out.tenants.entry(Arc::from(s.tenant)).or_default().insert(column, s.stats);
             }
         }
         out
@@ -206,28 +202,33 @@ impl TextStats {
         let mut unique: Vec<&str> = toks.iter().collect();
         unique.sort_unstable();
         unique.dedup();
-        let t = match self.tenants.get_mut(&**tenant) {
-            Some(t) => t,
+        let columns = match self.tenants.get_mut(&**tenant) {
+            Some(columns) => columns,
             None => self.tenants.entry(tenant.clone()).or_default(),
         };
-        match t.columns.get_mut(column) {
+        match columns.get_mut(column) {
             Some(stats) => stats.apply(&unique, toks.len(), sign),
-            None => t.columns.entry(column.to_string()).or_default().apply(&unique, toks.len(), sign),
+            None => columns.entry(column.to_string()).or_default().apply(&unique, toks.len(), sign),
         }
-        t.all.apply(&unique, toks.len(), sign);
     }
 
     /// The statistics a query needs, copied out so the store lock is not held
-    /// while tantivy searches.
+    /// while tantivy searches: one column's, or (no column) the sum of the
+    /// tenant's columns.
     pub fn snapshot(&self, tenant: &str, column: Option<&str>, terms: &[String]) -> QueryStats {
-        let scope = self.tenants.get(tenant).and_then(|t| match column {
-            Some(column) => t.columns.get(column),
-            None => Some(&t.all),
-        });
+        let columns = self.tenants.get(tenant);
+        let scopes: Vec<&ScopeStats> = match (columns, column) {
+            (None, _) => Vec::new(),
+            (Some(columns), Some(column)) => columns.get(column).into_iter().collect(),
+            (Some(columns), None) => columns.values().collect(),
+        };
         QueryStats {
-            docs: scope.map_or(0, |s| s.docs),
-            tokens: scope.map_or(0, |s| s.tokens),
-            df: terms.iter().map(|t| (t.clone(), scope.and_then(|s| s.df.get(t).copied()).unwrap_or(0))).collect(),
+            docs: scopes.iter().map(|s| s.docs).sum(),
+            tokens: scopes.iter().map(|s| s.tokens).sum(),
+            df: terms
+                .iter()
+                .map(|t| (t.clone(), scopes.iter().filter_map(|s| s.df.get(t.as_str()).copied()).sum()))
+                .collect(),
         }
     }
 }
@@ -735,6 +736,44 @@ mod tests {
         assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_common, &doc));
         let long: Vec<String> = std::iter::repeat_n("x".to_string(), 20).chain(["rare".to_string()]).collect();
         assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_rare, &long));
+    }
+
+    #[test]
+    fn a_tenant_wide_scope_is_the_sum_of_its_columns() {
+        let mut analyzer = analyzer();
+        let mut toks = Tokens::default();
+        let mut stats = TextStats::default();
+        let acme: Arc<str> = Arc::from("acme");
+        stats.apply(&acme, "title", toks.read(&mut analyzer, "Solar wind"), 1);
+        stats.apply(&acme, "body", toks.read(&mut analyzer, "the solar wind blows, solar"), 1);
+        stats.apply(&acme, "body", toks.read(&mut analyzer, "calm sea"), 1);
+        stats.apply(&Arc::from("other"), "body", toks.read(&mut analyzer, "solar solar"), 1);
+        let terms = ["solar", "calm", "absent"].map(String::from);
+        let summary = |q: QueryStats| (q.docs, q.tokens, terms.iter().map(|t| q.df[t]).collect::<Vec<_>>());
+
+        assert_eq!(summary(stats.snapshot("acme", None, &terms)), (3, 9, vec![2, 1, 0]));
+        assert_eq!(summary(stats.snapshot("acme", Some("body"), &terms)), (2, 7, vec![1, 1, 0]));
+        assert_eq!(summary(stats.snapshot("other", None, &terms)), (1, 2, vec![1, 0, 0]));
+        assert_eq!(summary(stats.snapshot("nobody", None, &terms)), (0, 0, vec![0, 0, 0]));
+
+        stats.apply(&acme, "title", toks.read(&mut analyzer, "Solar wind"), -1);
+        let expected = (2, 7, vec![1, 1, 0]);
+        assert_eq!(summary(stats.snapshot("acme", None, &terms)), expected);
+
+        // an image before format 5 also holds a tenant-wide scope: dropped
+        let mut image: Vec<ScopeImage> = stats
+            .export()
+            .into_iter()
+            .map(|s| ScopeImage { tenant: s.tenant, column: s.column, stats: s.stats.clone() })
+            .collect();
+        image.push(ScopeImage {
+            tenant: "acme".into(),
+            column: None,
+            stats: ScopeStats { docs: 99, ..Default::default() },
+        });
+        let loaded = TextStats::import(image);
+        assert_eq!(summary(loaded.snapshot("acme", None, &terms)), expected);
+        assert_eq!(summary(loaded.snapshot("other", Some("body"), &terms)), (1, 2, vec![1, 0, 0]));
     }
 
     #[test]

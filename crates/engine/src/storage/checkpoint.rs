@@ -37,7 +37,7 @@ use serde_bytes::ByteBuf;
 use crate::error::{Code, Error, Result};
 use crate::faults;
 use crate::fsutil;
-use crate::index::text::{ScopeImage, TextStats};
+use crate::index::text::{ScopeImage, ScopeStats, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
 use crate::storage::records::RecordLoc;
@@ -48,15 +48,17 @@ use crate::storage::state::{
 };
 use crate::storage::wal;
 
+/// 5: BM25 statistics per (tenant, column) only; a tenant's are their sum
+/// (before, a tenant-wide copy was stored too, and is dropped as it loads).
 /// 4: a string scalar value longer than `SCALAR_INLINE_BYTES` is stored
 /// as its digest (`ScalarKey::Digest`), not itself.
 /// 3: a scalar value held by one row stores that row, not a bitmap
 /// ([`PostingsImage`]).
 /// 2: rows in packed pages (pages retention emptied are left out), the key
 /// directory column-wise, and vector slot directories from their first row.
-/// 1 (rows and keys as postcard structs), 2 and 3 are still read; their
-/// long string values are keyed by digest as they are loaded.
-pub const FORMAT_VERSION: u32 = 4;
+/// 1 (rows and keys as postcard structs), 2, 3 and 4 are still read;
+/// before 4, long string values are keyed by digest as they are loaded.
+pub const FORMAT_VERSION: u32 = 5;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -100,9 +102,10 @@ pub fn latest(dir: &Path) -> Result<Option<u32>> {
 }
 
 /// `P`: how a scalar value's rows are stored ([`PostingsImage`] from format
-/// 3 on, a serialized bitmap before).
+/// 3 on, a serialized bitmap before). `K` and `S` are the scalar values and
+/// BM25 statistics as read (owned) or written (borrowed from the state).
 #[derive(Serialize, Deserialize)]
-struct Image<P = PostingsImage, K = ScalarKey> {
+struct Image<P = PostingsImage, K = ScalarKey, S = ScopeStats> {
     /// WAL segments from this generation on are the tail to replay.
     gen: u32,
     created_ms: u64,
@@ -122,7 +125,7 @@ struct Image<P = PostingsImage, K = ScalarKey> {
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<P, K>>,
+    tables: Vec<TableImage<P, K, S>>,
     /// (table, column, first row) of each vector column's slot directory.
     slot_bases: Vec<(String, String, u32)>,
 }
@@ -311,14 +314,14 @@ fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
 /// `K` is the scalar value as it is read (owned) or written (borrowed from
 /// the state, so a capture copies no value).
 #[derive(Serialize, Deserialize)]
-struct TableImage<P, K = ScalarKey> {
+struct TableImage<P, K = ScalarKey, S = ScopeStats> {
     name: String,
     live: ByteBuf,
     tenants: Vec<(String, ByteBuf)>,
     /// Per scalar column: (column, [(value, its rows)]).
     scalar: Vec<(String, Vec<(K, P)>)>,
     vectors: Vec<VectorImage>,
-    text: Vec<ScopeImage>,
+    text: Vec<ScopeImage<S>>,
 }
 
 /// The rows holding a scalar value (format 3).
@@ -528,7 +531,7 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
             text: data.text_stats.export(),
         });
     }
-    let image: Image<PostingsImage, &ScalarKey> = Image {
+    let image: Image<PostingsImage, &ScalarKey, &ScopeStats> = Image {
         gen,
         created_ms: crate::storage::commit::now_ms(),
         schema_epoch: state.schema_epoch,
