@@ -37,7 +37,7 @@ use serde_bytes::ByteBuf;
 use crate::error::{Code, Error, Result};
 use crate::faults;
 use crate::fsutil;
-use crate::index::text::{ScopeImage, ScopeStats, TextStats};
+use crate::index::text::{PackedScope, ScopeImage, ScopeStats, StoredScope, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
 use crate::storage::records::RecordLoc;
@@ -48,6 +48,8 @@ use crate::storage::state::{
 };
 use crate::storage::wal;
 
+/// 6: a scope's document frequencies packed in one byte string
+/// ([`PackedScope`]), built into their map beside the scalar postings.
 /// 5: BM25 statistics per (tenant, column) only; a tenant's are their sum
 /// (before, a tenant-wide copy was stored too, and is dropped as it loads).
 /// 4: a string scalar value longer than `SCALAR_INLINE_BYTES` is stored
@@ -56,9 +58,9 @@ use crate::storage::wal;
 /// ([`PostingsImage`]).
 /// 2: rows in packed pages (pages retention emptied are left out), the key
 /// directory column-wise, and vector slot directories from their first row.
-/// 1 (rows and keys as postcard structs), 2, 3 and 4 are still read;
-/// before 4, long string values are keyed by digest as they are loaded.
-pub const FORMAT_VERSION: u32 = 5;
+/// 1 (rows and keys as postcard structs) to 5 are still read; before 4,
+/// long string values are keyed by digest as they are loaded.
+pub const FORMAT_VERSION: u32 = 6;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -105,7 +107,7 @@ pub fn latest(dir: &Path) -> Result<Option<u32>> {
 /// 3 on, a serialized bitmap before). `K` and `S` are the scalar values and
 /// BM25 statistics as read (owned) or written (borrowed from the state).
 #[derive(Serialize, Deserialize)]
-struct Image<P = PostingsImage, K = ScalarKey, S = ScopeStats> {
+struct Image<P = PostingsImage, K = ScalarKey, S = PackedScope> {
     /// WAL segments from this generation on are the tail to replay.
     gen: u32,
     created_ms: u64,
@@ -145,11 +147,11 @@ struct ImageV1 {
     keys: Vec<KeyImage>,
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<ByteBuf>>,
+    tables: Vec<TableImage<ByteBuf, ScalarKey, ScopeStats>>,
 }
 
 impl ImageV1 {
-    fn upgrade(self) -> (Image<ByteBuf>, RowTable) {
+    fn upgrade(self) -> (Image<ByteBuf, ScalarKey, ScopeStats>, RowTable) {
         let image = Image {
             gen: self.gen,
             created_ms: self.created_ms,
@@ -314,7 +316,7 @@ fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
 /// `K` is the scalar value as it is read (owned) or written (borrowed from
 /// the state, so a capture copies no value).
 #[derive(Serialize, Deserialize)]
-struct TableImage<P, K = ScalarKey, S = ScopeStats> {
+struct TableImage<P, K = ScalarKey, S = PackedScope> {
     name: String,
     live: ByteBuf,
     tenants: Vec<(String, ByteBuf)>,
@@ -531,7 +533,7 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
             text: data.text_stats.export(),
         });
     }
-    let image: Image<PostingsImage, &ScalarKey, &ScopeStats> = Image {
+    let image: Image<PostingsImage, &ScalarKey> = Image {
         gen,
         created_ms: crate::storage::commit::now_ms(),
         schema_epoch: state.schema_epoch,
@@ -725,7 +727,11 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
             restore(dir, gen, &path, image, rows)
         }
         2 => {
-            let image: Image<ByteBuf> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: Image<ByteBuf, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            restore_paged(dir, gen, &path, image)
+        }
+        3..=5 => {
+            let image: Image<PostingsImage, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
             restore_paged(dir, gen, &path, image)
         }
         _ => {
@@ -736,7 +742,12 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
 }
 
 /// [`restore`] for an image whose rows are in packed pages (format 2 on).
-fn restore_paged<P: StoredPostings + Send>(dir: &Path, gen: u32, path: &Path, mut image: Image<P>) -> Result<State> {
+fn restore_paged<P: StoredPostings + Send, S: StoredScope + Send>(
+    dir: &Path,
+    gen: u32,
+    path: &Path,
+    mut image: Image<P, ScalarKey, S>,
+) -> Result<State> {
     use rayon::prelude::*;
     let bad_rows =
         || Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()));
@@ -749,11 +760,11 @@ fn restore_paged<P: StoredPostings + Send>(dir: &Path, gen: u32, path: &Path, mu
 }
 
 /// The branch state an image describes.
-fn restore<P: StoredPostings + Send>(
+fn restore<P: StoredPostings + Send, S: StoredScope + Send>(
     dir: &Path,
     gen: u32,
     path: &Path,
-    image: Image<P>,
+    image: Image<P, ScalarKey, S>,
     rows: RowTable,
 ) -> Result<State> {
     let records = RecordFiles::open(dir, &image.record_files, gen)?;
@@ -801,10 +812,10 @@ fn merge_postings(values: &mut ScalarValues, key: ScalarKey, rows: Postings) {
 /// The tables of an image: live sets, tenant masks, scalar postings (a
 /// column per task), vector columns over their mapped files and BM25
 /// statistics.
-fn restore_tables<P: StoredPostings + Send>(
+fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
     dir: &Path,
     schemas: &BTreeMap<String, TableSchema>,
-    images: Vec<TableImage<P>>,
+    images: Vec<TableImage<P, ScalarKey, S>>,
     slot_bases: &[(String, String, u32)],
 ) -> Result<HashMap<String, TableData>> {
     use rayon::prelude::*;
@@ -814,32 +825,40 @@ fn restore_tables<P: StoredPostings + Send>(
     let mut tables = HashMap::new();
     for t in images {
         let schema = schemas.get(&t.name);
-        let mut data =
-            TableData { live: bitmap(&t.live)?, text_stats: TextStats::import(t.text), ..Default::default() };
+        let mut data = TableData { live: bitmap(&t.live)?, ..Default::default() };
         for (tenant, b) in t.tenants {
             data.tenants.insert(Arc::from(tenant), bitmap(&b)?);
         }
-        data.scalar = t
-            .scalar
-            .into_par_iter()
-            .map(|(col, values)| {
-                let mut m = ScalarValues::with_capacity_and_hasher(values.len(), Default::default());
-                for (k, stored) in values {
-                    if let Some(rows) = stored.postings()? {
-                        match k {
-                            // an image before format 4 keyed a long string by itself
-                            ScalarKey::Str(s) if s.len() > SCALAR_INLINE_BYTES => {
-                                merge_postings(&mut m, ScalarKey::of_str(&s), rows)
-                            }
-                            k => {
-                                m.insert(k, rows);
+        // the BM25 statistics beside the scalar columns' postings (a column per task)
+        let (text_stats, scalar) = rayon::join(
+            || TextStats::import(t.text),
+            || {
+                t.scalar
+                    .into_par_iter()
+                    .map(|(col, values)| {
+                        let mut m = ScalarValues::with_capacity_and_hasher(values.len(), Default::default());
+                        for (k, stored) in values {
+                            if let Some(rows) = stored.postings()? {
+                                match k {
+                                    // an image before format 4 keyed a long string by itself
+                                    ScalarKey::Str(s) if s.len() > SCALAR_INLINE_BYTES => {
+                                        merge_postings(&mut m, ScalarKey::of_str(&s), rows)
+                                    }
+                                    k => {
+                                        m.insert(k, rows);
+                                    }
+                                }
                             }
                         }
-                    }
-                }
-                Ok((col, m))
-            })
-            .collect::<Result<_>>()?;
+                        Ok((col, m))
+                    })
+                    .collect::<Result<_>>()
+            },
+        );
+        data.scalar = scalar?;
+        data.text_stats = text_stats.ok_or_else(|| {
+            Error::new(Code::WalCorrupt, format!("checkpoint BM25 statistics of {} do not decode", t.name))
+        })?;
         for v in t.vectors {
             let Some((_, dim, metric)) =
                 schema.and_then(|s| s.vector_columns().find(|(c, ..)| *c == v.column.as_str()))
@@ -1001,7 +1020,7 @@ mod tests {
 
     /// An image of one table, `t`, with no rows, whose scalar column `c`
     /// holds `postings` under the values 0, 1, ...
-    fn scalar_image<P>(postings: Vec<P>) -> Image<P> {
+    fn scalar_image<P, S>(postings: Vec<P>) -> Image<P, ScalarKey, S> {
         let scalar = vec![(
             "c".to_string(),
             postings.into_iter().enumerate().map(|(n, p)| (ScalarKey::Num(n as u64), p)).collect(),
@@ -1041,13 +1060,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rows = |r: &[u32]| bitmap_bytes(&r.iter().copied().collect());
         // format 2 kept a bitmap for every value, an empty one included
-        let v2 = scalar_image(vec![rows(&[7]), rows(&[1, 5, 9]), rows(&[])]);
+        let v2 = scalar_image::<_, ScopeStats>(vec![rows(&[7]), rows(&[1, 5, 9]), rows(&[])]);
         std::fs::write(dir.path().join(file_name(1)), framed(2, &postcard::to_stdvec(&v2).unwrap())).unwrap();
         let state = load(dir.path(), 1).unwrap();
         let many = Postings::Many([1, 5, 9].into_iter().collect());
         assert_eq!(scalar_postings(&state), [Some(Postings::One(7)), Some(many.clone()), None]);
 
-        let v3 = scalar_image(vec![PostingsImage::One(7), PostingsImage::Many(rows(&[1, 5, 9]))]);
+        let v3 = scalar_image::<_, ScopeStats>(vec![PostingsImage::One(7), PostingsImage::Many(rows(&[1, 5, 9]))]);
         std::fs::write(dir.path().join(file_name(2)), framed(3, &postcard::to_stdvec(&v3).unwrap())).unwrap();
         let state = load(dir.path(), 2).unwrap();
         assert_eq!(scalar_postings(&state), [Some(Postings::One(7)), Some(many), None]);
@@ -1058,7 +1077,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let long = "x".repeat(SCALAR_INLINE_BYTES + 1);
         let inline = "y".repeat(SCALAR_INLINE_BYTES);
-        let mut v3 = scalar_image(vec![PostingsImage::One(1)]);
+        let mut v3 = scalar_image::<_, ScopeStats>(vec![PostingsImage::One(1)]);
         v3.tables[0].scalar[0].1 = vec![
             (ScalarKey::Str(long.clone()), PostingsImage::One(1)),
             (ScalarKey::Str(inline.clone()), PostingsImage::One(2)),
@@ -1073,9 +1092,47 @@ mod tests {
     }
 
     #[test]
+    fn bm25_statistics_load_from_format_4_and_format_6_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut analyzer = crate::index::text::analyzer();
+        let mut toks = crate::index::text::Tokens::default();
+        let mut stats = TextStats::default();
+        let tenant: Arc<str> = Arc::from("a");
+        stats.apply(&tenant, "body", toks.read(&mut analyzer, "solar wind"), 1);
+        stats.apply(&tenant, "title", toks.read(&mut analyzer, "Solar"), 1);
+        let terms = ["solar".to_string(), "wind".to_string()];
+        let summary = |state: &State| {
+            let q = state.tables["t"].text_stats.snapshot("a", None, &terms);
+            (q.docs, q.tokens, q.df["solar"], q.df["wind"])
+        };
+
+        // format 4: frequencies as maps, and a tenant-wide copy, which is dropped
+        let mut v4 = scalar_image::<PostingsImage, ScopeStats>(vec![]);
+        v4.tables[0].text = stats
+            .export()
+            .into_iter()
+            .map(|s| ScopeImage { tenant: s.tenant, column: s.column, stats: s.stats.stats().unwrap() })
+            .collect();
+        let stale = ScopeStats { docs: 99, ..Default::default() };
+        v4.tables[0].text.push(ScopeImage { tenant: "a".into(), column: None, stats: stale });
+        std::fs::write(dir.path().join(file_name(1)), framed(4, &postcard::to_stdvec(&v4).unwrap())).unwrap();
+        assert_eq!(summary(&load(dir.path(), 1).unwrap()), (2, 3, 2, 1));
+
+        let mut v6 = scalar_image::<PostingsImage, PackedScope>(vec![]);
+        v6.tables[0].text = stats.export();
+        std::fs::write(dir.path().join(file_name(2)), framed(6, &postcard::to_stdvec(&v6).unwrap())).unwrap();
+        assert_eq!(summary(&load(dir.path(), 2).unwrap()), (2, 3, 2, 1));
+
+        // packed frequencies that do not decode are a damaged image, not a panic
+        v6.tables[0].text[0].stats.df = serde_bytes::ByteBuf::from(vec![3, 1]);
+        std::fs::write(dir.path().join(file_name(3)), framed(6, &postcard::to_stdvec(&v6).unwrap())).unwrap();
+        assert_eq!(load(dir.path(), 3).err().expect("refused").code, Code::WalCorrupt);
+    }
+
+    #[test]
     fn an_image_of_a_newer_format_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let image = scalar_image::<PostingsImage>(vec![]);
+        let image = scalar_image::<PostingsImage, PackedScope>(vec![]);
         let bytes = framed(FORMAT_VERSION + 1, &postcard::to_stdvec(&image).unwrap());
         std::fs::write(dir.path().join(file_name(1)), bytes).unwrap();
         let err = load(dir.path(), 1).err().expect("refused");
