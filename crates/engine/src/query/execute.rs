@@ -248,7 +248,10 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             h: fingerprint,
             t: pinned.as_ref().map_or_else(now_ms, |p| p.t),
         };
-        if !cache_hit {
+        // kept once a client pages (a page reached through a cursor), for
+        // the pages after it: most queries are never paged, and caching
+        // every first page's list held up to the cache's bound for nothing
+        if !cache_hit && pinned.is_some() {
             ctx.cache.put(cache_key, ranked.clone());
         }
         Some(cursor::encode(ctx.secret, &payload))
