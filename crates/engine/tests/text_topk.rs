@@ -245,3 +245,85 @@ fn paging_past_the_text_depth_returns_the_unpaged_ranking_also_after_a_restart()
     assert_eq!(all[..want.len().min(all.len())].to_vec(), want[..want.len().min(all.len())].to_vec());
     assert_eq!(all.iter().collect::<HashSet<_>>().len(), all.len());
 }
+
+/// `(id, lexical score)` of each query's results, for every query of a small
+/// set over two tenants, over all text columns and over one.
+fn text_scores(engine: &Engine) -> Vec<Vec<(String, Option<f64>)>> {
+    let mut out = Vec::new();
+    for tenant in ["acme", "globex"] {
+        for text in ["water", "river stone", "the of a", "wolf honey lamp glass", "cold"] {
+            for field in [None, Some("title")] {
+                let q = HybridQuery {
+                    table: Some("docs".into()),
+                    tenant_id: Some(tenant.into()),
+                    text: Some(text.into()),
+                    text_field: field.map(str::to_string),
+                    top_k: Some(50),
+                    ..Default::default()
+                };
+                let resp = engine.query(None, None, &q).unwrap();
+                out.push(resp.results.iter().map(|r| (r.record_id.clone(), r.score.lexical)).collect());
+            }
+        }
+    }
+    out
+}
+
+/// A group of many rows counts its text into the BM25 statistics on a thread
+/// of its own (storage/state.rs, `apply_group`); a replay does so a chunk of
+/// the log at a time. The statistics, and so every score, must be those of
+/// the same writes applied one at a time: rewrites of a key inside one group,
+/// deletes, two tenants and two text columns.
+#[test]
+fn text_statistics_counted_by_a_large_group_or_a_replay_equal_one_write_at_a_time() {
+    let mut rng = Lcg(11);
+    // three rounds of 300 puts over 250 ids (rewrites inside a round), then 10 deletes
+    let mut rounds: Vec<(Vec<RecordInput>, Vec<String>)> = Vec::new();
+    for _ in 0..3 {
+        let mut puts = Vec::new();
+        for _ in 0..300 {
+            let tenant = if rng.below(3) == 0 { "globex" } else { "acme" };
+            let mut fields = json!({ "body": sentence(&mut rng) });
+            if rng.below(2) == 0 {
+                fields["title"] = json!(sentence(&mut rng));
+            }
+            puts.push(common::record(tenant, &format!("d{}", rng.below(250)), fields));
+        }
+        let deletes = (0..10).map(|_| format!("d{}", rng.below(250))).collect();
+        rounds.push((puts, deletes));
+    }
+    let delete = |engine: &Engine, id: &str| {
+        for tenant in ["acme", "globex"] {
+            let key = braid_engine::RecordKey { table: "docs".into(), tenant_id: tenant.into(), id: id.into() };
+            engine.delete(None, None, key, None).unwrap();
+        }
+    };
+
+    let one_dir = tempfile::tempdir().unwrap();
+    let one_at_a_time = common::open(one_dir.path());
+    let grouped_dir = tempfile::tempdir().unwrap();
+    // no checkpoint: the restart below replays every write
+    let grouped = common::open_without_checkpoints(grouped_dir.path());
+    for (puts, deletes) in &rounds {
+        for record in puts {
+            one_at_a_time.put(None, None, vec![record.clone()], None).unwrap();
+        }
+        grouped.put(None, None, puts.clone(), None).unwrap();
+        for id in deletes {
+            delete(&one_at_a_time, id);
+            delete(&grouped, id);
+        }
+    }
+
+    assert!(one_at_a_time.wait_indexed(Duration::from_secs(60)));
+    assert!(grouped.wait_indexed(Duration::from_secs(60)));
+    let expected = text_scores(&one_at_a_time);
+    assert!(expected.iter().filter(|r| !r.is_empty()).count() > 10, "the queries find rows");
+    assert_eq!(text_scores(&grouped), expected);
+
+    // replayed from the log (no checkpoint was taken), a chunk at a time
+    drop(grouped);
+    let replayed = common::open_without_checkpoints(grouped_dir.path());
+    assert!(replayed.wait_indexed(Duration::from_secs(60)));
+    assert_eq!(text_scores(&replayed), expected);
+}

@@ -283,15 +283,24 @@ impl TextStats {
 
     /// Adds (sign = 1) or removes (sign = -1) one (row, column) document.
     pub fn apply(&mut self, tenant: &Arc<str>, column: &str, toks: &Tokens, sign: i64) {
+        self.apply_with(tenant, || tenant.clone(), column, toks, sign)
+    }
+
+    /// [`TextStats::apply`] for a tenant named by a plain string.
+    pub fn apply_str(&mut self, tenant: &str, column: &str, toks: &Tokens, sign: i64) {
+        self.apply_with(tenant, || Arc::from(tenant), column, toks, sign)
+    }
+
+    fn apply_with(&mut self, tenant: &str, owned: impl FnOnce() -> Arc<str>, column: &str, toks: &Tokens, sign: i64) {
         if toks.is_empty() {
             return;
         }
         let mut unique: Vec<&str> = toks.iter().collect();
         unique.sort_unstable();
         unique.dedup();
-        let columns = match self.tenants.get_mut(&**tenant) {
+        let columns = match self.tenants.get_mut(tenant) {
             Some(columns) => columns,
-            None => self.tenants.entry(tenant.clone()).or_default(),
+            None => self.tenants.entry(owned()).or_default(),
         };
         match columns.get_mut(column) {
             Some(stats) => stats.apply(&unique, toks.len(), sign),

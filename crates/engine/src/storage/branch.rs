@@ -161,13 +161,14 @@ impl Branch {
                         })
                     })
                     .collect();
-                for (commit, (_, end)) in commits.into_iter().zip(chunk) {
-                    let commit = commit?;
-                    if i + 1 == segments.len() {
-                        open_rows += commit.rows.len() as u64;
-                    }
-                    state.apply(&commit, *end)?;
+                let commits = commits.into_iter().collect::<Result<Vec<Commit>>>()?;
+                if i + 1 == segments.len() {
+                    open_rows += commits.iter().map(|c| c.rows.len() as u64).sum::<u64>();
                 }
+                let commits: Vec<&Commit> = commits.iter().collect();
+                let ends: Vec<u64> = chunk.iter().map(|(_, end)| *end).collect();
+                let locs = state.write_records(&commits)?;
+                state.apply_group(&commits, &ends, &locs);
             }
             if i + 1 == segments.len() {
                 open_wal = Some((wal, *gen));

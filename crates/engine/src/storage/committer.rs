@@ -431,11 +431,7 @@ fn commit_group(
         let mut st = state.write();
         let known_keys = st.keys.len();
         let commits: Vec<&Commit> = pending.iter().map(|(_, commit, ..)| commit).collect();
-        let applied = st.write_records(&commits).map(|locs| {
-            for ((commit, end), locs) in commits.iter().zip(&ends).zip(&locs) {
-                st.apply_written(commit, *end, locs);
-            }
-        });
+        let applied = st.write_records(&commits).map(|locs| st.apply_group(&commits, &ends, &locs));
         shared.stats.add_keys(&st.keys[known_keys..]);
         applied
     };
