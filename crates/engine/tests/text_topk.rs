@@ -247,22 +247,27 @@ fn paging_past_the_text_depth_returns_the_unpaged_ranking_also_after_a_restart()
 }
 
 /// `(id, lexical score)` of each query's results, for every query of a small
-/// set over two tenants, over all text columns and over one.
-fn text_scores(engine: &Engine) -> Vec<Vec<(String, Option<f64>)>> {
+/// set over two tenants: over all text columns and over one, and with an
+/// equality filter on a number, a short string and a long one.
+fn text_scores(engine: &Engine, long: &str) -> Vec<Vec<(String, Option<f64>)>> {
     let mut out = Vec::new();
+    let filters = [None, Some(json!({"n": 3})), Some(json!({"kind": "b"})), Some(json!({"note": long}))];
     for tenant in ["acme", "globex"] {
         for text in ["water", "river stone", "the of a", "wolf honey lamp glass", "cold"] {
             for field in [None, Some("title")] {
-                let q = HybridQuery {
-                    table: Some("docs".into()),
-                    tenant_id: Some(tenant.into()),
-                    text: Some(text.into()),
-                    text_field: field.map(str::to_string),
-                    top_k: Some(50),
-                    ..Default::default()
-                };
-                let resp = engine.query(None, None, &q).unwrap();
-                out.push(resp.results.iter().map(|r| (r.record_id.clone(), r.score.lexical)).collect());
+                for filter in &filters {
+                    let q = HybridQuery {
+                        table: Some("docs".into()),
+                        tenant_id: Some(tenant.into()),
+                        text: Some(text.into()),
+                        text_field: field.map(str::to_string),
+                        scalar_eq: filter.as_ref().map(|f| f.as_object().unwrap().clone()),
+                        top_k: Some(50),
+                        ..Default::default()
+                    };
+                    let resp = engine.query(None, None, &q).unwrap();
+                    out.push(resp.results.iter().map(|r| (r.record_id.clone(), r.score.lexical)).collect());
+                }
             }
         }
     }
@@ -270,12 +275,13 @@ fn text_scores(engine: &Engine) -> Vec<Vec<(String, Option<f64>)>> {
 }
 
 /// A group of many rows counts its text into the BM25 statistics on a thread
-/// of its own (storage/state.rs, `apply_group`); a replay does so a chunk of
-/// the log at a time. The statistics, and so every score, must be those of
-/// the same writes applied one at a time: rewrites of a key inside one group,
-/// deletes, two tenants and two text columns.
+/// of its own while the rest of it is applied (storage/state.rs,
+/// `apply_group`); a replay does so a chunk of the log at a time. Every
+/// score and every filtered result must be those of the same writes applied
+/// one at a time: rewrites of a key inside one group, deletes, two tenants,
+/// two text columns, and number, short and long string filters.
 #[test]
-fn text_statistics_counted_by_a_large_group_or_a_replay_equal_one_write_at_a_time() {
+fn text_and_scalar_indexes_of_a_large_group_or_a_replay_equal_one_write_at_a_time() {
     let mut rng = Lcg(11);
     // three rounds of 300 puts over 250 ids (rewrites inside a round), then 10 deletes
     let mut rounds: Vec<(Vec<RecordInput>, Vec<String>)> = Vec::new();
@@ -283,7 +289,9 @@ fn text_statistics_counted_by_a_large_group_or_a_replay_equal_one_write_at_a_tim
         let mut puts = Vec::new();
         for _ in 0..300 {
             let tenant = if rng.below(3) == 0 { "globex" } else { "acme" };
-            let mut fields = json!({ "body": sentence(&mut rng) });
+            let long = format!("{} {}", LONG_NOTE, rng.below(2));
+            let kind = ["a", "b", "c"][rng.below(3) as usize];
+            let mut fields = json!({ "body": sentence(&mut rng), "n": rng.below(5), "kind": kind, "note": long });
             if rng.below(2) == 0 {
                 fields["title"] = json!(sentence(&mut rng));
             }
@@ -317,13 +325,17 @@ fn text_statistics_counted_by_a_large_group_or_a_replay_equal_one_write_at_a_tim
 
     assert!(one_at_a_time.wait_indexed(Duration::from_secs(60)));
     assert!(grouped.wait_indexed(Duration::from_secs(60)));
-    let expected = text_scores(&one_at_a_time);
-    assert!(expected.iter().filter(|r| !r.is_empty()).count() > 10, "the queries find rows");
-    assert_eq!(text_scores(&grouped), expected);
+    let long = format!("{LONG_NOTE} 1");
+    let expected = text_scores(&one_at_a_time, &long);
+    assert!(expected.iter().filter(|r| !r.is_empty()).count() > 40, "most of the 80 queries find rows");
+    assert_eq!(text_scores(&grouped, &long), expected);
 
     // replayed from the log (no checkpoint was taken), a chunk at a time
     drop(grouped);
     let replayed = common::open_without_checkpoints(grouped_dir.path());
     assert!(replayed.wait_indexed(Duration::from_secs(60)));
-    assert_eq!(text_scores(&replayed), expected);
+    assert_eq!(text_scores(&replayed, &long), expected);
 }
+
+/// A string longer than the scalar index keeps inline (keyed by digest).
+const LONG_NOTE: &str = "a note long enough that the equality index keys it by its digest, not by itself";
