@@ -202,7 +202,9 @@ impl StoredScope for PackedScope {
 }
 
 /// Frequencies as (token count, then per token: byte length, bytes, count),
-/// the numbers as LEB128 varints.
+/// the numbers as LEB128 varints: the record codec's encoding, written here
+/// because `storage::codec` is a layer above the indexes
+/// (crates/engine/tests/layers.rs).
 pub fn pack_df(df: &crate::FastMap<TokenKey, u64>) -> Vec<u8> {
     let mut out = Vec::with_capacity(df.len() * 10);
     put_varint(&mut out, df.len() as u64);

@@ -727,14 +727,6 @@ impl State {
         &self.keys[self.rows[row as usize].key as usize]
     }
 
-    /// Applies one durable commit. Fails only when the record file cannot
-    /// take its fields; nothing is applied then.
-    pub fn apply(&mut self, commit: &Commit, wal_end: u64) -> Result<()> {
-        let locs = self.write_records(&[commit])?;
-        self.apply_written(commit, wal_end, &locs[0]);
-        Ok(())
-    }
-
     /// Applies durable commits in log order (`ends[i]`: the WAL offset after
     /// commit `i`) whose fields [`State::write_records`] wrote to `locs`.
     /// A group of many rows whose schemas it leaves unchanged counts its text
