@@ -125,6 +125,35 @@ fn a_restart_loads_the_checkpoint_and_replays_only_the_tail() {
     assert_eq!(files(&branch, "wal-"), vec!["wal-00000002.log"]);
 }
 
+/// A query asking for no fields (`return_fields: []`) answers ids, versions
+/// and scores from memory: with every record entry on disk damaged, it still
+/// answers, while the same query returning fields reads them and refuses.
+#[test]
+fn ids_only_queries_do_not_read_the_record_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    engine.wait_indexed(std::time::Duration::from_secs(30));
+    let text = json!({"table": "docs", "tenant_id": "acme", "text": "word3 common", "top_k": 10});
+    let with_fields = query(&engine, text.clone());
+    assert_eq!(with_fields.len(), 10);
+
+    // every byte after the file header, in place (the engine keeps the file open)
+    let sealed = main_dir(dir.path()).join("records-00000000.dat");
+    let len = std::fs::metadata(&sealed).unwrap().len() as usize;
+    let header = 16;
+    let mut bytes = std::fs::read(&sealed).unwrap();
+    bytes[header..len].fill(0x5a);
+    std::fs::write(&sealed, &bytes).unwrap();
+
+    let mut ids_only = text.clone();
+    ids_only["return_fields"] = json!([]);
+    assert_eq!(query(&engine, ids_only), with_fields);
+    let q: HybridQuery = serde_json::from_value(text).unwrap();
+    assert!(engine.query(None, None, &q).is_err(), "a damaged record is read when its fields are returned");
+}
+
 #[test]
 fn checkpoints_by_wal_size_keep_the_log_bounded() {
     let dir = tempfile::tempdir().unwrap();

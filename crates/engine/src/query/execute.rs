@@ -196,9 +196,11 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
                 continue;
             }
             // only the returned rows are read from the record files, and of
-            // them only the requested fields decoded
+            // them only the requested fields decoded; ids and scores alone
+            // come from memory
             let fields = match &plan.return_fields {
                 None => state.fields(r.row, None)?,
+                Some(names) if names.is_empty() => Default::default(),
                 Some(names) => {
                     let mut found = state.fields(r.row, Some(names))?;
                     names.iter().filter_map(|n| Some((n.clone(), found.remove(n)?))).collect()
