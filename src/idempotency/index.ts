@@ -149,9 +149,10 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
   const { engine } = options;
   const inFlight = new Map<string, Promise<void>>();
 
-  app.addHook('preHandler', async (request, reply) => {
-    const raw = request.headers[IDEMPOTENCY_HEADER];
-    if (raw === undefined) return;
+  // Both hooks answer a request without a key at once, and wait (return a
+  // promise, which fastify takes in place of the callback) only for one with
+  // a key: an async hook costs every request a promise and a microtask turn.
+  const claim = async (request: FastifyRequest, reply: FastifyReply, raw: string | string[]): Promise<unknown> => {
     const route = `${request.method} ${request.routeOptions.url}`;
     if (!IDEMPOTENT_ROUTES.has(route)) return;
     const key = Array.isArray(raw) ? raw[0]! : raw;
@@ -198,12 +199,19 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     };
     reply.raw.once('close', done);
     reply.raw.once('finish', done);
+    return undefined;
+  };
+  app.addHook('preHandler', (request, reply, done) => {
+    const raw = request.headers[IDEMPOTENCY_HEADER];
+    if (raw === undefined) {
+      done();
+      return undefined;
+    }
+    return claim(request, reply, raw);
   });
 
   // Routes that write no rows store their receipt once they have succeeded.
-  app.addHook('onSend', async (request, reply, payload) => {
-    const ctx = request.idempotency;
-    if (!ctx || reply.statusCode < 200 || reply.statusCode >= 300) return payload;
+  const store = async (request: FastifyRequest, reply: FastifyReply, payload: unknown, ctx: IdempotencyContext): Promise<unknown> => {
     const text = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : JSON.stringify(payload);
     if (ctx.expect) {
       if (answerDigest(text) !== ctx.expect.sha256) {
@@ -234,6 +242,14 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
       if (!(err instanceof BraidError && err.code === 'branch_archived')) throw err;
     }
     return payload;
+  };
+  app.addHook('onSend', (request, reply, payload, done) => {
+    const ctx = request.idempotency;
+    if (!ctx || reply.statusCode < 200 || reply.statusCode >= 300) {
+      done(null, payload);
+      return undefined;
+    }
+    return store(request, reply, payload, ctx);
   });
 }
 
