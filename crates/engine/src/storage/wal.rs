@@ -21,16 +21,28 @@
 //! A frame is acknowledged only after `fdatasync` returns. Replay reads frames
 //! in order; when one is short or fails its checksum, it looks at what follows:
 //!
+//! - only zero bytes follow: the space the log **preallocated** (below). The
+//!   log ends there; nothing was lost and nothing is reported as cut.
 //! - nothing valid follows, or only frames of the same unsynced group (their
 //!   `synced` is below the bad frame's seq): a **torn tail** from a crash
-//!   mid-append. Nothing there was acknowledged; the file is cut there.
-//!   A zero-filled tail is a torn tail too (the tag and seq make the checksum
-//!   of an all-zero frame fail).
+//!   mid-append. Nothing there was acknowledged; the file is cut there. The
+//!   bytes reported as cut end at the last nonzero byte (the tag and seq make
+//!   the checksum of an all-zero frame fail, so zeros never pass as a frame).
 //! - a valid frame whose `synced` covers the bad frame: the bad frame was
 //!   durable and acknowledged, so this is **corruption**. The log is refused
 //!   with the offset, untouched; `braid doctor` reports and salvages.
 //!
 //! Version 1 logs (no seq, no tag) are read once and rewritten as version 3.
+//!
+//! **Preallocation.** The log writes zeros ahead of its end (as many bytes as
+//! it holds, from 64 KiB up to [`PREALLOCATE`]), and frames overwrite them in
+//! place; closing the log cuts what is left. An `fdatasync` of a
+//! write inside the file's length need not commit the file's new size to the
+//! file system's journal, as one of an append must: on this project's 2-core
+//! VM, 0.13 ms against 0.23 ms at the median for a 2 KiB write (a C loop of
+//! write + fdatasync), and durable puts over HTTP from one client answered at
+//! a p50 of 0.56-0.60 ms instead of 0.69-0.71 ms. PostgreSQL zero-fills its WAL
+//! segments for the same reason.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -51,11 +63,15 @@ pub const FRAME_HEADER: usize = 24;
 const FRAME_TAG: u8 = 0xB2;
 /// A frame larger than this is treated as damage, not allocated.
 pub const MAX_FRAME: u32 = 1 << 30;
+/// Most zero bytes the log writes ahead of its end (module docs).
+pub const PREALLOCATE: u64 = 4 << 20;
 
 pub struct Wal {
     path: PathBuf,
     file: File,
     end: u64,
+    /// Length of the file: `end`, then zeros written ahead.
+    allocated: u64,
     /// Seq the next encoded frame gets.
     next_seq: u64,
     /// Highest seq appended to the file.
@@ -74,7 +90,8 @@ pub struct Replay {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ScanEnd {
-    /// Every byte belongs to a valid frame.
+    /// Every byte belongs to a valid frame, or to the zeros preallocated
+    /// after the last one.
     Clean,
     /// An incomplete or damaged tail that no durable frame follows.
     TornTail { offset: u64, bytes: u64 },
@@ -151,6 +168,10 @@ pub fn scan(bytes: &[u8]) -> Scan {
                 pos = end;
                 expected += 1;
             }
+            // the log's preallocated space
+            _ if bytes[pos..].iter().all(|b| *b == 0) => {
+                return Scan { frames, good_end: pos as u64, end: ScanEnd::Clean }
+            }
             _ => return Scan { frames, good_end: pos as u64, end: classify_damage(bytes, pos, expected) },
         }
     }
@@ -184,7 +205,11 @@ fn classify_damage(bytes: &[u8], pos: usize, seq: u64) -> ScanEnd {
     }
     match resumes_at {
         Some(resumes_at) => ScanEnd::Corrupt { offset: pos as u64, seq, resumes_at, frames_after },
-        None => ScanEnd::TornTail { offset: pos as u64, bytes: (bytes.len() - pos) as u64 },
+        None => {
+            // up to the last nonzero byte: the zeros after it were preallocated
+            let written = bytes.iter().rposition(|b| *b != 0).map_or(pos, |last| last + 1);
+            ScanEnd::TornTail { offset: pos as u64, bytes: (written.max(pos) - pos) as u64 }
+        }
     }
 }
 
@@ -360,20 +385,24 @@ impl Wal {
             file.write_all(&[FORMAT_VERSION])?;
             file.sync_all()?;
         }
-        let file = OpenOptions::new().read(true).append(true).open(path)?;
-        let truncated = match scan.end {
-            ScanEnd::TornTail { bytes, .. } => bytes,
-            _ => 0,
+        // frames are written at `end`, over the zeros preallocated there
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let (truncated, preallocated) = match scan.end {
+            ScanEnd::TornTail { bytes, .. } => (bytes, false),
+            _ => (0, version != 1),
         };
-        if file.metadata()?.len() > good_end {
+        let mut allocated = file.metadata()?.len();
+        if allocated > good_end && !preallocated {
             file.set_len(good_end)?;
             file.sync_all()?;
+            allocated = good_end;
         }
         let seq = payloads.len() as u64;
         let wal = Wal {
             path: path.to_path_buf(),
             file,
             end: good_end,
+            allocated,
             next_seq: seq + 1,
             appended_seq: seq,
             synced_seq: seq,
@@ -399,16 +428,38 @@ impl Wal {
     /// Appends already-framed bytes (not yet durable). On an error the file
     /// may hold part of them: [`Wal::rollback`] cuts them.
     pub fn append(&mut self, frames: &[u8]) -> Result<u64> {
+        use std::os::unix::fs::FileExt;
         if let Some(fault) = faults::injected("wal::append") {
             if fault == faults::Fault::Short {
-                self.file.write_all(&frames[..frames.len() / 2])?;
+                self.file.write_all_at(&frames[..frames.len() / 2], self.end)?;
             }
             return Err(fault.error("wal::append").into());
         }
-        self.file.write_all(frames)?;
-        self.end += frames.len() as u64;
+        let end = self.end + frames.len() as u64;
+        if end > self.allocated {
+            self.preallocate(end)?;
+        }
+        self.file.write_all_at(frames, self.end)?;
+        self.end = end;
         self.appended_seq = self.next_seq - 1;
         Ok(self.end)
+    }
+
+    /// Writes zeros from the file's end to past `end`: as many bytes ahead
+    /// as the log holds, from 64 KiB up to [`PREALLOCATE`], so a branch
+    /// written little keeps little. The next [`Wal::sync`] makes them
+    /// durable with the frames written into them.
+    fn preallocate(&mut self, end: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let step = ZEROS.len() as u64;
+        let target = (end + end.clamp(step, PREALLOCATE)).next_multiple_of(step);
+        while self.allocated < target {
+            let n = (target - self.allocated).min(ZEROS.len() as u64) as usize;
+            self.file.write_all_at(&ZEROS[..n], self.allocated)?;
+            self.allocated += n as u64;
+        }
+        Ok(())
     }
 
     /// Makes everything appended durable.
@@ -427,9 +478,21 @@ impl Wal {
         self.file.set_len(end)?;
         self.file.sync_all()?;
         self.end = end;
+        self.allocated = end;
         self.next_seq = self.synced_seq + 1;
         self.appended_seq = self.synced_seq;
         Ok(())
+    }
+}
+
+/// A log that is closed gives back the zeros it preallocated (not synced:
+/// a crash before the cut leaves zeros, which a start reads as the end of
+/// the log), so a closed log's file is its frames alone.
+impl Drop for Wal {
+    fn drop(&mut self) {
+        if self.allocated > self.end {
+            let _ = self.file.set_len(self.end);
+        }
     }
 }
 
@@ -606,18 +669,20 @@ mod tests {
     }
 
     /// Regression: a zero-filled frame (length 0, crc 0) used to pass the
-    /// checksum (CRC-32 of nothing is 0).
+    /// checksum (CRC-32 of nothing is 0). Zeros after the last frame are the
+    /// log's preallocated space: not a frame, and nothing cut.
     #[test]
-    fn zero_filled_tail_is_a_torn_tail() {
+    fn a_zero_filled_tail_is_preallocated_space() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wal.log");
         write_frames(&path, &[&[b"one"], &[b"two"]]);
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[0u8; 4096]).unwrap();
         drop(f);
+        assert_eq!(inspect(&path).unwrap().end, ScanEnd::Clean);
         let (mut wal, replay) = Wal::open(&path).unwrap();
         assert_eq!(payloads(&replay), vec![&b"one"[..], &b"two"[..]]);
-        assert_eq!(replay.truncated, 4096);
+        assert_eq!(replay.truncated, 0);
         // and the log goes on from there with the right seq
         let mut buf = Vec::new();
         wal.encode(b"three", &mut buf);
@@ -626,6 +691,61 @@ mod tests {
         drop(wal);
         let (_, replay) = Wal::open(&path).unwrap();
         assert_eq!(payloads(&replay), vec![&b"one"[..], &b"two"[..], &b"three"[..]]);
+    }
+
+    /// A log left by a crash: frames, then the zeros written ahead of them.
+    fn crashed_with(path: &Path, payloads: &[&[u8]]) -> u64 {
+        let (mut wal, _) = Wal::open(path).unwrap();
+        let mut buf = Vec::new();
+        for payload in payloads {
+            wal.encode(payload, &mut buf);
+        }
+        wal.append(&buf).unwrap();
+        wal.sync().unwrap();
+        let end = wal.end();
+        // no close: the preallocated zeros stay
+        std::mem::forget(wal);
+        end
+    }
+
+    #[test]
+    fn frames_are_written_over_preallocated_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal.log");
+        let end = crashed_with(&path, &[b"one", b"two"]);
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > end && len <= end + (128 << 10), "{len} bytes for a log ending at {end}");
+        let (mut wal, replay) = Wal::open(&path).unwrap();
+        assert_eq!(payloads(&replay), vec![&b"one"[..], &b"two"[..]]);
+        assert_eq!((replay.truncated, wal.end()), (0, end));
+        // the next frame goes where the log ends, not after the zeros
+        let mut buf = Vec::new();
+        wal.encode(b"three", &mut buf);
+        wal.append(&buf).unwrap();
+        wal.sync().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        // closing gives the zeros back
+        let end = wal.end();
+        drop(wal);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+        let (_, replay) = Wal::open(&path).unwrap();
+        assert_eq!(payloads(&replay), vec![&b"one"[..], &b"two"[..], &b"three"[..]]);
+    }
+
+    /// A crash mid-append over the preallocated zeros: the torn frame is cut
+    /// and counted, the zeros after it are not.
+    #[test]
+    fn a_torn_frame_over_preallocated_zeros_counts_its_own_bytes() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal.log");
+        let end = crashed_with(&path, &[b"one", b"two"]);
+        let torn = [&100u32.to_le_bytes()[..], &[1, 2, 3, 4, 5]].concat();
+        OpenOptions::new().write(true).open(&path).unwrap().write_all_at(&torn, end).unwrap();
+        let (wal, replay) = Wal::open(&path).unwrap();
+        assert_eq!(payloads(&replay), vec![&b"one"[..], &b"two"[..]]);
+        assert_eq!(replay.truncated, 9);
+        assert_eq!(wal.end(), std::fs::metadata(&path).unwrap().len());
     }
 
     #[test]
