@@ -9,6 +9,7 @@
 //! | `wal::open`    | opening a branch's log for append       |
 //! | `wal::append`  | writing a group of frames (`short` writes half, then fails) |
 //! | `wal::sync`    | the group's `fdatasync`                  |
+//! | `wal::preallocate` | writing zeros ahead of the log's end (best effort: the frames are then appended) |
 //! | `wal::copy`    | copying a log prefix (snapshot, restore) |
 //! | `catalog::save`| the atomic rewrite of catalog.json       |
 //! | `text::commit` | the tantivy commit of the indexer        |

@@ -15,7 +15,7 @@ use fail::FailScenario;
 use serde_json::json;
 
 mod common;
-use common::{key, newest_wal, open, rec};
+use common::{key, newest_wal, open, open_without_checkpoints, rec};
 
 fn exists(engine: &Engine, id: &str) -> bool {
     engine.get(None, None, &key(id), None).unwrap().is_some()
@@ -53,6 +53,33 @@ fn check_write_fault(point: &str, actions: &str) {
     engine.put(None, None, vec![rec("after", json!({"title": "fine"}))], None).unwrap();
     drop(engine);
     assert!(exists(&open(dir.path()), "after"));
+    scenario.teardown();
+}
+
+/// No room for the zeros the WAL writes ahead of its end (a nearly full
+/// disk): the writes that fit are appended and acknowledged as before, not
+/// refused, and the log reads back whole, with preallocation taken up again
+/// between them.
+#[test]
+fn writes_go_on_when_the_wal_cannot_preallocate() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open_without_checkpoints(dir.path());
+        for i in 0..40 {
+            // every other write with no room ahead of it
+            if i % 2 == 0 {
+                faults::configure("wal::preallocate", "return(enospc)").unwrap();
+            }
+            engine.put(None, None, vec![rec(&format!("r{i}"), json!({"title": "x".repeat(4096)}))], None).unwrap();
+            faults::clear();
+        }
+        assert_eq!(engine.metrics(None, None).unwrap().recovery_state, "healthy");
+    }
+    // no checkpoint: the start replays every frame
+    let engine = open_without_checkpoints(dir.path());
+    assert!((0..40).all(|i| exists(&engine, &format!("r{i}"))), "an acknowledged write was lost");
+    assert_eq!(engine.metrics(None, None).unwrap().recovered_truncated_bytes, 0);
     scenario.teardown();
 }
 

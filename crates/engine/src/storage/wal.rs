@@ -437,10 +437,12 @@ impl Wal {
         }
         let end = self.end + frames.len() as u64;
         if end > self.allocated {
-            self.preallocate(end)?;
+            self.preallocate(end);
         }
         self.file.write_all_at(frames, self.end)?;
         self.end = end;
+        // past the zeros when there was no room for them
+        self.allocated = self.allocated.max(end);
         self.appended_seq = self.next_seq - 1;
         Ok(self.end)
     }
@@ -448,18 +450,28 @@ impl Wal {
     /// Writes zeros from the file's end to past `end`: as many bytes ahead
     /// as the log holds, from 64 KiB up to [`PREALLOCATE`], so a branch
     /// written little keeps little. The next [`Wal::sync`] makes them
-    /// durable with the frames written into them.
-    fn preallocate(&mut self, end: u64) -> Result<()> {
+    /// durable with the frames written into them. Best effort: when the
+    /// zeros do not fit (a nearly full disk), the file is cut back and the
+    /// frames are appended as they were before logs preallocated, so a write
+    /// that fits is not refused for want of room ahead of it.
+    fn preallocate(&mut self, end: u64) {
         use std::os::unix::fs::FileExt;
         static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         let step = ZEROS.len() as u64;
         let target = (end + end.clamp(step, PREALLOCATE)).next_multiple_of(step);
-        while self.allocated < target {
-            let n = (target - self.allocated).min(ZEROS.len() as u64) as usize;
-            self.file.write_all_at(&ZEROS[..n], self.allocated)?;
-            self.allocated += n as u64;
+        let from = self.allocated;
+        let written = faults::check("wal::preallocate").and_then(|()| {
+            while self.allocated < target {
+                let n = (target - self.allocated).min(step) as usize;
+                self.file.write_all_at(&ZEROS[..n], self.allocated)?;
+                self.allocated += n as u64;
+            }
+            Ok(())
+        });
+        if written.is_err() {
+            let _ = self.file.set_len(from);
+            self.allocated = from;
         }
-        Ok(())
     }
 
     /// Makes everything appended durable.
