@@ -32,7 +32,7 @@ use crate::error::{Code, Error, Result};
 use crate::index::text::TextIndex;
 use crate::index::vector::VectorIndex;
 use crate::storage::checkpoint;
-use crate::storage::commit::{now_ms, Commit};
+use crate::storage::commit::{now_ms, Commit, EncodedRows, FieldSpans};
 use crate::storage::committer::{self, CheckpointJob, Job, Request};
 use crate::storage::events::{Event, EventQueue, Recorded};
 use crate::storage::indexer;
@@ -105,6 +105,27 @@ fn replay_chunks(payloads: &[(Vec<u8>, u64)]) -> impl Iterator<Item = &[(Vec<u8>
     })
 }
 
+/// A commit read back from the log, with where its rows' encoded fields
+/// are: in its frame, or for a frame of JSON (written before the binary
+/// encoding) in `reencoded`, the binary encoding made of it here.
+struct Decoded {
+    commit: Commit,
+    reencoded: Option<Vec<u8>>,
+    spans: FieldSpans,
+}
+
+fn decode_for_replay(payload: &[u8]) -> Result<Decoded> {
+    let (commit, spans) = Commit::decode_spans(payload)?;
+    Ok(match spans {
+        Some(spans) => Decoded { commit, reencoded: None, spans },
+        None => {
+            let mut bytes = Vec::new();
+            let spans = commit.encode(&mut bytes);
+            Decoded { commit, reencoded: Some(bytes), spans }
+        }
+    })
+}
+
 impl Branch {
     pub fn open(dir: &Path, config: BranchConfig) -> Result<Branch> {
         let started = Instant::now();
@@ -153,21 +174,29 @@ impl Branch {
             // frames are decoded on all cores, a few MiB at a time, and
             // applied in log order
             for chunk in replay_chunks(&replay.payloads) {
-                let commits: Vec<Result<Commit>> = chunk
+                let decoded: Vec<Result<Decoded>> = chunk
                     .par_iter()
                     .map(|(payload, end)| {
-                        Commit::decode(payload).map_err(|e| {
+                        decode_for_replay(payload).map_err(|e| {
                             Error::storage(format!("corrupt commit in segment {gen} at offset {end}: {}", e.message))
                         })
                     })
                     .collect();
-                let commits = commits.into_iter().collect::<Result<Vec<Commit>>>()?;
+                let decoded = decoded.into_iter().collect::<Result<Vec<Decoded>>>()?;
                 if i + 1 == segments.len() {
-                    open_rows += commits.iter().map(|c| c.rows.len() as u64).sum::<u64>();
+                    open_rows += decoded.iter().map(|d| d.commit.rows.len() as u64).sum::<u64>();
                 }
-                let commits: Vec<&Commit> = commits.iter().collect();
+                let commits: Vec<&Commit> = decoded.iter().map(|d| &d.commit).collect();
+                let encoded: Vec<EncodedRows> = decoded
+                    .iter()
+                    .zip(chunk)
+                    .map(|(d, (payload, _))| EncodedRows {
+                        bytes: d.reencoded.as_deref().unwrap_or(payload),
+                        spans: &d.spans,
+                    })
+                    .collect();
                 let ends: Vec<u64> = chunk.iter().map(|(_, end)| *end).collect();
-                let locs = state.write_records(&commits)?;
+                let locs = state.write_records(&encoded)?;
                 state.apply_group(&commits, &ends, &locs);
             }
             if i + 1 == segments.len() {

@@ -148,6 +148,11 @@ impl<'a> Reader<'a> {
         Reader { bytes, at: 0 }
     }
 
+    /// How many bytes have been read.
+    pub(crate) fn position(&self) -> usize {
+        self.at
+    }
+
     /// Whether every byte has been read.
     pub(crate) fn is_done(&self) -> bool {
         self.at == self.bytes.len()

@@ -2,6 +2,8 @@
 //! receipt on its own. The idempotency receipt travels in the same frame as
 //! the rows it answers for, so a crash keeps both or neither.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -20,6 +22,25 @@ pub struct Commit {
     pub rows: Vec<WalRow>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Receipt>,
+}
+
+/// Where each row's fields are in an encoded commit: byte ranges in row
+/// order, each in the record files' encoding (storage/codec.rs).
+pub type FieldSpans = Vec<Range<usize>>;
+
+/// A commit's rows' fields as its frame holds them: the encoded commit (or
+/// any buffer holding it) and where each row's fields are in it.
+#[derive(Clone, Copy)]
+pub struct EncodedRows<'a> {
+    pub bytes: &'a [u8],
+    pub spans: &'a [Range<usize>],
+}
+
+impl<'a> EncodedRows<'a> {
+    /// Each row's encoded fields, in row order.
+    pub fn fields(self) -> impl Iterator<Item = &'a [u8]> {
+        self.spans.iter().map(move |span| &self.bytes[span.clone()])
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,10 +101,13 @@ const BINARY: u8 = 0xC1;
 ///
 /// Fields (vectors above all) are the bulk of a frame, so they are kept in the
 /// same binary encoding as the record files: a vector is 4 bytes a number,
-/// copied, not printed and parsed. Schemas and receipts are rare and small
-/// and stay JSON.
+/// copied, not printed and parsed. The record files take each row's field
+/// bytes from the frame as they are ([`FieldSpans`]), so a write encodes them
+/// once. Schemas and receipts are rare and small and stay JSON.
 impl Commit {
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// Appends the commit's frame payload to `out` and returns where each
+    /// row's fields are in `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) -> FieldSpans {
         out.push(BINARY);
         put_varint(out, self.epoch);
         put_varint(out, self.at_ms);
@@ -98,6 +122,7 @@ impl Commit {
         json_part(out, receipt);
         put_varint(out, self.rows.len() as u64);
         let mut fields = Vec::new();
+        let mut spans = Vec::with_capacity(self.rows.len());
         for row in &self.rows {
             put_str(out, &row.table);
             put_str(out, &row.tenant_id);
@@ -107,12 +132,21 @@ impl Commit {
             fields.clear();
             codec::encode_fields(&row.fields, &mut fields);
             put_varint(out, fields.len() as u64);
+            let at = out.len();
             out.extend_from_slice(&fields);
+            spans.push(at..out.len());
         }
+        spans
     }
 
     /// Reads a commit from a WAL frame, in either encoding.
     pub fn decode(bytes: &[u8]) -> Result<Commit> {
+        Commit::decode_spans(bytes).map(|(commit, _)| commit)
+    }
+
+    /// [`Commit::decode`], with where each row's fields are in `bytes`
+    /// (none for a frame of JSON, written before the binary encoding).
+    pub fn decode_spans(bytes: &[u8]) -> Result<(Commit, Option<FieldSpans>)> {
         fn json_part<'a>(r: &mut Reader<'a>) -> Result<Option<&'a [u8]>> {
             let n = r.len()?;
             if n == 0 {
@@ -121,7 +155,8 @@ impl Commit {
             r.take(n).map(Some)
         }
         if bytes.first() != Some(&BINARY) {
-            return serde_json::from_slice(bytes).map_err(|e| Error::storage(e.to_string()));
+            let commit = serde_json::from_slice(bytes).map_err(|e| Error::storage(e.to_string()))?;
+            return Ok((commit, None));
         }
         let mut r = Reader::new(&bytes[1..]);
         let epoch = r.varint()?;
@@ -136,6 +171,7 @@ impl Commit {
         };
         let count = r.len()?;
         let mut rows = Vec::with_capacity(count);
+        let mut spans = Vec::with_capacity(count);
         for _ in 0..count {
             let table = r.str()?.to_string();
             let tenant_id = r.str()?.to_string();
@@ -148,13 +184,16 @@ impl Commit {
                 b => return Err(Error::storage(format!("commit: deleted flag {b}"))),
             };
             let n = r.len()?;
+            // past the marker byte the reader does not see
+            let at = 1 + r.position();
             let fields = codec::decode_fields(r.take(n)?, None)?;
+            spans.push(at..at + n);
             rows.push(WalRow { table, tenant_id, id, version_id, deleted, fields });
         }
         if !r.is_done() {
             return Err(Error::storage("commit: trailing bytes"));
         }
-        Ok(Commit { epoch, at_ms, schemas, rows, receipt })
+        Ok((Commit { epoch, at_ms, schemas, rows, receipt }, Some(spans)))
     }
 }
 
@@ -196,6 +235,25 @@ mod tests {
         bytes.clear();
         bare.encode(&mut bytes);
         assert_eq!(as_json(&Commit::decode(&bytes).unwrap()), as_json(&bare));
+    }
+
+    #[test]
+    fn field_spans_point_at_each_rows_fields() {
+        let commit = sample();
+        let mut bytes = b"before".to_vec();
+        let spans = commit.encode(&mut bytes);
+        let payload = &bytes[6..];
+        let (decoded, read) = Commit::decode_spans(payload).unwrap();
+        let read = read.expect("a binary commit has spans");
+        assert_eq!(spans.len(), 2);
+        for ((row, written), read) in decoded.rows.iter().zip(&spans).zip(&read) {
+            let mut expected = Vec::new();
+            codec::encode_fields(&row.fields, &mut expected);
+            assert_eq!(&bytes[written.clone()], &expected[..]);
+            assert_eq!(&payload[read.clone()], &expected[..]);
+        }
+        let json = serde_json::to_vec(&commit).unwrap();
+        assert!(Commit::decode_spans(&json).unwrap().1.is_none());
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::error::{Code, Error, Result};
 use crate::index::text::TextIndex;
 use crate::storage::admission::{Stage, Staged};
 use crate::storage::checkpoint;
-use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft};
+use crate::storage::commit::{now_ms, Commit, EncodedRows, Receipt, ReceiptDraft};
 use crate::storage::events::{CheckpointTrigger, Event, FaultStage};
 use crate::storage::pipeline::{
     ms, BranchConfig, CheckpointInfo, Reply, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
@@ -397,13 +397,16 @@ fn commit_group(
     let mut ends = Vec::with_capacity(pending.len());
     let durable_end = wal.end();
     let mut base = durable_end;
-    let mut payload = Vec::new();
+    // every commit's payload, kept for the record files, which take the
+    // rows' field bytes from it
+    let mut payloads = Vec::new();
+    let mut spans = Vec::with_capacity(pending.len());
     for (_, commit, _, _, timing) in pending.iter_mut() {
         let started = Instant::now();
-        payload.clear();
-        commit.encode(&mut payload);
+        let at = payloads.len();
+        spans.push(commit.encode(&mut payloads));
         let before = frames.len();
-        wal.encode(&payload, &mut frames);
+        wal.encode(&payloads[at..], &mut frames);
         base += (frames.len() - before) as u64;
         ends.push(base);
         timing.encode_ms = ms(started.elapsed());
@@ -431,7 +434,8 @@ fn commit_group(
         let mut st = state.write();
         let known_keys = st.keys.len();
         let commits: Vec<&Commit> = pending.iter().map(|(_, commit, ..)| commit).collect();
-        let applied = st.write_records(&commits).map(|locs| st.apply_group(&commits, &ends, &locs));
+        let encoded: Vec<EncodedRows> = spans.iter().map(|spans| EncodedRows { bytes: &payloads, spans }).collect();
+        let applied = st.write_records(&encoded).map(|locs| st.apply_group(&commits, &ends, &locs));
         shared.stats.add_keys(&st.keys[known_keys..]);
         applied
     };

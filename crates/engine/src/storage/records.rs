@@ -105,15 +105,13 @@ impl RecordFiles {
         Ok(())
     }
 
-    /// Encodes a version's fields into the write buffer and returns where it
+    /// Puts a version's fields, already encoded ([`codec::encode_fields`]),
+    /// into the write buffer behind their checksum and returns where they
     /// will be once [`RecordFiles::flush`] has run.
-    pub fn stage(&mut self, fields: &Map<String, Value>) -> RecordLoc {
-        let start = self.buffer.len();
-        self.buffer.extend_from_slice(&[0; 4]);
-        codec::encode_fields(fields, &mut self.buffer);
-        let crc = crc32fast::hash(&self.buffer[start + 4..]);
-        self.buffer[start..start + 4].copy_from_slice(&crc.to_le_bytes());
-        let len = (self.buffer.len() - start) as u32;
+    pub fn stage(&mut self, fields: &[u8]) -> RecordLoc {
+        self.buffer.extend_from_slice(&crc32fast::hash(fields).to_le_bytes());
+        self.buffer.extend_from_slice(fields);
+        let len = (4 + fields.len()) as u32;
         let loc = RecordLoc { gen: self.open_gen, offset: self.open_len, len };
         self.open_len += len as u64;
         loc

@@ -27,7 +27,7 @@ use crate::index::arena::VectorArena;
 use crate::index::text::{self, TextStats};
 use crate::index::vector::{self, VectorIndex};
 use crate::schema::{ColumnType, Metric, TableSchema};
-use crate::storage::commit::{Commit, Receipt};
+use crate::storage::commit::{Commit, EncodedRows, Receipt};
 use crate::storage::records::{RecordFiles, RecordLoc};
 
 pub const NOT_SUPERSEDED: u64 = u64::MAX;
@@ -774,12 +774,12 @@ impl State {
         }
     }
 
-    /// Writes the fields of every row of `commits` to the open record file,
-    /// before any of them is applied, and returns where each row's went. On
-    /// failure nothing is written nor applied, so the committer can refuse
-    /// the whole group.
-    pub fn write_records(&mut self, commits: &[&Commit]) -> Result<Vec<Vec<RecordLoc>>> {
-        let locs = commits.iter().map(|c| c.rows.iter().map(|r| self.records.stage(&r.fields)).collect()).collect();
+    /// Writes the fields of every row of a group's commits, as their WAL
+    /// frames encoded them, to the open record file, before any of them is
+    /// applied, and returns where each row's went. On failure nothing is
+    /// written nor applied, so the committer can refuse the whole group.
+    pub fn write_records(&mut self, commits: &[EncodedRows]) -> Result<Vec<Vec<RecordLoc>>> {
+        let locs = commits.iter().map(|c| c.fields().map(|f| self.records.stage(f)).collect()).collect();
         self.records.flush()?;
         Ok(locs)
     }
