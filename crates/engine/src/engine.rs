@@ -392,6 +392,10 @@ impl Engine {
             Some(e) if e < horizon => {
                 bail!(TemporalBeforeHorizon, "epoch {e} is below the retained horizon {horizon}")
             }
+            // as a query's temporal_as_of: an epoch not yet written has no versions to read
+            Some(e) if e > state.latest_epoch => {
+                bail!(TemporalInFuture, "epoch {e} is after the latest epoch {}", state.latest_epoch)
+            }
             _ => read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch)),
         }
     }

@@ -7,8 +7,10 @@
 //! arrays, `toJSON` is called (so a `Date` is its ISO string), only own
 //! enumerable string keys are read. Where it would silently change a value
 //! the reader refuses instead: `NaN` and `Infinity` (which it prints as
-//! `null`), a `BigInt` (which it throws on), and nesting deeper than 128
-//! levels (serde_json's own limit). A `Float32Array` or `Float64Array`
+//! `null`), a `BigInt` (which it throws on), nesting deeper than 128
+//! levels (serde_json's own limit), and a string holding a lone UTF-16
+//! surrogate (which is not Unicode: UTF-8 would hold it as U+FFFD, so two ids
+//! or tenants could become one). A `Float32Array` or `Float64Array`
 //! reads as a list of its numbers.
 
 use std::ptr;
@@ -31,6 +33,8 @@ pub enum Reason {
     NotFinite,
     BigInt,
     TooDeep,
+    /// A string holds an unpaired UTF-16 surrogate.
+    LoneSurrogate,
     /// A napi call failed (a throwing getter or `toJSON`, a proxy).
     Unreadable,
 }
@@ -46,6 +50,9 @@ impl ReadError {
             Reason::NotFinite => format!("{at} is not a finite number (NaN and Infinity cannot be stored or searched)"),
             Reason::BigInt => format!("{at} is a BigInt, which JSON cannot hold (pass a number or a string)"),
             Reason::TooDeep => format!("the request's values nest too deeply (more than {MAX_DEPTH} levels) at {at}"),
+            Reason::LoneSurrogate => {
+                format!("{at} holds an unpaired UTF-16 surrogate (\\uD800-\\uDFFF), which is not Unicode text")
+            }
             Reason::Unreadable => format!("{at} could not be read (a getter or toJSON threw)"),
         }
     }
@@ -155,9 +162,22 @@ unsafe fn string(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Re
     let mut written = 0;
     ok(unsafe { sys::napi_get_value_string_utf8(env, value, buf.as_mut_ptr().cast(), len + 1, &mut written) }, path)?;
     buf.truncate(written);
-    // napi writes UTF-8 (lone surrogates become U+FFFD, as JSON.stringify's
-    // escapes would read back)
+    // napi writes a lone surrogate as U+FFFD (EF BF BD): a string that has
+    // one is read again as UTF-16 to tell a real U+FFFD from a rewritten one
+    if buf.windows(3).any(|w| w == [0xEF, 0xBF, 0xBD]) && unsafe { has_lone_surrogate(env, value, path)? } {
+        return Err(fail(path, Reason::LoneSurrogate));
+    }
     Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
+unsafe fn has_lone_surrogate(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<bool> {
+    let mut len = 0;
+    ok(unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut len) }, path)?;
+    let mut units = vec![0u16; len + 1];
+    let mut written = 0;
+    ok(unsafe { sys::napi_get_value_string_utf16(env, value, units.as_mut_ptr(), len + 1, &mut written) }, path)?;
+    units.truncate(written);
+    Ok(char::decode_utf16(units).any(|c| c.is_err()))
 }
 
 /// `value.toJSON()` when `value` has one, as JSON.stringify calls it.

@@ -603,6 +603,13 @@ fn error_value(env: napi::sys::napi_env, err: &EngineError) -> napi::sys::napi_v
     })
 }
 
+/// Whether a reader's path names a record's or a query's name: `id`,
+/// `[3].tenant_id`, `record.table`.
+fn is_name_path(path: &str) -> bool {
+    let last = path.rsplit(['.', ']']).next().unwrap_or(path);
+    matches!(last, "table" | "tenant_id" | "id")
+}
+
 /// Reads a JavaScript value into an engine type: `code` when its shape is
 /// wrong, the reader's own reasons otherwise (js.rs).
 fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<T> {
@@ -613,6 +620,8 @@ fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) 
                 Code::VectorNotFinite
             }
             js::Reason::TooDeep => Code::InvalidRecord,
+            // a name (table, tenant_id, id) that is not Unicode text
+            js::Reason::LoneSurrogate if is_name_path(&e.path) => Code::InvalidName,
             _ => code,
         };
         EngineError::new(code, e.message(what))
