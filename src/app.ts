@@ -11,7 +11,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Braid } from './engine.js';
 import type { BranchRef, Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
-import { frameworkErrors, httpError } from './http-errors.js';
+import { clientErrorHandler, frameworkErrors, httpError, requestTimeoutOptions } from './http-errors.js';
 import { headerBranch, resolveBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
@@ -84,6 +84,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
+    // a client that stalls mid-request is answered 408 request_timeout and
+    // disconnected, instead of holding its buffered body forever
+    requestTimeout: config.requestTimeoutMs,
+    http: requestTimeoutOptions(config.requestTimeoutMs),
+    // and what Node's HTTP parser refuses gets a {code, error} body too
+    clientErrorHandler,
     // fastify's own drain answer has no `code`; the onRequest hook below
     // answers 503 shutting_down instead
     return503OnClosing: false,
@@ -93,8 +99,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');
   // keep the raw body: idempotency receipts hash exactly what the client sent
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    const raw = body as string;
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    // bytes, not a string: text that is not UTF-8 is refused instead of decoded with U+FFFD
+    const raw = body as Buffer;
     request.rawBody = raw;
     try {
       done(null, parseRequestJson(raw));

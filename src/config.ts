@@ -11,6 +11,8 @@ export interface ServerConfig {
   /** When non-empty, requests must carry `Authorization: Bearer <one of these>`. */
   authTokens: string[];
   bodyLimitBytes: number;
+  /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
+  requestTimeoutMs: number;
   maxBatch: number;
   maxVectorDim: number;
   receiptRetentionMs: number;
@@ -34,6 +36,7 @@ export const DEFAULTS: ServerConfig = {
   dataDir: './data',
   authTokens: [],
   bodyLimitBytes: 16 * 1024 * 1024,
+  requestTimeoutMs: 60_000,
   maxBatch: 10_000,
   maxVectorDim: 4096,
   receiptRetentionMs: 24 * 60 * 60 * 1000,
@@ -66,6 +69,7 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     dataDir: env.BRAID_DATA_DIR ?? base.dataDir,
     authTokens: list(env.BRAID_AUTH_TOKENS) ?? base.authTokens,
     bodyLimitBytes: int(env.BRAID_BODY_LIMIT_BYTES, 'BRAID_BODY_LIMIT_BYTES') ?? base.bodyLimitBytes,
+    requestTimeoutMs: int(env.BRAID_REQUEST_TIMEOUT_MS, 'BRAID_REQUEST_TIMEOUT_MS') ?? base.requestTimeoutMs,
     maxBatch: int(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH') ?? base.maxBatch,
     maxVectorDim: int(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
     receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,

@@ -14,6 +14,8 @@ export const ERROR_STATUS = {
   body_too_large: 400,
   unsupported_media_type: 400,
   unsupported_content_encoding: 415,
+  request_timeout: 408,
+  headers_too_large: 431,
   branch_mismatch: 400,
   // engine validation
   invalid_name: 400,
@@ -79,6 +81,15 @@ export function statusOf(code: string): number {
 }
 
 /** An error with a stable code, raised by the engine binding or the service. */
+/** Longest error message an answer carries; a longer one (that quotes a huge input) is cut. */
+const MAX_MESSAGE_CHARS = 2048;
+
+/** `message`, cut to MAX_MESSAGE_CHARS with a note of how much was left out. */
+export function boundedMessage(message: string): string {
+  if (message.length <= MAX_MESSAGE_CHARS) return message;
+  return `${message.slice(0, MAX_MESSAGE_CHARS)}... (${message.length - MAX_MESSAGE_CHARS} more characters)`;
+}
+
 export class BraidError extends Error {
   readonly code: ErrorCode;
   readonly index: number | undefined;
@@ -96,7 +107,8 @@ export class BraidError extends Error {
 
   /** The error body: `{code, error}`, and `index` for the offending record of a batch. */
   toBody(): { code: string; error: string; index?: number } {
-    return this.index === undefined ? { code: this.code, error: this.message } : { code: this.code, error: this.message, index: this.index };
+    const error = boundedMessage(this.message);
+    return this.index === undefined ? { code: this.code, error } : { code: this.code, error, index: this.index };
   }
 }
 

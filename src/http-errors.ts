@@ -4,6 +4,8 @@
  * errors (body parsing, schema validation, limits) are mapped here once, for
  * the engine's app and the gateway alike.
  */
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError, isErrorCode } from './errors.js';
 import { validationError } from './validation.js';
@@ -43,4 +45,46 @@ export function errorBody(err: BraidError): { code: string; error: string; index
 export function frameworkErrors(err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
   const braidErr = httpError(err);
   void reply.status(braidErr.status).send(errorBody(braidErr));
+}
+
+/**
+ * fastify's `clientErrorHandler`: what Node's HTTP server refuses before
+ * fastify has a request (a request line or header that does not parse,
+ * headers past Node's 16 KiB, a request not received within the request
+ * timeout) is answered with the `{code, error}` body every other failure has,
+ * and the connection closed.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const braidErr =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new BraidError('request_timeout', 'the request was not received in full within the request timeout')
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? new BraidError('headers_too_large', 'the request headers are larger than the server accepts (16 KiB)')
+        : new BraidError('invalid_request', `the request is not valid HTTP/1.1 (${err.code ?? 'parse error'})`);
+  if (socket.writable) {
+    const body = JSON.stringify(errorBody(braidErr));
+    socket.write(
+      `HTTP/1.1 ${braidErr.status} ${STATUS_CODES[braidErr.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(err);
+}
+
+/**
+ * Node's server options that make fastify's `requestTimeout` hold: Node only
+ * looks for requests past it every `connectionsCheckingInterval` (30 s by
+ * default, which would let a 60 s timeout run to 90 s: here a quarter of the
+ * timeout, 50 ms to 30 s), and a request timeout shorter than
+ * `headersTimeout` (60 s by default) did not fire at all on Node 20.20 (a
+ * stalled body was never answered), so the headers get no longer than the
+ * whole request.
+ */
+export function requestTimeoutOptions(requestTimeoutMs: number): { connectionsCheckingInterval: number; headersTimeout: number } {
+  if (requestTimeoutMs <= 0) return { connectionsCheckingInterval: 30_000, headersTimeout: 60_000 };
+  return {
+    connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(requestTimeoutMs / 4))),
+    headersTimeout: Math.min(60_000, requestTimeoutMs),
+  };
 }

@@ -3,6 +3,7 @@
  * (src/engine.ts) and, rewritten, by the gateway to an engine
  * (src/gateway/routing.ts).
  */
+import { isUtf8 } from 'node:buffer';
 import sjson from 'secure-json-parse';
 import { BraidError } from './errors.js';
 
@@ -25,15 +26,50 @@ export function encodeRequestJson(value: unknown): string {
   }
 }
 
+/** A surrogate escape (`\uD800`-`\uDFFF`) in JSON text, paired or not. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F][0-9a-fA-F]{2}/;
+/** A lone surrogate: in a `u` regex a well-formed pair is one code point, which this does not match. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+/** Where in `value` a string or key holds a lone surrogate, or undefined. */
+function loneSurrogateAt(value: unknown, at: string): string | undefined {
+  if (typeof value === 'string') return LONE_SURROGATE.test(value) ? at : undefined;
+  if (typeof value !== 'object' || value === null) return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = loneSurrogateAt(value[i], `${at}[${i}]`);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  for (const [key, v] of Object.entries(value)) {
+    if (LONE_SURROGATE.test(key)) return `a key of ${at}`;
+    const found = loneSurrogateAt(v, `${at}.${key}`);
+    if (found) return found;
+  }
+  return undefined;
+}
+
 /**
  * A request body's value: JSON.parse's, refusing `__proto__` keys and
- * `constructor.prototype` (prototype poisoning), as 400 invalid_json.
+ * `constructor.prototype` (prototype poisoning), as 400 invalid_json. So is
+ * text that is not Unicode, which would otherwise be rewritten to U+FFFD on
+ * its way to the engine (two ids or tenants could then become one): bytes
+ * that are not UTF-8, and a `\uD800`-`\uDFFF` escape without its pair (RFC
+ * 8259 §8.2; PostgreSQL's jsonb refuses both too).
  */
-export function parseRequestJson(raw: string): unknown {
+export function parseRequestJson(body: string | Buffer): unknown {
+  if (typeof body !== 'string' && !isUtf8(body)) throw new BraidError('invalid_json', 'body is not valid UTF-8 text');
+  const raw = typeof body === 'string' ? body : body.toString('utf8');
   if (raw.trim() === '') throw new BraidError('invalid_json', 'request body is empty but content-type is application/json');
+  let value: unknown;
   try {
-    return sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' });
+    value = sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' });
   } catch (err) {
     throw new BraidError('invalid_json', `body is not valid json: ${(err as Error).message.toLowerCase()}`);
   }
+  // only a surrogate escape can make a lone surrogate (decoded UTF-8 has none)
+  const lone = SURROGATE_ESCAPE.test(raw) ? loneSurrogateAt(value, 'body') : undefined;
+  if (lone) throw new BraidError('invalid_json', `${lone} holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), which is not Unicode text`);
+  return value;
 }

@@ -37,6 +37,16 @@ export function checkBranchHeaders(headers: IncomingHttpHeaders): void {
 }
 
 /**
+ * Refuses a put wrapper's `database_id` / `branch_id` that is not a name,
+ * as the engine does (400 invalid_name), before a router looks it up.
+ */
+export function checkBranchNames(names: { database_id?: string; branch_id?: string }): void {
+  for (const [field, value] of Object.entries(names)) {
+    if (value !== undefined && !isName(value)) throw new BraidError('invalid_name', `${field} ${JSON.stringify(value)} must match ${NAME_PATTERN}`);
+  }
+}
+
+/**
  * Every field key of every record is a column name, or 400 invalid_name
  * naming the record (`index`), as the engine reports its own name errors.
  */

@@ -7,7 +7,7 @@
  */
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import { errorBody, frameworkErrors, httpError } from '../http-errors.js';
+import { clientErrorHandler, errorBody, frameworkErrors, httpError, requestTimeoutOptions } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -36,6 +36,10 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: config.bodyLimitBytes,
+    // as the engine's: a stalled request is 408, a refused one has a {code, error} body
+    requestTimeout: config.requestTimeoutMs,
+    http: requestTimeoutOptions(config.requestTimeoutMs),
+    clientErrorHandler,
     // fastify's own drain answer has no `code`; the onRequest hook below
     // answers 503 shutting_down instead
     return503OnClosing: false,

@@ -59,6 +59,8 @@ export interface GatewayConfig {
   connectTimeoutMs: number;
   /** Headers and body timeout of a proxied request. */
   upstreamTimeoutMs: number;
+  /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
+  requestTimeoutMs: number;
   /** Largest put body the gateway buffers to inject routing fields; other bodies are streamed. */
   bodyLimitBytes: number;
   /** Keep-alive connections per engine endpoint. */
@@ -79,6 +81,7 @@ export const GATEWAY_DEFAULTS: Omit<GatewayConfig, 'catalog' | 'tokens'> = {
   readyIntervalMs: 500,
   connectTimeoutMs: 2000,
   upstreamTimeoutMs: 60_000,
+  requestTimeoutMs: 60_000,
   bodyLimitBytes: 16 * 1024 * 1024,
   connectionsPerEngine: 64,
   logLevel: 'warn',
@@ -236,7 +239,7 @@ export function readConfigFile(file: string): Record<string, unknown> {
 
 const FILE_KEYS = new Set([
   'host', 'port', 'tokens', 'rate_limit', 'auth_failures', 'engine_url', 'engine_token', 'default_database', 'databases', 'catalog',
-  'ready_interval_ms', 'connect_timeout_ms', 'upstream_timeout_ms', 'body_limit_bytes', 'connections_per_engine', 'log_level',
+  'ready_interval_ms', 'connect_timeout_ms', 'upstream_timeout_ms', 'request_timeout_ms', 'body_limit_bytes', 'connections_per_engine', 'log_level',
 ]);
 
 /**
@@ -300,6 +303,7 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
     readyIntervalMs: int(file.ready_interval_ms, 'ready_interval_ms') || d.readyIntervalMs,
     connectTimeoutMs: int(file.connect_timeout_ms, 'connect_timeout_ms') || d.connectTimeoutMs,
     upstreamTimeoutMs: int(file.upstream_timeout_ms, 'upstream_timeout_ms') || d.upstreamTimeoutMs,
+    requestTimeoutMs: int(file.request_timeout_ms, 'request_timeout_ms') ?? d.requestTimeoutMs,
     bodyLimitBytes: int(file.body_limit_bytes, 'body_limit_bytes') || d.bodyLimitBytes,
     connectionsPerEngine: int(file.connections_per_engine, 'connections_per_engine') || d.connectionsPerEngine,
     logLevel: flags.logLevel ?? (env.BRAID_LOG_LEVEL || undefined) ?? str(file.log_level, 'log_level') ?? d.logLevel,

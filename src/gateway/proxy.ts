@@ -12,6 +12,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { graphqlScope, requireScope, type Scope } from '../auth.js';
 import { BraidError } from '../errors.js';
+import { checkBranchNames } from '../names.js';
 import { parseDocument } from '../graphql/bounds.js';
 import { authOf } from './auth.js';
 import { isObject, type Engines } from './engines.js';
@@ -94,6 +95,7 @@ async function routePut(engines: Engines, request: FastifyRequest, bytes: Buffer
   const parsed = parsePutBody(bytes);
   // the one branch rule of every front door (src/services/branch.ts): a body's names must agree with the headers
   const headers = { databaseId: headerValue(request.headers[DATABASE_HEADER]), branchId: headerValue(request.headers[BRANCH_HEADER]) };
+  checkBranchNames({ database_id: parsed?.databaseId, branch_id: parsed?.branchId });
   resolveBranch(headers, { database_id: parsed?.databaseId, branch_id: parsed?.branchId });
   const route = await engines.route(request, parsed?.databaseId, parsed?.branchId);
   return { route, body: parsed ? parsed.rewrite(route) : bytes };

@@ -138,14 +138,36 @@ export function headerValue(value: string | string[] | undefined): string | unde
  * The put body (route 11) as the gateway forwards it. A JSON object body is
  * rewritten into the wrapper `{record, database_id, branch_id}` with the
  * engine's names of the routed branch; anything else (invalid JSON, not an
- * object) is returned as undefined so the raw bytes go to the engine, which
- * answers with its own validation error.
+ * object, or a body JSON.stringify would not write back as it was read) is
+ * returned as undefined so the raw bytes go to the engine, which answers with
+ * its own validation error.
  */
 export interface ParsedPut {
   /** database_id / branch_id the client put in the wrapper, if any. */
   databaseId: string | undefined;
   branchId: string | undefined;
   rewrite(route: Route): Buffer;
+}
+
+/**
+ * A number literal that may be too large for a double (JSON.parse reads it as
+ * Infinity, which JSON.stringify would write as null): an exponent of three
+ * digits or more, or 309 digits in a row.
+ */
+const OVERFLOWING_NUMBER = /[eE][+-]?\d{3}|\d{309}/;
+
+/** Whether `value` holds a non-finite number (or nests too deeply to tell). */
+function holdsNonFinite(value: unknown): boolean {
+  const walk = (v: unknown): boolean => {
+    if (typeof v === 'number') return !Number.isFinite(v);
+    if (typeof v !== 'object' || v === null) return false;
+    return Object.values(v).some(walk);
+  };
+  try {
+    return walk(value);
+  } catch {
+    return true;
+  }
 }
 
 export function parsePutBody(raw: Buffer): ParsedPut | undefined {
@@ -156,6 +178,7 @@ export function parsePutBody(raw: Buffer): ParsedPut | undefined {
     return undefined;
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  if (OVERFLOWING_NUMBER.test(raw.toString('latin1')) && holdsNonFinite(body)) return undefined;
   const obj = body as Record<string, unknown>;
   const isWrapper = 'record' in obj;
   const asString = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);

@@ -3,7 +3,7 @@
  * {message, locations?, path?, extensions: {code, classification, index?}}.
  */
 import { GraphQLError } from 'graphql';
-import { BraidError, statusOf } from '../errors.js';
+import { BraidError, boundedMessage, statusOf } from '../errors.js';
 
 /**
  * Who an error is on, for tools that know nothing of Braid's codes:
@@ -29,7 +29,7 @@ export interface GraphQlErrorBody {
 export function braidGraphQLError(err: BraidError): GraphQlErrorBody {
   const extensions: GraphQlErrorBody['extensions'] = { code: err.code, classification: classificationOf(err.code) };
   if (err.index !== undefined) extensions.index = err.index;
-  return { message: err.message, extensions };
+  return { message: boundedMessage(err.message), extensions };
 }
 
 /**
@@ -53,7 +53,7 @@ export function formatGraphQLError(err: GraphQLError): GraphQlErrorBody {
   }
   const extensions: GraphQlErrorBody['extensions'] = { code, classification: classificationOf(code) };
   if (index !== undefined) extensions.index = index;
-  const body: GraphQlErrorBody = { message: err.message, extensions };
+  const body: GraphQlErrorBody = { message: boundedMessage(err.message), extensions };
   if (err.locations?.length) body.locations = err.locations.map((l) => ({ line: l.line, column: l.column }));
   if (err.path?.length) body.path = [...err.path];
   return body;

@@ -1,10 +1,35 @@
 /** The JSON scalar: any JSON value (record fields, scalar_eq, explain, column declarations). */
-import { GraphQLScalarType, Kind, valueFromASTUntyped, type ValueNode } from 'graphql';
+import { GraphQLError, GraphQLScalarType, Kind, valueFromASTUntyped, type ValueNode } from 'graphql';
+
+/**
+ * Refuses the keys a JSON body may not hold either (src/json.ts): a
+ * `__proto__` key, and a `constructor` object with a `prototype` key. A
+ * JavaScript object cannot keep the first as a key, so it would be dropped
+ * instead of stored.
+ */
+function refusePrototypeKeys(ast: ValueNode): void {
+  if (ast.kind === Kind.LIST) ast.values.forEach(refusePrototypeKeys);
+  if (ast.kind !== Kind.OBJECT) return;
+  for (const field of ast.fields) {
+    const key = field.name.value;
+    const poisons =
+      key === '__proto__' ||
+      (key === 'constructor' && field.value.kind === Kind.OBJECT && field.value.fields.some((f) => f.name.value === 'prototype'));
+    if (poisons) {
+      throw new GraphQLError(`a JSON object may not have a ${key === '__proto__' ? '__proto__' : 'constructor.prototype'} key`, {
+        nodes: field,
+        extensions: { code: 'invalid_json' },
+      });
+    }
+    refusePrototypeKeys(field.value);
+  }
+}
 
 function literal(ast: ValueNode, variables?: Record<string, unknown> | null): unknown {
   // valueFromASTUntyped turns IntValue/FloatValue into numbers, objects and lists recursively,
   // and reads $variables inside object and list literals.
   if (ast.kind === Kind.VARIABLE) return variables?.[ast.name.value];
+  refusePrototypeKeys(ast);
   return valueFromASTUntyped(ast, variables ?? undefined);
 }
 

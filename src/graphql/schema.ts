@@ -208,6 +208,13 @@ function recordInput(value: Args, what: string) {
 /** GraphQL names must not start with "__"; identifiers are otherwise valid names. */
 const usable = (name: string) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(name) && !name.startsWith('__');
 
+/**
+ * Whether a table gets typed access: every name generated for it starts with
+ * `<table>_`, which for the table `_` is `__`, as reserved as a table name
+ * starting with `__`.
+ */
+const usableTable = (name: string) => usable(`${name}_`);
+
 function columnType(c: TableSchema['columns'][string]): GraphQLOutputType {
   switch (c.type) {
     case 'string':
@@ -236,7 +243,7 @@ function scalarInputType(c: TableSchema['columns'][string]): GraphQLInputType | 
 
 /** `<t>_search`, `<t>_record` for one table, or nothing when it has no usable column. */
 function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLContext> {
-  if (!usable(t.name)) return {};
+  if (!usableTable(t.name)) return {};
   const columns = Object.entries(t.columns).filter(([name]) => usable(name));
   if (columns.length === 0) return {};
   const fieldsType = new GraphQLObjectType({

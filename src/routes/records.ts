@@ -52,7 +52,7 @@ const putBatchValidator = compile(PutBatchRequest);
  * schema, then the records service. Its refusal is the request's answer.
  */
 async function putBatchChecked(engine: Engine, bytes: Buffer, options: WriteOptions) {
-  const body = parseRequestJson(bytes.toString('utf8'));
+  const body = parseRequestJson(bytes);
   if (!putBatchValidator(body)) throw validationError(putBatchValidator.errors);
   const { records, include_write_timing } = body as PutBatchRequestT;
   return { result: await putRecords(engine, records, options), includeWriteTiming: include_write_timing ?? false };

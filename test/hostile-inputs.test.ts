@@ -1,0 +1,178 @@
+// Inputs a black-box fuzz of the HTTP API found mishandled (2026-11-25), each
+// through real HTTP against a real engine: a table name that broke the
+// GraphQL schema, text that is not Unicode, a gateway rewrite that turned an
+// overflowing number into null, a stalled body never timed out, `__proto__`
+// in a GraphQL literal, a GraphQL read after the latest epoch, and what
+// Node's HTTP parser refuses answered without a code.
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
+import { request, startTestServer, type TestServer } from './helpers.js';
+
+let s: TestServer;
+
+beforeAll(async () => {
+  s = await startTestServer({ config: { requestTimeoutMs: 500 } });
+});
+
+afterAll(async () => {
+  await s?.destroy();
+});
+
+/** Sends raw bytes on a new connection; resolves with everything the server wrote before it closed. */
+function raw(url: string, bytes: string | Buffer): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(bytes));
+    let out = '';
+    socket.on('data', (d) => (out += d.toString('utf8')));
+    socket.on('close', () => resolve(out));
+    socket.on('error', reject);
+  });
+}
+
+/** The status and JSON body of a raw HTTP answer. */
+function parseAnswer(answer: string): { status: number; body: unknown } {
+  const [head, body] = answer.split('\r\n\r\n', 2);
+  return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head ?? '')?.[1]), body: JSON.parse(body ?? 'null') };
+}
+
+describe('GraphQL and the table named _', () => {
+  it('a table named _ has no typed fields, and GraphQL keeps answering for the branch', async () => {
+    expect((await s.post('/v1/records/put', { table: '_', tenant_id: 't', id: 'x', fields: { a: 1 } })).status).toBe(200);
+    const res = await s.post('/v1/graphql', { query: '{ __typename tables { name } }' });
+    expect(res.status).toBe(200);
+    expect(res.body.errors).toBeUndefined();
+    expect(res.body.data.tables.map((t: { name: string }) => t.name)).toContain('_');
+    // the generic fields still reach it
+    const got = await s.post('/v1/graphql', { query: '{ record(table: "_", tenant_id: "t", id: "x") { version_id fields } }' });
+    expect(got.body).toEqual({ data: { record: { version_id: 1, fields: { a: 1 } } } });
+  });
+});
+
+describe('text that is not Unicode', () => {
+  it('an unpaired surrogate escape in an id, a tenant or a field is 400 invalid_json and writes nothing', async () => {
+    const bodies = [
+      ['/v1/records/put', '{"table":"uni","tenant_id":"\\ud800","id":"a","fields":{"body":"x"}}'],
+      ['/v1/records/put', '{"table":"uni","tenant_id":"t","id":"\\udfff","fields":{"body":"x"}}'],
+      ['/v1/records/put', '{"table":"uni","tenant_id":"t","id":"a","fields":{"body":"x \\uDBFF y"}}'],
+      ['/v1/records/put', '{"table":"uni","tenant_id":"t","id":"a","fields":{"\\ud800":"x"}}'],
+      ['/v1/records/put-batch', '{"records":[{"table":"uni","tenant_id":"t","id":"\\ud800","fields":{}}]}'],
+      ['/v1/insert', '{"table":"uni","tenant_id":"t","id":"a","fields":{"tags":["ok","\\ud83d"]}}'],
+      ['/v1/query', '{"table":"uni","tenant_id":"\\udc00"}'],
+    ] as const;
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    for (const [route, body] of bodies) {
+      const res = await s.post(route, body);
+      expect(res.status, body).toBe(400);
+      expect(res.body, body).toEqual({ code: 'invalid_json', error: expect.stringContaining('unpaired UTF-16 surrogate') });
+    }
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+  });
+
+  it('an escaped surrogate pair is a character like any other, and a real U+FFFD is kept', async () => {
+    const put = await s.post('/v1/records/put', '{"table":"uni","tenant_id":"t\\ud83d\\ude00","id":"\ufffd","fields":{"body":"smile \\uD83D\\uDE00"}}');
+    expect(put.status).toBe(200);
+    const got = await s.post('/v1/records/get', { table: 'uni', tenant_id: 't\u{1F600}', id: '\ufffd' });
+    expect(got.body.record).toMatchObject({ tenant_id: 't\u{1F600}', id: '\ufffd', fields: { body: 'smile \u{1F600}' } });
+  });
+
+  it('a body that is not UTF-8 is 400 invalid_json', async () => {
+    const body = Buffer.concat([Buffer.from('{"table":"uni","tenant_id":"t","id":"'), Buffer.from([0xc3, 0x28]), Buffer.from('","fields":{}}')]);
+    for (const route of ['/v1/records/put', '/v1/records/put-batch']) {
+      const payload = route.endsWith('batch') ? Buffer.concat([Buffer.from('{"records":['), body, Buffer.from(']}')]) : body;
+      const res = await fetch(s.url + route, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload });
+      expect(res.status, route).toBe(400);
+      expect(await res.json(), route).toEqual({ code: 'invalid_json', error: expect.stringMatching(/UTF-8|utf-8/) });
+    }
+  });
+
+  it('the embedded API refuses an unpaired surrogate too: invalid_name for a name, invalid_record for a field', async () => {
+    await expect(s.engine.put({ table: 'uni', tenant_id: 't', id: '\ud800', fields: {} })).rejects.toMatchObject({ code: 'invalid_name' });
+    await expect(s.engine.put({ table: 'uni', tenant_id: 't', id: 'b', fields: { body: 'x\udfff' } })).rejects.toMatchObject({
+      code: 'invalid_record',
+      message: expect.stringContaining('fields.body holds an unpaired UTF-16 surrogate'),
+    });
+    await expect(s.engine.query({ table: 'uni', tenant_id: '\udbff' })).rejects.toMatchObject({ code: 'invalid_name' });
+  });
+});
+
+describe('GraphQL literals and epochs', () => {
+  it('a __proto__ or constructor.prototype key in a JSON literal is refused, not dropped', async () => {
+    const documents = [
+      'mutation { put(record: {table: "gq", tenant_id: "t", id: "x", fields: {__proto__: {a: 1}, b: 2}}) { epoch } }',
+      'mutation { put(record: {table: "gq", tenant_id: "t", id: "x", fields: {b: [{constructor: {prototype: 1}}]}}) { epoch } }',
+      'mutation { declare_table(table: "gq2", columns: {__proto__: {type: "string"}}) { epoch } }',
+    ];
+    for (const query of documents) {
+      const res = await s.post('/v1/graphql', { query });
+      expect(res.status, query).toBe(200);
+      expect(res.body.data, query).toBeUndefined();
+      expect(res.body.errors[0], query).toMatchObject({ extensions: { code: 'invalid_json' } });
+    }
+    const got = await s.post('/v1/records/get', { table: 'gq', tenant_id: 't', id: 'x' });
+    expect(got.status === 400 || got.body.record === null).toBe(true);
+  });
+
+  it('record(as_of_epoch:) after the latest epoch is temporal_in_future, as search is', async () => {
+    await s.post('/v1/records/put', { table: 'ep', tenant_id: 't', id: 'r1', fields: { n: 1 } });
+    const latest = (await s.get('/v1/metrics/public-safe')).body.latest_epoch as number;
+    const now = await s.post('/v1/graphql', { query: `{ record(table: "ep", tenant_id: "t", id: "r1", as_of_epoch: ${latest}) { version_id } }` });
+    expect(now.body).toEqual({ data: { record: { version_id: 1 } } });
+    const future = await s.post('/v1/graphql', { query: `{ record(table: "ep", tenant_id: "t", id: "r1", as_of_epoch: ${latest + 1000}) { version_id } }` });
+    expect(future.body.errors[0].extensions.code).toBe('temporal_in_future');
+  });
+});
+
+describe('what Node refuses before fastify', () => {
+  it('a body that stalls is 408 request_timeout with a code, and the connection is closed', async () => {
+    const answer = await raw(s.url, 'POST /v1/records/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');
+    expect(parseAnswer(answer)).toEqual({ status: 408, body: { code: 'request_timeout', error: expect.any(String) } });
+    expect((await s.get('/v1/ready')).status).toBe(200);
+  });
+
+  it('headers past the limit are 431 headers_too_large; a request that is not HTTP is 400 invalid_request', async () => {
+    const big = await raw(s.url, `GET /v1/ready HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(parseAnswer(big)).toEqual({ status: 431, body: { code: 'headers_too_large', error: expect.any(String) } });
+    const garbage = await raw(s.url, 'NOT HTTP AT ALL\r\n\r\n');
+    expect(parseAnswer(garbage)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.any(String) } });
+    const nul = await raw(s.url, 'GET /v1/ready HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\x00b\r\n\r\n');
+    expect(parseAnswer(nul)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.any(String) } });
+  });
+
+  it('an error quoting a huge input is cut to 2,048 characters and says how much was left out', async () => {
+    const res = await s.post('/v1/records/put', { table: 'x'.repeat(100_000), tenant_id: 't', id: 'a', fields: {} });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('invalid_name');
+    expect(res.body.error.length).toBeLessThan(2_100);
+    expect(res.body.error).toMatch(/\.\.\. \(\d+ more characters\)$/);
+  });
+});
+
+describe('the gateway', () => {
+  it('does not rewrite a put holding a number too large for a double into null: the engine refuses it', async () => {
+    const gateway = await startGateway(resolveGatewayConfig({ engine: s.url, token: ['good'], port: 0, logLevel: 'error' }, {}));
+    try {
+      const auth = { authorization: 'Bearer good' };
+      for (const body of [
+        '{"table":"inf","tenant_id":"t","id":"y","fields":{"n":1e400}}',
+        '{"record":{"table":"inf","tenant_id":"t","id":"y","fields":{"v":[1e400,0,1]}}}',
+      ]) {
+        const res = await request(`${gateway.url}/v1/records/put`, 'POST', body, auth);
+        expect(res.status, body).toBe(400);
+        expect(res.body.code, body).toMatch(/^(invalid_record|vector_not_finite|branch_mismatch)$/);
+      }
+      const got = await request(`${gateway.url}/v1/records/get`, 'POST', { table: 'inf', tenant_id: 't', id: 'y' }, auth);
+      expect(got.status === 400 || got.body.record === null).toBe(true);
+      // a wrapper naming a branch that is not a name is refused as the engine refuses it
+      const bad = await request(`${gateway.url}/v1/records/put`, 'POST', { record: { table: 'inf', tenant_id: 't', id: 'w', fields: {} }, database_id: '../x' }, auth);
+      expect(bad.status).toBe(400);
+      expect(bad.body.code).toBe('invalid_name');
+      // an ordinary put still goes through the rewrite
+      const ok = await request(`${gateway.url}/v1/records/put`, 'POST', { record: { table: 'inf', tenant_id: 't', id: 'z', fields: { n: 1e300 } } }, auth);
+      expect(ok.status).toBe(200);
+    } finally {
+      await gateway.close();
+    }
+  });
+});
