@@ -80,7 +80,6 @@ export function statusOf(code: string): number {
   return (ERROR_STATUS as Record<string, number>)[code] ?? 500;
 }
 
-/** An error with a stable code, raised by the engine binding or the service. */
 /** Longest error message an answer carries; a longer one (that quotes a huge input) is cut. */
 const MAX_MESSAGE_CHARS = 2048;
 
@@ -90,6 +89,7 @@ export function boundedMessage(message: string): string {
   return `${message.slice(0, MAX_MESSAGE_CHARS)}... (${message.length - MAX_MESSAGE_CHARS} more characters)`;
 }
 
+/** An error with a stable code, raised by the engine binding or the service. */
 export class BraidError extends Error {
   readonly code: ErrorCode;
   readonly index: number | undefined;
