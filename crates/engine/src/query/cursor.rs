@@ -4,7 +4,10 @@
 //! with a per-data-directory secret, so a cursor survives restarts but cannot
 //! be forged or edited. The payload pins the branch, the read epoch, the
 //! query's fingerprint and the position (offset plus the last row's score
-//! and id, used to seek when the ranked list has to be recomputed).
+//! and id, used to seek when the ranked list has to be recomputed), and what
+//! the first page ranked with beyond the epoch: the indexes' watermarks and
+//! the BM25 statistics. A recomputed list is then the first page's list, even
+//! when writes or the indexer moved on between pages.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -33,6 +36,14 @@ pub struct CursorPayload {
     pub h: String,
     /// Issue time, ms since the Unix epoch.
     pub t: u64,
+    /// Text and vector index watermarks of the first page (absent in
+    /// cursors issued before they were pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub w: Option<(u32, u32)>,
+    /// The first page's BM25 statistics: documents, tokens and each query
+    /// term's document frequency, in the query's term order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bm: Option<(u64, u64, Vec<u64>)>,
 }
 
 pub fn encode(secret: &[u8], payload: &CursorPayload) -> String {
@@ -68,7 +79,18 @@ mod tests {
     use crate::error::Code;
 
     fn sample() -> CursorPayload {
-        CursorPayload { v: 1, b: "default/main".into(), e: 7, o: 10, s: 0.5, id: "a".into(), h: "f".into(), t: 1 }
+        CursorPayload {
+            v: 1,
+            b: "default/main".into(),
+            e: 7,
+            o: 10,
+            s: 0.5,
+            id: "a".into(),
+            h: "f".into(),
+            t: 1,
+            w: Some((5, 4)),
+            bm: Some((3, 12, vec![1, 0])),
+        }
     }
 
     #[test]

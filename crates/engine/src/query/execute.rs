@@ -14,7 +14,7 @@ use crate::index::text;
 use crate::query::cursor::{self, CursorPayload};
 use crate::query::explain::{self, Candidate, ScoreComponents};
 use crate::query::plan::{read_epoch, validate, HybridQuery, HybridRow, QueryResponse, CURSOR_TTL_MS, MAX_TEXT_DEPTH};
-use crate::query::rank::{rank, Ranked, RankedRow};
+use crate::query::rank::{rank, Pins, Ranked, RankedRow};
 use crate::storage::commit::now_ms;
 use crate::storage::{Branch, State};
 
@@ -143,9 +143,15 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
         .and_then(|_| ctx.cache.get(&cache_key))
         .filter(|r| !(text_only && r.text_truncated && r.rows.len() < needed));
     let cache_hit = cached.is_some();
+    // a later page ranks with what its first page did (a cursor from before
+    // pins were kept: with today's)
+    let pins = pinned.as_ref().and_then(|p| {
+        let (text_watermark, vector_watermark) = p.w?;
+        Some(Pins { text_watermark, vector_watermark, stats: p.bm.clone() })
+    });
     let ranked = match cached {
         Some(r) => r,
-        None => Arc::new(rank(ctx.branch, &plan, epoch, text_depth)?),
+        None => Arc::new(rank(ctx.branch, &plan, epoch, text_depth, pins.as_ref())?),
     };
     let mut ex = ranked.explain.clone();
     if cache_hit {
@@ -249,11 +255,17 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             id: last_id.to_string(),
             h: fingerprint,
             t: pinned.as_ref().map_or_else(now_ms, |p| p.t),
+            w: Some((ranked.pins.text_watermark, ranked.pins.vector_watermark)),
+            bm: ranked.pins.stats.clone(),
         };
-        // kept once a client pages (a page reached through a cursor), for
-        // the pages after it: most queries are never paged, and caching
-        // every first page's list held up to the cache's bound for nothing
-        if !cache_hit && pinned.is_some() {
+        // Ranked again with the cursor's epoch and pins, a list is the same
+        // list, unless an HNSW walk found some of its rows (a graph that grew
+        // meanwhile may find others): such a first page's list is kept for the
+        // pages after it. Any other list is kept once a client pages (a page
+        // reached through a cursor), to spare ranking it again: most queries
+        // are never paged, and caching every first page's list held up to the
+        // cache's bound for nothing.
+        if !cache_hit && (pinned.is_some() || ranked.approximate) {
             ctx.cache.put(cache_key, ranked.clone());
         }
         Some(cursor::encode(ctx.secret, &payload))
@@ -293,7 +305,13 @@ mod cache_tests {
 
     fn ranked(rows: usize) -> Arc<Ranked> {
         let row = RankedRow { row: 0, fused: fusion::Fused::default(), penalty: None, overlay: false, source: "text" };
-        Arc::new(Ranked { rows: vec![row; rows], explain: Explain::default(), text_truncated: false })
+        Arc::new(Ranked {
+            rows: vec![row; rows],
+            explain: Explain::default(),
+            text_truncated: false,
+            pins: Pins::default(),
+            approximate: false,
+        })
     }
 
     /// Regression: the cache was bounded by entries, so 256 filter-only lists

@@ -51,6 +51,37 @@ pub struct Ranked {
     pub(super) explain: Explain,
     /// The text path returned only its best `text_depth` rows of more.
     pub(super) text_truncated: bool,
+    /// What the list was ranked with besides the epoch, for a cursor to pin.
+    pub(super) pins: Pins,
+    /// An HNSW walk found some of its rows: ranked again, even with the same
+    /// pins, a grown graph may find others.
+    pub(super) approximate: bool,
+}
+
+/// What a ranked list depends on besides the read epoch, so that a later
+/// page ranked again gets the same list: the index watermarks (a row at or
+/// above one is scored by the hot overlay, below it by the index, whose BM25
+/// lengths are quantised) and the BM25 statistics (kept for the latest epoch,
+/// so writes change them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pins {
+    pub text_watermark: u32,
+    pub vector_watermark: u32,
+    /// Documents, tokens and each query term's document frequency, in the
+    /// plan's term order; none without text.
+    pub stats: Option<(u64, u64, Vec<u64>)>,
+}
+
+impl Pins {
+    /// The statistics for `terms`, when these pins hold them for as many terms.
+    fn stats_for(&self, terms: &[String]) -> Option<QueryStats> {
+        let (docs, tokens, df) = self.stats.as_ref()?;
+        (df.len() == terms.len()).then(|| QueryStats {
+            docs: *docs,
+            tokens: *tokens,
+            df: terms.iter().cloned().zip(df.iter().copied()).collect(),
+        })
+    }
 }
 
 impl Ranked {
@@ -100,8 +131,9 @@ struct Prepared {
 }
 
 /// Computes the ranked list of a query at `epoch`, with the text path
-/// contributing its best `text_depth` rows.
-pub(super) fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) -> Result<Ranked> {
+/// contributing its best `text_depth` rows; with `pins` (a later page's), as
+/// its first page ranked it.
+pub(super) fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize, pins: Option<&Pins>) -> Result<Ranked> {
     let mut ex = Explain {
         candidate_budget: plan.budget as u64,
         freshness_mode: plan.freshness.name().to_string(),
@@ -114,11 +146,27 @@ pub(super) fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) 
         // plan captures: a vector column rebuilt by retention resets the
         // vector watermark under the write lock (storage/indexer.rs)
         let state = branch.state.read();
-        let marks = Watermarks { text: branch.text.watermark(), vector: branch.vector_watermark() };
-        (prepare(&state, plan, epoch, marks, &mut ex), marks)
+        let now = Watermarks { text: branch.text.watermark(), vector: branch.vector_watermark() };
+        // a watermark only falls when its index is rebuilt (retention, or a
+        // text index found ahead of the log at a start): then the lower one
+        let marks = match pins {
+            Some(p) => Watermarks { text: p.text_watermark.min(now.text), vector: p.vector_watermark.min(now.vector) },
+            None => now,
+        };
+        let pinned_stats = match (pins, &plan.terms) {
+            (Some(p), Some(terms)) => p.stats_for(terms),
+            _ => None,
+        };
+        (prepare(&state, plan, epoch, marks, pinned_stats, &mut ex), marks)
     };
     let (prepared, marks) = prepared;
     let Prepared { eligible, text, vector, graph, filter_rows, overlay_rows } = prepared;
+    let stats = text.as_ref().map(|t| {
+        let terms = plan.terms.as_deref().unwrap_or_default();
+        (t.stats.docs, t.stats.tokens, terms.iter().map(|term| t.stats.df.get(term).copied().unwrap_or(0)).collect())
+    });
+    let pins = Pins { text_watermark: marks.text, vector_watermark: marks.vector, stats };
+    let approximate = vector.as_ref().is_some_and(|v| v.hnsw.is_some());
 
     let mut text_truncated = false;
     let text_hits = match text {
@@ -128,11 +176,18 @@ pub(super) fn rank(branch: &Branch, plan: &Plan, epoch: u64, text_depth: usize) 
     let vector_hits = vector.map(|prep| search_vectors(plan, prep, &mut ex));
     let lists = Lists { text: text_hits, vector: vector_hits, graph };
     let rows = fuse_and_order(branch, plan, lists, filter_rows, &overlay_rows, &mut ex);
-    Ok(Ranked { rows, explain: ex, text_truncated })
+    Ok(Ranked { rows, explain: ex, text_truncated, pins, approximate })
 }
 
 /// The locked half: eligible rows, then each requested path's row work.
-fn prepare(state: &State, plan: &Plan, epoch: u64, marks: Watermarks, ex: &mut Explain) -> Prepared {
+fn prepare(
+    state: &State,
+    plan: &Plan,
+    epoch: u64,
+    marks: Watermarks,
+    pinned_stats: Option<QueryStats>,
+    ex: &mut Explain,
+) -> Prepared {
     let plan_started = Instant::now();
     let empty = TableData::default();
     let table = state.tables.get(&plan.table).unwrap_or(&empty);
@@ -145,7 +200,10 @@ fn prepare(state: &State, plan: &Plan, epoch: u64, marks: Watermarks, ex: &mut E
     let mut pending = 0u64;
     let text = match &plan.terms {
         Some(terms) => {
-            Some(text_overlay(state, table, mask, plan, terms, &eligible, marks, &mut overlay_rows, &mut pending, ex))
+            let stats = pinned_stats
+                .unwrap_or_else(|| table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms));
+            let found = TextFound { overlay_rows: &mut overlay_rows, pending: &mut pending };
+            Some(text_overlay(state, mask, plan, terms, stats, &eligible, marks, found, ex))
         }
         None => {
             ex.skipped("text", "no text in query");
@@ -229,21 +287,28 @@ fn eligible_rows(
     eligible
 }
 
-/// BM25 statistics for the query's terms, and the hot overlay: eligible
-/// rows tantivy has not indexed yet, scored here.
+/// Where the text overlay counts what it found: the overlay rows (with how
+/// many paths found each) and the rows the indexes have not taken yet.
+struct TextFound<'a> {
+    overlay_rows: &'a mut HashMap<u32, u8>,
+    pending: &'a mut u64,
+}
+
+/// The hot overlay: eligible rows tantivy has not indexed yet, scored here
+/// with the query's BM25 statistics.
 #[allow(clippy::too_many_arguments)]
 fn text_overlay(
     state: &State,
-    table: &TableData,
     mask: &RoaringBitmap,
     plan: &Plan,
     terms: &[String],
+    stats: QueryStats,
     eligible: &RoaringBitmap,
     marks: Watermarks,
-    overlay_rows: &mut HashMap<u32, u8>,
-    pending: &mut u64,
+    found: TextFound<'_>,
     ex: &mut Explain,
 ) -> TextPrep {
+    let TextFound { overlay_rows, pending } = found;
     let t = Instant::now();
     let columns: Vec<String> = match &plan.text_field {
         Some(f) => vec![f.clone()],
@@ -251,7 +316,6 @@ fn text_overlay(
             state.schemas.get(&plan.table).map(|s| s.text_columns().map(str::to_string).collect()).unwrap_or_default()
         }
     };
-    let stats = table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms);
     let mut hits = Vec::new();
     // this table and tenant's rows the text index has not committed yet
     *pending += mask.range(marks.text..).count() as u64;
