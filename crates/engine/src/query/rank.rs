@@ -202,8 +202,7 @@ fn prepare(
         Some(terms) => {
             let stats = pinned_stats
                 .unwrap_or_else(|| table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms));
-            let found = TextFound { overlay_rows: &mut overlay_rows, pending: &mut pending };
-            Some(text_overlay(state, mask, plan, terms, stats, &eligible, marks, found, ex))
+            Some(text_overlay(state, mask, plan, terms, stats, &eligible, marks, &mut overlay_rows, &mut pending, ex))
         }
         None => {
             ex.skipped("text", "no text in query");
@@ -287,13 +286,6 @@ fn eligible_rows(
     eligible
 }
 
-/// Where the text overlay counts what it found: the overlay rows (with how
-/// many paths found each) and the rows the indexes have not taken yet.
-struct TextFound<'a> {
-    overlay_rows: &'a mut HashMap<u32, u8>,
-    pending: &'a mut u64,
-}
-
 /// The hot overlay: eligible rows tantivy has not indexed yet, scored here
 /// with the query's BM25 statistics.
 #[allow(clippy::too_many_arguments)]
@@ -305,10 +297,10 @@ fn text_overlay(
     stats: QueryStats,
     eligible: &RoaringBitmap,
     marks: Watermarks,
-    found: TextFound<'_>,
+    overlay_rows: &mut HashMap<u32, u8>,
+    pending: &mut u64,
     ex: &mut Explain,
 ) -> TextPrep {
-    let TextFound { overlay_rows, pending } = found;
     let t = Instant::now();
     let columns: Vec<String> = match &plan.text_field {
         Some(f) => vec![f.clone()],
