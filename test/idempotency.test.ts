@@ -117,6 +117,44 @@ describe('Idempotency-Key', () => {
     }
   }, 20_000);
 
+  // found by a black-box model test: the catalog kept a snapshot's key unscoped by branch
+  it('a snapshot key is scoped by the branch it addresses', async () => {
+    await s.post('/v1/records/put', { record: rec('snap-scope') });
+    expect((await s.post('/v1/admin/snapshot', { target: 'scope_base' })).status).toBe(200);
+    expect((await s.post('/v1/admin/restore', { source: 'scope_base', target: 'scope_b' })).status).toBe(200);
+    const key = { 'idempotency-key': 'snap-key' };
+    const onMain = await s.post('/v1/admin/snapshot', { target: 'scope_main' }, key);
+    expect(onMain.body).toMatchObject({ target: 'scope_main', branch_id: 'main' });
+    // the same key and body on the other branch is a new request there...
+    const sameBody = await s.post('/v1/admin/snapshot', { target: 'scope_main' }, { ...key, 'x-braid-branch': 'scope_b' });
+    expect(sameBody.headers.get('idempotent-replayed')).toBeNull();
+    expect(sameBody.status).toBe(409);
+    expect(sameBody.body.code).toBe('snapshot_exists');
+    // ...and with another body it is not a reuse of the key
+    const other = await s.post('/v1/admin/snapshot', { target: 'scope_other' }, { ...key, 'x-braid-branch': 'scope_b' });
+    expect(other.status).toBe(200);
+    expect(other.body).toMatchObject({ target: 'scope_other', branch_id: 'scope_b' });
+    expect(other.headers.get('idempotent-replayed')).toBeNull();
+    // each branch replays its own
+    const again = await s.post('/v1/admin/snapshot', { target: 'scope_other' }, { ...key, 'x-braid-branch': 'scope_b' });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body).toEqual(other.body);
+    const mainAgain = await s.post('/v1/admin/snapshot', { target: 'scope_main' }, key);
+    expect(mainAgain.headers.get('idempotent-replayed')).toBe('true');
+    expect(mainAgain.body).toEqual(onMain.body);
+  });
+
+  it('a GraphQL answer with errors stores nothing: the corrected document runs with the same key', async () => {
+    const key = { 'idempotency-key': 'gql-fix' };
+    const wrong = await s.post('/v1/graphql', { query: 'mutation { put(table: "docs", tenant_id: "t1", id: "g", fields: {x: 5}) { epoch } }' }, key);
+    expect(wrong.status).toBe(200);
+    expect(wrong.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+    const fixed = await s.post('/v1/graphql', { query: 'mutation { put(record: {table: "docs", tenant_id: "t1", id: "g", fields: {x: 6}}) { epoch } }' }, key);
+    expect(fixed.status).toBe(200);
+    expect(fixed.headers.get('idempotent-replayed')).toBeNull();
+    expect(fixed.body.data.put.epoch).toEqual(expect.any(Number));
+  });
+
   it('keys longer than 255 characters are 400', async () => {
     const r = await s.post('/v1/records/put', rec('k5'), { 'idempotency-key': 'x'.repeat(256) });
     expect(r.status).toBe(400);

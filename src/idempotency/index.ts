@@ -18,7 +18,8 @@
  *   for it and then replays (or gets the 409). Within one engine process a
  *   keyed request never executes twice; the engine re-checks receipts inside
  *   its commit, so even a race between two processes cannot double-write.
- * - Failed requests (any non-2xx) store nothing and may be retried.
+ * - Failed requests (any non-2xx, and a GraphQL 200 with `errors`) store
+ *   nothing and may be retried.
  * - Keys are 1-255 printable ASCII characters; others are 400.
  * - A keyed read's response is stored whole up to 1 MiB
  *   ({@link MAX_STORED_RESPONSE_BYTES}). Past that only its SHA-256 is
@@ -72,6 +73,14 @@ export const IDEMPOTENT_ROUTES = new Set([
   'POST /v1/admin/snapshot',
   'POST /v1/records/put',
 ]);
+
+const GRAPHQL_ROUTE = 'POST /v1/graphql';
+
+/** Whether a GraphQL response reports errors. */
+function hasErrors(answer: unknown): boolean {
+  const errors = answer !== null && typeof answer === 'object' ? (answer as { errors?: unknown }).errors : undefined;
+  return Array.isArray(errors) && errors.length > 0;
+}
 
 /** Routes whose engine write carries the receipt atomically. */
 const WRITE_ROUTES = new Set(['POST /v1/insert', 'POST /v1/records/put-batch', 'POST /v1/records/put']);
@@ -229,11 +238,17 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     if (ctx.committed) return payload;
     const route = `${request.method} ${request.routeOptions.url}`;
     if (WRITE_ROUTES.has(route)) return payload;
-    ctx.committed = true;
     const bytes = Buffer.byteLength(text);
+    const answer: unknown = bytes > MAX_STORED_RESPONSE_BYTES && route !== GRAPHQL_ROUTE ? undefined : JSON.parse(text);
+    // GraphQL answers a failure with 200 and `errors` (a document that does
+    // not validate, a mutation that failed): that stores nothing either, so a
+    // retry runs the document again, and each mutation that had succeeded
+    // answers from its own receipt without writing again
+    if (route === GRAPHQL_ROUTE && hasErrors(answer)) return payload;
+    ctx.committed = true;
     const body: unknown = bytes > MAX_STORED_RESPONSE_BYTES
       ? ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes } satisfies StoredDigest)
-      : JSON.parse(text);
+      : answer;
     try {
       await engine.recordReceipt({ key: ctx.scopedKey, body_hash: ctx.bodyHash, status: reply.statusCode, body }, ctx.branch);
     } catch (err) {

@@ -448,6 +448,11 @@ impl Engine {
         let db = database.unwrap_or(DEFAULT_DATABASE).to_string();
         let br = branch.unwrap_or(DEFAULT_BRANCH).to_string();
         let handle = self.branch(Some(&db), Some(&br))?;
+        // a snapshot's key lives in the catalog, shared by every branch: it
+        // is scoped by the branch the request addresses, as a write's key is
+        // by living in its branch (a restore addresses none)
+        let scoped = key.map(|k| RequestKey { key: format!("{db}/{br}\n{}", k.key), body_hash: k.body_hash.clone() });
+        let key = scoped.as_ref();
         let mut catalog = self.catalog.lock();
         let retention = self.config.branch.receipt_retention_ms;
         if let Seen::Done(name) = catalog.seen(key, retention)? {
