@@ -17,7 +17,7 @@
 // second: this process with wrk, and the server), cores_busy (each core's
 // busy share, every process on the machine counted) }.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
@@ -94,8 +94,12 @@ function parseWrk(text) {
 function viaWrk() {
   const file = path.join(tmpdir(), `braid-load-${process.pid}.lua`);
   writeFileSync(file, luaScript());
-  const text = execFileSync('wrk', ['-t', '1', '-c', String(connections), '-d', `${seconds}s`, '--latency', '-s', file, url], { encoding: 'utf8' });
-  return parseWrk(text);
+  try {
+    const text = execFileSync('wrk', ['-t', '1', '-c', String(connections), '-d', `${seconds}s`, '--latency', '-s', file, url], { encoding: 'utf8' });
+    return parseWrk(text);
+  } finally {
+    rmSync(file, { force: true });
+  }
 }
 
 // CPU is counted over the load's own window: this process (and wrk), the server, and each core as a whole
