@@ -95,6 +95,28 @@ describe('text that is not Unicode', () => {
     });
     await expect(s.engine.query({ table: 'uni', tenant_id: '\udbff' })).rejects.toMatchObject({ code: 'invalid_name' });
   });
+
+  it('the embedded get, delete and restore check refuse a key with an unpaired surrogate instead of reading it as U+FFFD', async () => {
+    // a record really named U+FFFD, which a lone surrogate used to reach
+    await s.engine.put({ table: 'uni', tenant_id: 't', id: '\ufffd', fields: { body: 'replacement character' } });
+    for (const key of [
+      { table: 'uni', tenant_id: 't', id: '\ud800' },
+      { table: 'uni', tenant_id: 't', id: 'x\udc00' },
+      { table: 'uni', tenant_id: '\udbff', id: '\ufffd' },
+    ]) {
+      await expect(s.engine.get(key)).rejects.toMatchObject({ code: 'invalid_name', message: expect.stringContaining('unpaired UTF-16 surrogate') });
+      await expect(s.engine.delete(key)).rejects.toMatchObject({ code: 'invalid_name' });
+    }
+    // nothing was deleted, and the real U+FFFD still reads and deletes
+    expect((await s.engine.get({ table: 'uni', tenant_id: 't', id: '\ufffd' }))?.fields).toEqual({ body: 'replacement character' });
+    await s.engine.snapshot('uni_snap');
+    await expect(s.engine.restore('uni_snap', 'uni_restored', { verify: { table: 'uni', tenant_id: 't', id: '\ud800' } })).rejects.toMatchObject({
+      code: 'invalid_name',
+    });
+    expect((await s.engine.branches()).map((b) => b.branch_id)).not.toContain('uni_restored');
+    await s.engine.delete({ table: 'uni', tenant_id: 't', id: '\ufffd' });
+    expect(await s.engine.get({ table: 'uni', tenant_id: 't', id: '\ufffd' })).toBeNull();
+  });
 });
 
 describe('GraphQL literals and epochs', () => {

@@ -13,6 +13,7 @@
 //! or tenants could become one). A `Float32Array` or `Float64Array`
 //! reads as a list of its numbers.
 
+use std::ffi::CStr;
 use std::ptr;
 
 use napi::sys;
@@ -180,6 +181,20 @@ unsafe fn has_lone_surrogate(env: sys::napi_env, value: sys::napi_value, path: &
     ok(unsafe { sys::napi_get_value_string_utf16(env, value, units.as_mut_ptr(), len + 1, &mut written) }, path)?;
     units.truncate(written);
     Ok(char::decode_utf16(units).any(|c| c.is_err()))
+}
+
+/// Whether property `name` of `object` is a string holding an unpaired
+/// surrogate. napi-rs's typed `String` reads one as U+FFFD; a caller that
+/// took a string that way and finds U+FFFD in it asks here which it was.
+///
+/// # Safety
+/// `env` and `object` must be live handles of the calling JS thread.
+pub unsafe fn property_has_lone_surrogate(env: sys::napi_env, object: sys::napi_value, name: &CStr) -> bool {
+    let mut value = ptr::null_mut();
+    if unsafe { sys::napi_get_named_property(env, object, name.as_ptr(), &mut value) } != sys::Status::napi_ok {
+        return false;
+    }
+    unsafe { has_lone_surrogate(env, value, &[]) }.unwrap_or(false)
 }
 
 /// `value.toJSON()` when `value` has one, as JSON.stringify calls it.

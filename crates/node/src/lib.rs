@@ -240,26 +240,31 @@ impl NativeEngine {
         &self,
         env: &'env Env,
         branch: Option<BranchRef>,
-        key: RecordKey,
+        key: Unknown<'env>,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let write = read_receipt(env, receipt).map(|receipt| {
-            let RecordKey { table, tenant_id, id } = key;
-            WriteOp::Delete { table, tenant_id, id, receipt }
+        let key = record_key(env, key)?;
+        let write = key.and_then(|RecordKey { table, tenant_id, id }| {
+            read_receipt(env, receipt).map(|receipt| WriteOp::Delete { table, tenant_id, id, receipt })
         });
         self.submit(env, branch, write)
     }
 
     /// The visible version of a record, at the latest epoch or at `epoch`.
-    #[napi(ts_return_type = "Promise<RecordOutput | null>")]
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, key: RecordKey, epoch?: number | undefined | null",
+        ts_return_type = "Promise<RecordOutput | null>"
+    )]
     pub fn get<'env>(
         &self,
         env: &'env Env,
         branch: Option<BranchRef>,
-        key: RecordKey,
+        key: Unknown<'env>,
         epoch: Option<f64>,
     ) -> Result<Object<'env>> {
+        let key = record_key(env, key)?;
         let job = (|| -> EngineResult<_> {
+            let key = key?;
             let epoch = epoch.map(|v| whole("epoch", v)).transpose()?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
@@ -377,21 +382,30 @@ impl NativeEngine {
 
     /// Restores snapshot `source` into a new branch `target`; with `verify`,
     /// reads that record back from the new branch.
-    #[napi(ts_return_type = "Promise<RestoreOutcome>")]
+    #[napi(
+        ts_args_type = "source: string, target: string, verify?: RecordKey | undefined | null, requestKey?: RequestKey | undefined | null",
+        ts_return_type = "Promise<RestoreOutcome>"
+    )]
     pub fn restore<'env>(
         &self,
         env: &'env Env,
         source: String,
         target: String,
-        verify: Option<RecordKey>,
+        verify: Option<Unknown<'env>>,
         request_key: Option<RequestKey>,
     ) -> Result<Object<'env>> {
+        let verify = match verify {
+            Some(v) if !matches!(v.get_type()?, ValueType::Undefined | ValueType::Null) => Some(record_key(env, v)?),
+            _ => None,
+        };
         self.run(
             env,
-            Ok(move |e: &Engine| {
-                let verify = verify.map(engine_key);
-                let key = request_key.map(engine_request_key);
-                e.restore_keyed(&source, &target, verify.as_ref(), key.as_ref()).map(RestoreOutcome::from)
+            verify.transpose().map(|verify| {
+                move |e: &Engine| {
+                    let verify = verify.map(engine_key);
+                    let key = request_key.map(engine_request_key);
+                    e.restore_keyed(&source, &target, verify.as_ref(), key.as_ref()).map(RestoreOutcome::from)
+                }
             }),
         )
     }
@@ -643,6 +657,25 @@ fn route(branch: &Option<BranchRef>) -> (Option<&str>, Option<&str>) {
         Some(b) => (b.database_id.as_deref(), b.branch_id.as_deref()),
         None => (None, None),
     }
+}
+
+/// A record key, read by napi-rs's typed conversion (whose errors are the
+/// caller's type errors, thrown at once) and refused with `invalid_name` when
+/// a part held an unpaired UTF-16 surrogate: that conversion reads one as
+/// U+FFFD, so `"\ud800"` and `"\udbff"` would name the same record.
+fn record_key(env: &Env, key: Unknown) -> Result<EngineResult<RecordKey>> {
+    // SAFETY: both handles belong to this call on the JS thread
+    let k = unsafe { RecordKey::from_napi_value(env.raw(), key.raw()) }?;
+    for (part, name, value) in
+        [("table", c"table", &k.table), ("tenant_id", c"tenant_id", &k.tenant_id), ("id", c"id", &k.id)]
+    {
+        // SAFETY: as above
+        if value.contains('\u{FFFD}') && unsafe { js::property_has_lone_surrogate(env.raw(), key.raw(), name) } {
+            let e = js::ReadError { path: part.to_string(), reason: js::Reason::LoneSurrogate };
+            return Ok(Err(EngineError::new(Code::InvalidName, e.message("key"))));
+        }
+    }
+    Ok(Ok(k))
 }
 
 fn engine_key(k: RecordKey) -> braid_engine::RecordKey {
