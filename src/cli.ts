@@ -16,6 +16,7 @@ import { addImportCommand } from './cli/import.js';
 import { PACKAGE_ROOT } from './package-root.js';
 import { openServerEngine } from './server-open.js';
 import type { RunningServer } from './server.js';
+import { exitOnSignals } from './signals.js';
 
 export { formatQueryTable } from './cli/format.js';
 
@@ -84,7 +85,7 @@ export function buildCli(): Command {
       const engine = openServerEngine(config);
       let server: RunningServer;
       try {
-        const { exitOnSignals, startServer } = await import('./server.js');
+        const { startServer } = await import('./server.js');
         server = await startServer(config, engine);
         exitOnSignals(server);
       } catch (err) {
@@ -108,10 +109,10 @@ export function buildCli(): Command {
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
     .action(async (opts: GatewayFlags) => {
       const { resolveGatewayConfig } = await import('./gateway/config.js');
-      const { exitGatewayOnSignals, startGateway } = await import('./gateway/server.js');
+      const { startGateway } = await import('./gateway/server.js');
       const config = resolveGatewayConfig(opts, process.env);
       const gateway = await startGateway(config);
-      exitGatewayOnSignals(gateway);
+      exitOnSignals(gateway);
       const engines = [...new Set(config.catalog.databases.flatMap((db) => db.branches.map((b) => b.endpoint)))];
       console.log(`braid gateway listening on ${gateway.url} (engines: ${engines.join(', ')})`);
     });

@@ -55,19 +55,3 @@ export async function startServer(config: ServerConfig, engine: Braid = openServ
   };
   return { app, engine, url, close };
 }
-
-/** Drains and exits on SIGTERM / SIGINT. */
-export function exitOnSignals(server: RunningServer): void {
-  const stop = (signal: string) => {
-    server.app.log.info({ signal }, 'draining');
-    server.close().then(
-      () => process.exit(0),
-      (err) => {
-        console.error('shutdown failed:', err);
-        process.exit(1);
-      },
-    );
-  };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
-}

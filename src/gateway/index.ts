@@ -1,7 +1,9 @@
 /** The gateway: bearer auth, per-token rate limits and managed routing in front of engines. */
 export { buildGateway, type GatewayOptions, type GatewayState } from './app.js';
 export { GATEWAY_SERVICE_NAME } from './ops.js';
-export { startGateway, exitGatewayOnSignals, type RunningGateway } from './server.js';
+export { startGateway, type RunningGateway } from './server.js';
+/** Drains and exits on SIGTERM / SIGINT (the same as `braid serve`'s). */
+export { exitOnSignals as exitGatewayOnSignals } from '../signals.js';
 export {
   GATEWAY_DEFAULTS,
   GatewayConfigError,

@@ -29,19 +29,3 @@ export async function startGateway(config: GatewayConfig): Promise<RunningGatewa
   };
   return { app, url, config, close };
 }
-
-/** Drains and exits on SIGTERM / SIGINT. */
-export function exitGatewayOnSignals(gateway: RunningGateway): void {
-  const stop = (signal: string) => {
-    gateway.app.log.info({ signal }, 'draining');
-    gateway.close().then(
-      () => process.exit(0),
-      (err) => {
-        console.error('shutdown failed:', err);
-        process.exit(1);
-      },
-    );
-  };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
-}
