@@ -29,6 +29,7 @@ import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import swagger from '@fastify/swagger';
 import { TokenSet, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
+import { checkRequestTarget, pathOf } from './request-target.js';
 
 export interface AppOptions {
   engine: Braid;
@@ -134,7 +135,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   /** The error of a request no route takes: 405 with `Allow` for a path served with other methods, else 404. */
   const unrouted = (request: FastifyRequest, reply: FastifyReply): BraidError => {
-    const pathname = request.url.split('?', 1)[0]!;
+    const pathname = pathOf(request.url);
     const methods = methodsOf.get(pathname);
     if (!methods) return new BraidError('route_not_found', `no route ${request.method} ${pathname}`);
     const allowed = [...methods].sort();
@@ -150,11 +151,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // every request a promise and a microtask turn
   const admit = (request: FastifyRequest, reply: FastifyReply): void => {
     state.requests += 1;
+    checkRequestTarget(request);
     const encoding = request.headers['content-encoding'];
     if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
       throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding} is not accepted: send the body uncompressed`);
     }
-    if (state.closing && request.url.split('?')[0] !== '/v1/ready') {
+    if (state.closing && pathOf(request.url) !== '/v1/ready') {
       reply.header('connection', 'close');
       throw new BraidError('shutting_down', 'the engine is shutting down; retry against another engine or after the restart');
     }
@@ -165,7 +167,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       request.scope = auth.scope;
       // the gateway (an admin token) names the client it serves; others are who their token says
       request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);
-      const pathname = request.url.split('?', 1)[0]!;
+      // the route fastify will run, not the target as written
+      const pathname = (request.is404 ? undefined : request.routeOptions.url) ?? pathOf(request.url);
       // a GraphQL document is checked by the route once it is parsed
       if (!(request.method === 'POST' && pathname === '/v1/graphql')) {
         requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);

@@ -81,10 +81,13 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
  * stalled body was never answered), so the headers get no longer than the
  * whole request.
  */
-export function requestTimeoutOptions(requestTimeoutMs: number): { connectionsCheckingInterval: number; headersTimeout: number } {
-  if (requestTimeoutMs <= 0) return { connectionsCheckingInterval: 30_000, headersTimeout: 60_000 };
+export function requestTimeoutOptions(requestTimeoutMs: number): { connectionsCheckingInterval: number; headersTimeout: number; requireHostHeader: false } {
+  // a request without Host is refused by src/request-target.ts, with a {code, error} body
+  const requireHostHeader = false;
+  if (requestTimeoutMs <= 0) return { connectionsCheckingInterval: 30_000, headersTimeout: 60_000, requireHostHeader };
   return {
     connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(requestTimeoutMs / 4))),
     headersTimeout: Math.min(60_000, requestTimeoutMs),
+    requireHostHeader,
   };
 }

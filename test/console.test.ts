@@ -235,7 +235,9 @@ describe('console files over HTTP', () => {
     const missing = await fetch(`${open.url}/console/nope.js`);
     expect(missing.status).toBe(404);
     expect(((await missing.json()) as { code: string }).code).toBe('route_not_found');
-    expect((await fetch(`${open.url}/console/..%2Fpackage.json`)).status).toBe(404);
+    // a percent-escape in a path is refused before any route (docs/api.md, "Request targets")
+    expect((await fetch(`${open.url}/console/..%2Fpackage.json`)).status).toBe(400);
+    expect((await fetch(`${open.url}/console/../package.json`)).status).toBe(404);
     // not part of the API document
     const doc = (await open.get('/v1/openapi.json')).body as { paths: Record<string, unknown> };
     expect(Object.keys(doc.paths).filter((p) => p.startsWith('/console'))).toEqual([]);
@@ -247,9 +249,11 @@ describe('console files over HTTP', () => {
     expect((await locked.get('/v1/branches')).status).toBe(401);
     expect((await locked.get('/v1/branches', { authorization: 'Bearer engine-secret' })).status).toBe(200);
     // only the console's routes go without a token, not every path that starts like them
-    for (const raw of ['/console/../v1/branches', '/console/%2e%2e/v1/branches', '/console/a/b', '/consolex']) {
+    for (const raw of ['/console/../v1/branches', '/console/a/b', '/consolex']) {
       expect(await rawStatus(locked.url, raw), raw).toBe(401);
     }
+    // and one with a percent-escape is no path at all, token or not
+    expect(await rawStatus(locked.url, '/console/%2e%2e/v1/branches')).toBe(400);
   });
 
   it('is served by the gateway itself, without a token and outside the rate limit', async () => {

@@ -2,6 +2,7 @@
  * Test helpers: a real engine on a temp data dir behind a real HTTP listener
  * on an ephemeral loopback port, and child-process servers for crash tests.
  */
+import { connect } from 'node:net';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -142,4 +143,25 @@ export async function spawnListening(
     });
   });
   return { url, child, output: () => out, exited };
+}
+
+/**
+ * Sends raw bytes on a new connection; resolves with everything the server
+ * wrote before it closed (send `Connection: close`, or a request it closes on).
+ */
+export function rawHttp(url: string, bytes: string | Buffer): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(bytes));
+    let out = '';
+    socket.on('data', (d) => (out += d.toString('utf8')));
+    socket.on('close', () => resolve(out));
+    socket.on('error', reject);
+  });
+}
+
+/** The status and JSON body of a raw HTTP answer with a Content-Length. */
+export function parseRawAnswer(answer: string): { status: number; body: unknown } {
+  const [head, body] = answer.split('\r\n\r\n', 2);
+  return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head ?? '')?.[1]), body: JSON.parse(body || 'null') };
 }

@@ -4,10 +4,9 @@
 // overflowing number into null, a stalled body never timed out, `__proto__`
 // in a GraphQL literal, a GraphQL read after the latest epoch, and what
 // Node's HTTP parser refuses answered without a code.
-import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
-import { request, startTestServer, type TestServer } from './helpers.js';
+import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, type TestServer } from './helpers.js';
 
 let s: TestServer;
 
@@ -18,24 +17,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await s?.destroy();
 });
-
-/** Sends raw bytes on a new connection; resolves with everything the server wrote before it closed. */
-function raw(url: string, bytes: string | Buffer): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => socket.write(bytes));
-    let out = '';
-    socket.on('data', (d) => (out += d.toString('utf8')));
-    socket.on('close', () => resolve(out));
-    socket.on('error', reject);
-  });
-}
-
-/** The status and JSON body of a raw HTTP answer. */
-function parseAnswer(answer: string): { status: number; body: unknown } {
-  const [head, body] = answer.split('\r\n\r\n', 2);
-  return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head ?? '')?.[1]), body: JSON.parse(body ?? 'null') };
-}
 
 describe('GraphQL and the table named _', () => {
   it('a table named _ has no typed fields, and GraphQL keeps answering for the branch', async () => {

@@ -11,13 +11,13 @@ import { clientErrorHandler, errorBody, frameworkErrors, httpError, requestTimeo
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
-import { authOf, authenticateRequests } from './auth.js';
+import { authOf, authenticateRequests, authorizeRequests } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import { Engines } from './engines.js';
 import { gatewayMetrics } from './metrics.js';
 import { gatewayOpsRoutes } from './ops.js';
 import { bufferSmallBodies, proxyRoutes } from './proxy.js';
-import { pathOf } from './routing.js';
+import { checkRequestTarget, pathOf } from '../request-target.js';
 import type { GatewayState } from './state.js';
 
 export type { GatewayState } from './state.js';
@@ -76,6 +76,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
 
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
+    checkRequestTarget(request);
     // readiness answers not ready itself, in its own shape
     if (state.closing && pathOf(request.url) !== '/v1/ready') {
       reply.header('connection', 'close');
@@ -94,6 +95,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
         new BraidError('rate_limited', `rate limit of ${context.max} requests per ${config.rateWindowMs} ms exceeded for this token; retry in ${context.after}`),
     });
   }
+  authorizeRequests(app);
 
   app.setErrorHandler((err, request, reply) => {
     const braidErr = httpError(err);

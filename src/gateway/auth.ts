@@ -1,11 +1,12 @@
 /**
- * The gateway's authentication, an application-level onRequest hook: a
- * configured bearer token (401; src/auth.ts checks it in constant time),
- * then the method the path allows (405), the branch headers (400) and the
- * scope the route needs (403). The rate limiter's route-level hooks run
- * after it, so unknown tokens are 401, never 429 -- unless one address keeps
- * failing: past `authFailureMax` failures in a window it gets 429 before its
- * tokens are even checked (guessing tokens).
+ * The gateway's authentication and authorisation, an onRequest and a
+ * preParsing hook with the rate limiter's between them: first a configured
+ * bearer token (401; src/auth.ts checks it in constant time), then the
+ * token's budget (429), then the method the path allows (405), the branch
+ * headers (400) and the scope the route needs (403). Unknown tokens are 401,
+ * never 429 -- unless one address keeps failing: past `authFailureMax`
+ * failures in a window it gets 429 before its tokens are even checked
+ * (guessing tokens).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { TokenSet, requireScope, routeScope, type Scope } from '../auth.js';
@@ -60,6 +61,20 @@ export function authenticateRequests(app: FastifyInstance, state: { readonly con
       throw err;
     }
     authenticated.set(request, auth);
+    state.metered += 1;
+  });
+}
+
+/**
+ * Adds the authorisation hook to `app`: a preParsing hook, so it runs after
+ * the rate limiter's route-level onRequest hooks and before a body is read.
+ * A refused request (405, 400, 403) of a valid token counts against its
+ * budget and carries the `x-ratelimit-*` headers like any other.
+ */
+export function authorizeRequests(app: FastifyInstance): void {
+  app.addHook('preParsing', async (request, reply, payload) => {
+    const auth = authOf(request);
+    if (!auth) return payload; // the console's files
     const pathname = pathOf(request.url);
     const methods = API_METHODS.get(pathname);
     if (methods && !methods.includes(request.method)) {
@@ -71,6 +86,6 @@ export function authenticateRequests(app: FastifyInstance, state: { readonly con
     if (!(request.method === 'POST' && pathname === GRAPHQL_PATH)) {
       requireScope(auth.scope, routeScope(request.method, pathname), `${request.method} ${pathname}`);
     }
-    state.metered += 1;
+    return payload;
   });
 }

@@ -12,6 +12,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { graphqlScope, requireScope, type Scope } from '../auth.js';
 import { BraidError } from '../errors.js';
+import { parseRequestJson } from '../json.js';
 import { checkBranchNames } from '../names.js';
 import { parseDocument } from '../graphql/bounds.js';
 import { authOf } from './auth.js';
@@ -67,16 +68,15 @@ function hasBody(headers: IncomingHttpHeaders): boolean {
 }
 
 /**
- * The scope a GraphQL request body needs; a body or document that does not
- * parse needs only `read` (the engine rejects it without running anything).
+ * The scope a GraphQL request body needs. A body that is not JSON is
+ * `400 invalid_json` here, as at the engine; a document that does not parse
+ * needs only `read` (the engine parses it with the same parser and rejects
+ * it without running anything).
  */
 function graphqlDocumentScope(bytes: Buffer): Scope {
-  let body: unknown;
-  try {
-    body = JSON.parse(bytes.toString('utf8'));
-  } catch {
-    return 'read';
-  }
+  // the engine's own parser (it takes a leading BOM, as JSON.parse does
+  // not): a body the gateway read otherwise could run there unchecked
+  const body = parseRequestJson(bytes);
   if (!isObject(body) || typeof body.query !== 'string') return 'read';
   try {
     const operationName = typeof body.operationName === 'string' ? body.operationName : undefined;

@@ -26,10 +26,7 @@ export const API_METHODS: ReadonlyMap<string, readonly string[]> = new Map([
   ['/v1/openapi.json', GET], ['/metrics', GET],
 ]);
 
-/** The path of a request URL, without its query. */
-export function pathOf(url: string): string {
-  return url.split('?', 1)[0]!;
-}
+export { pathOf } from '../request-target.js';
 
 /** Where a request goes: the catalog names, the engine's names and the endpoint. */
 export interface Route {

@@ -1,0 +1,36 @@
+/**
+ * What a request line may name, checked before anything else reads it, by
+ * the engine and the gateway alike.
+ *
+ * Authorisation decides by path, and fastify's router decodes `%xx` and
+ * accepts an absolute-form target (`POST http://x/v1/records/put`): a check
+ * reading the raw target saw `/v1/records/%70ut` or `http://x/...`, an
+ * unknown path that needs only `read`, while the router ran the put. Braid's
+ * routes are plain ASCII paths, so a target is taken only as an origin-form
+ * path (it starts with `/`) without percent-escapes; anything else is
+ * `400 invalid_request`, whatever the token. A gateway forwarding the target
+ * as it is then forwards exactly the path it checked.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { BraidError } from './errors.js';
+
+/** The path of a request target, without its query. */
+export function pathOf(url: string): string {
+  return url.split('?', 1)[0]!;
+}
+
+/** Throws `400 invalid_request` for a target that is not a plain path, or an HTTP/1.1 request without `Host`. */
+export function checkRequestTarget(request: { url: string; headers: IncomingHttpHeaders; raw: { httpVersion: string } }): void {
+  const pathname = pathOf(request.url);
+  if (!pathname.startsWith('/')) {
+    throw new BraidError('invalid_request', `the request target must be a path starting with /, not ${JSON.stringify(request.url.slice(0, 200))}`);
+  }
+  if (pathname.includes('%')) {
+    throw new BraidError('invalid_request', `the request path ${JSON.stringify(pathname.slice(0, 200))} holds a percent-escape; Braid's routes are plain paths (write /v1/records/put, not an encoded form)`);
+  }
+  // RFC 9112 3.2: a server answers 400 to an HTTP/1.1 request without Host
+  // (Node would, with an empty body; it is told not to, so the answer has a code)
+  if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
+    throw new BraidError('invalid_request', 'an HTTP/1.1 request must carry a Host header');
+  }
+}

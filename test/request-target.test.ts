@@ -1,0 +1,94 @@
+// What a request line may name (src/request-target.ts), found by a black-box
+// test of token scopes (2026-11-25): a read token wrote, took snapshots and
+// archived branches with a path the router decodes (`/v1/records/%70ut`) or
+// an absolute-form target (`POST http://x/v1/admin/snapshot`), on the engine
+// and through the gateway, and through the gateway with a GraphQL body
+// behind a byte-order mark. Each is now refused before it runs; through the
+// gateway, a refused request of a valid token counts against its rate budget.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveGatewayConfig, startGateway, type RunningGateway } from '../src/gateway/index.js';
+import { parseRawAnswer, rawHttp, request, startTestServer, type TestServer } from './helpers.js';
+
+let engine: TestServer;
+let gateway: RunningGateway;
+
+beforeAll(async () => {
+  engine = await startTestServer({ config: { authTokens: ['adm', 'rd:read'] } });
+  gateway = await startGateway(
+    resolveGatewayConfig({ engine: engine.url, token: ['boss', 'ro:read'], rateLimit: 1000, port: 0, logLevel: 'error' }, { BRAID_ENGINE_TOKEN: 'adm' }),
+  );
+});
+
+afterAll(async () => {
+  await gateway?.close();
+  await engine?.destroy();
+});
+
+const record = (id: string) => ({ record: { table: 'notes', tenant_id: 't', id, fields: { title: id } } });
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+/** The record `id` as the engine's admin sees it (null when it was never written). */
+async function stored(id: string): Promise<unknown> {
+  return (await engine.post('/v1/records/get', { table: 'notes', tenant_id: 't', id }, bearer('adm'))).body.record ?? null;
+}
+
+describe.each([
+  ['the engine', () => engine.url, 'rd'],
+  ['the gateway', () => gateway.url, 'ro'],
+])('through %s, with a read token', (_name, base, reader) => {
+  it('a path with a percent-escape is 400 invalid_request and runs nothing', async () => {
+    expect((await engine.post('/v1/records/put', record('seed'), bearer('adm'))).status).toBe(200);
+    for (const [path, body] of [
+      ['/v1/records/%70ut', record(`enc-${reader}`)],
+      ['/v1/admin/%73napshot', { target: `enc_${reader}` }],
+      ['/v1/admin/branch-stat%65', { branch_id: 'main', state: 'archived' }],
+      ['/v1/%67raphql', { query: `mutation { put(record: {table: "notes", tenant_id: "t", id: "gq-${reader}", fields: {}}) { epoch } }` }],
+    ] as const) {
+      const res = await request(base() + path, 'POST', body, bearer(reader));
+      expect(res.status, path).toBe(400);
+      expect(res.body, path).toEqual({ code: 'invalid_request', error: expect.stringContaining('percent-escape') });
+    }
+    expect(await stored(`enc-${reader}`)).toBeNull();
+    expect(await stored(`gq-${reader}`)).toBeNull();
+    const snapshots = await engine.engine.snapshots();
+    expect(snapshots.map((s) => s.name)).not.toContain(`enc_${reader}`);
+    // main is still writable
+    expect((await engine.post('/v1/records/put', record('after'), bearer('adm'))).status).toBe(200);
+  });
+
+  it('an absolute-form or asterisk-form target is 400 invalid_request and runs nothing', async () => {
+    const body = JSON.stringify({ target: `abs_${reader}` });
+    for (const target of [`http://x/v1/admin/snapshot`, '*']) {
+      const answer = await rawHttp(
+        base(),
+        `POST ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${reader}\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+      );
+      expect(parseRawAnswer(answer), target).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.stringContaining('must be a path') } });
+    }
+    expect((await engine.engine.snapshots()).map((s) => s.name)).not.toContain(`abs_${reader}`);
+  });
+
+  it('a GraphQL mutation behind a byte-order mark is refused for its scope (403), not let through as unreadable', async () => {
+    const body = `\ufeff${JSON.stringify({ query: 'mutation { snapshot(target: "bom_snap") { snapshot } }' })}`;
+    const res = await request(base() + '/v1/graphql', 'POST', body, { ...bearer(reader), 'content-type': 'application/json' });
+    expect(res.status).toBe(403);
+    expect(res.body.code).toBe('forbidden');
+    expect((await engine.engine.snapshots()).map((s) => s.name)).not.toContain('bom_snap');
+  });
+
+  it('an HTTP/1.1 request without Host is 400 invalid_request with a code', async () => {
+    const answer = await rawHttp(base(), `GET /v1/branches HTTP/1.1\r\nAuthorization: Bearer ${reader}\r\nConnection: close\r\n\r\n`);
+    expect(parseRawAnswer(answer)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.stringContaining('Host') } });
+  });
+});
+
+describe('the gateway rate limit', () => {
+  it('counts a refused request of a valid token and answers it with the x-ratelimit headers', async () => {
+    const before = await request(`${gateway.url}/v1/branches`, 'GET', undefined, bearer('ro'));
+    const remaining = Number(before.headers.get('x-ratelimit-remaining'));
+    const refused = await request(`${gateway.url}/v1/records/put`, 'POST', record('limited'), bearer('ro'));
+    expect(refused.status).toBe(403);
+    expect(Number(refused.headers.get('x-ratelimit-remaining'))).toBe(remaining - 1);
+  });
+});
