@@ -100,6 +100,41 @@ describe('text that is not Unicode', () => {
   });
 });
 
+describe('GraphQL documents that multiply engine work (found by a differential fuzz)', () => {
+  const searches = (n: number) =>
+    `query($q: String) { ${Array.from({ length: n }, (_, i) => `a${i}: search(table: "amp", tenant_id: "t", text: $q, top_k: 1) { next_cursor }`).join(' ')} }`;
+
+  it('runs at most 32 root fields: 950 aliased searches (each cheap by cost) are graphql_too_costly and run nothing', async () => {
+    await s.post('/v1/records/put', { table: 'amp', tenant_id: 't', id: 'r', fields: { body: 'one word' } });
+    const ok = await s.post('/v1/graphql', { query: searches(32), variables: { q: 'word' } });
+    expect(ok.body.errors).toBeUndefined();
+    expect(Object.keys(ok.body.data)).toHaveLength(32);
+    for (const n of [33, 950]) {
+      const res = await s.post('/v1/graphql', { query: searches(n), variables: { q: 'word' } });
+      expect(res.status).toBe(200);
+      expect(res.body.data).toBeUndefined();
+      expect(res.body.errors[0]).toMatchObject({ message: expect.stringContaining(`runs ${n} root fields`), extensions: { code: 'graphql_too_costly' } });
+    }
+    // fragment spreads count each time they appear, in linear time however they nest
+    const chain = Array.from({ length: 40 }, (_, i) => `fragment F${i} on Query { ...F${i + 1} ...F${i + 1} }`).join(' ');
+    const nested = await s.post('/v1/graphql', { query: `{ ...F0 } ${chain} fragment F40 on Query { tables { name } }` });
+    expect(nested.body.errors[0].extensions.code).toBe('graphql_too_costly');
+  });
+
+  it('writes at most one put-batch of records per document: aliased put_batch over the limit is batch_too_large and writes nothing', async () => {
+    const records = Array.from({ length: 6_000 }, (_, i) => ({ table: 'amp', tenant_id: 't', id: `b${i}`, fields: { body: 'x' } }));
+    const query = 'mutation($r: [RecordInput!]!) { a: put_batch(records: $r) { epoch } b: put_batch(records: $r) { epoch } }';
+    const res = await s.post('/v1/graphql', { query, variables: { r: records } });
+    expect(res.body.data).toBeUndefined();
+    expect(res.body.errors[0]).toMatchObject({ message: expect.stringContaining('writes 12000 records'), extensions: { code: 'batch_too_large' } });
+    expect((await s.post('/v1/records/get', { table: 'amp', tenant_id: 't', id: 'b0' })).body.record).toBeNull();
+    // one alias of the same list is one put-batch, and writes
+    const one = await s.post('/v1/graphql', { query: 'mutation($r: [RecordInput!]!) { a: put_batch(records: $r) { epoch } }', variables: { r: records } });
+    expect(one.body.errors).toBeUndefined();
+    expect((await s.post('/v1/records/get', { table: 'amp', tenant_id: 't', id: 'b5999' })).body.record.id).toBe('b5999');
+  });
+});
+
 describe('GraphQL literals and epochs', () => {
   it('a __proto__ or constructor.prototype key in a JSON literal is refused, not dropped', async () => {
     const documents = [

@@ -60,6 +60,14 @@ export interface Limits {
   listSize: number;
   introspectionMaxDepth: number;
   introspectionMaxLists: number;
+  /**
+   * Most root fields one operation runs, aliases and fragment spreads
+   * counted each time: each is an engine call (a search, a read, a write),
+   * which the cost of its selection does not weigh.
+   */
+  maxOperations: number;
+  /** Most records one operation writes (`put` and `delete` 1 each, `put_batch` its list). */
+  maxRecords: number;
 }
 
 /** Route 7 (POST /v1/graphql). */
@@ -69,9 +77,11 @@ export const DEFAULT_LIMITS: Limits = {
   listSize: 10,
   introspectionMaxDepth: 20,
   introspectionMaxLists: 3,
+  maxOperations: 32,
+  maxRecords: 10_000,
 };
 
-/** Route 6 (POST /v1/graphql/bounded): the subset's natural depth is 4. */
+/** Route 6 (POST /v1/graphql/bounded): the subset's natural depth is 4, and it runs one search. */
 export const BOUNDED_LIMITS: Limits = { ...DEFAULT_LIMITS, maxDepth: 4, maxCost: 2000 };
 
 /** Upper bound on the tokens of a document (parse option maxTokens). */
@@ -279,5 +289,79 @@ export function checkLimits(
   const root = operation.operation === 'mutation' ? schema.getMutationType() : operation.operation === 'subscription' ? schema.getSubscriptionType() : schema.getQueryType();
   const w: Walk = { schema, limits, fragments, variables, defaults, cost: 0, depth: 0, memo: new Map() };
   walk(w, operation.selectionSet, root ?? undefined, 0, 1, DEFAULT_TOP_K, null, new Set());
+  const work = rootWork(operation.selectionSet, fragments, variables, new Map(), new Set());
+  if (work.fields > limits.maxOperations) {
+    throw new BraidError(
+      'graphql_too_costly',
+      `the operation runs ${work.fields} root fields (aliases and fragment spreads counted each time); the limit is ${limits.maxOperations}, ` +
+        'since each is an engine call: send several requests, or one search with a larger top_k',
+    );
+  }
+  if (work.records > limits.maxRecords) {
+    throw new BraidError(
+      'batch_too_large',
+      `the operation writes ${work.records} records; one request writes at most ${limits.maxRecords}, as put-batch does`,
+    );
+  }
   return { depth: w.depth, cost: w.cost };
+}
+
+interface RootWork {
+  fields: number;
+  records: number;
+}
+
+/**
+ * The root fields `set` runs and the records they write, fragments counted
+ * at each spread (each fragment walked once: memoised, so a chain of
+ * fragments that each spread the next twice is counted in linear time).
+ */
+function rootWork(
+  set: SelectionSetNode,
+  fragments: Map<string, FragmentDefinitionNode>,
+  variables: Record<string, unknown>,
+  memo: Map<string, RootWork>,
+  visiting: Set<string>,
+): RootWork {
+  const work: RootWork = { fields: 0, records: 0 };
+  const add = (w: RootWork) => {
+    work.fields += w.fields;
+    work.records += w.records;
+  };
+  for (const sel of set.selections) {
+    if (sel.kind === Kind.INLINE_FRAGMENT) {
+      add(rootWork(sel.selectionSet, fragments, variables, memo, visiting));
+    } else if (sel.kind === Kind.FRAGMENT_SPREAD) {
+      const name = sel.name.value;
+      const frag = fragments.get(name);
+      if (!frag || visiting.has(name)) continue; // unknown or cyclic: rejected by validation
+      let counted = memo.get(name);
+      if (!counted) {
+        visiting.add(name);
+        counted = rootWork(frag.selectionSet, fragments, variables, memo, visiting);
+        visiting.delete(name);
+        memo.set(name, counted);
+      }
+      add(counted);
+    } else if (!sel.name.value.startsWith('__')) {
+      work.fields += 1;
+      work.records += recordsWritten(sel, variables);
+    }
+  }
+  return work;
+}
+
+/** Records a root mutation field writes: 1 for `put` and `delete`, the list's length for `put_batch`. */
+function recordsWritten(field: FieldNode, variables: Record<string, unknown>): number {
+  const name = field.name.value;
+  if (name === 'put' || name === 'delete') return 1;
+  if (name !== 'put_batch') return 0;
+  const value = field.arguments?.find((a) => a.name.value === 'records')?.value;
+  if (value?.kind === Kind.LIST) return value.values.length;
+  if (value?.kind === Kind.VARIABLE) {
+    const list = variables[value.name.value];
+    return Array.isArray(list) ? list.length : 1;
+  }
+  // a single object stands for a list of one
+  return value ? 1 : 0;
 }

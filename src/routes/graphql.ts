@@ -65,7 +65,8 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const state = app.braid;
   const { engine } = state;
-  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  // a document writes no more records than one put-batch may (BRAID_MAX_BATCH)
+  const limits: Limits = { ...DEFAULT_LIMITS, maxRecords: state.config.maxBatch, ...options.limits };
   const boundedLimits: Limits = { ...BOUNDED_LIMITS, ...options.boundedLimits };
   const cache = new SchemaCache(engine);
   const boundedSdl = printSchema(boundedSchema);
