@@ -100,6 +100,26 @@ describe('text that is not Unicode', () => {
   });
 });
 
+describe('integers past 2^53 in a JSON query', () => {
+  it('are judged by their field (top_k_out_of_range, temporal_in_future), not refused as a parse error', async () => {
+    await s.post('/v1/records/put', { table: 'big', tenant_id: 't', id: 'r', fields: { n: 1 } });
+    for (const [body, code] of [
+      ['{"table":"big","tenant_id":"t","top_k":9007199254740992}', 'top_k_out_of_range'],
+      ['{"table":"big","tenant_id":"t","top_k":1e20}', 'top_k_out_of_range'],
+      ['{"table":"big","tenant_id":"t","top_k":-1e300}', 'top_k_out_of_range'],
+      ['{"table":"big","tenant_id":"t","temporal_as_of":1e20}', 'temporal_in_future'],
+    ] as const) {
+      const res = await s.post('/v1/query', body, { 'content-type': 'application/json' });
+      expect(res.status, body).toBe(400);
+      expect(res.body.code, body).toBe(code);
+      expect(res.body.error, body).not.toContain('floating point');
+    }
+    // a fraction is still no integer
+    const frac = await s.post('/v1/query', '{"table":"big","tenant_id":"t","top_k":1.5}', { 'content-type': 'application/json' });
+    expect(frac.status).toBe(400);
+  });
+});
+
 describe('GraphQL documents that multiply engine work (found by a differential fuzz)', () => {
   const searches = (n: number) =>
     `query($q: String) { ${Array.from({ length: n }, (_, i) => `a${i}: search(table: "amp", tenant_id: "t", text: $q, top_k: 1) { next_cursor }`).join(' ')} }`;

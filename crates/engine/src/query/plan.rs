@@ -66,6 +66,44 @@ pub const MAX_TEXT_DEPTH: usize = 1 << 20;
 /// `max_clause_count`); each term costs a posting-list walk.
 pub const MAX_QUERY_TERMS: usize = 1024;
 
+/// An integer field of a query that also takes a whole number written as a
+/// float: a JSON number past 2^53 reaches the engine as a double (`1e20`,
+/// `9007199254740992`). Out of `i64`'s range it saturates, so the field's own
+/// range check names it (`top_k_out_of_range`, `temporal_in_future`) instead
+/// of a parse error; a fraction (`1.5`) is still not an integer.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<i64>, D::Error> {
+    struct Whole;
+    impl<'de> serde::de::Visitor<'de> for Whole {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E> {
+            Ok(Some(i64::try_from(v).unwrap_or(i64::MAX)))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
+            if v.is_finite() && v.fract() == 0.0 {
+                Ok(Some(v as i64)) // `as` saturates at i64's ends
+            } else {
+                Err(E::invalid_type(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+    d.deserialize_option(Whole)
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HybridQuery {
@@ -85,11 +123,11 @@ pub struct HybridQuery {
     pub scalar_eq: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph_seed: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub temporal_as_of: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freshness: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub top_k: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -102,10 +140,10 @@ pub struct HybridQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fusion_weights: Option<Weights>,
     /// Extension: candidates taken from the vector path (default max(10 * top_k, 100)).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub candidate_budget: Option<i64>,
     /// Extension: hops of the graph neighbourhood (default 2, 1..=8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_number")]
     pub graph_depth: Option<i64>,
     /// Extension: which fields each result carries (default every field;
     /// `[]` none). Does not change the ranking, so not part of a cursor.
@@ -341,5 +379,31 @@ pub(super) fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: O
             bail!(TemporalBeforeHorizon, "temporal_as_of {e} is below the retained horizon {horizon}")
         }
         Some(e) => Ok(e as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HybridQuery;
+    use serde_json::json;
+
+    fn top_k(v: serde_json::Value) -> Result<Option<i64>, String> {
+        serde_json::from_value::<HybridQuery>(json!({ "top_k": v })).map(|q| q.top_k).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn integer_fields_take_whole_doubles_and_saturate_past_i64() {
+        assert_eq!(top_k(json!(5)), Ok(Some(5)));
+        assert_eq!(top_k(json!(null)), Ok(None));
+        assert_eq!(top_k(json!(9_007_199_254_740_992.0)), Ok(Some(9_007_199_254_740_992)));
+        assert_eq!(top_k(json!(1e20)), Ok(Some(i64::MAX)));
+        assert_eq!(top_k(json!(-1e300)), Ok(Some(i64::MIN)));
+        assert_eq!(top_k(json!(u64::MAX)), Ok(Some(i64::MAX)));
+        assert!(top_k(json!(1.5)).unwrap_err().contains("expected an integer"));
+        assert!(top_k(json!("5")).unwrap_err().contains("expected an integer"));
+        let q: HybridQuery = serde_json::from_value(json!({})).unwrap();
+        assert_eq!((q.top_k, q.temporal_as_of, q.candidate_budget, q.graph_depth), (None, None, None, None));
+        let q: HybridQuery = serde_json::from_value(json!({"temporal_as_of": 1e20, "graph_depth": 2.0})).unwrap();
+        assert_eq!((q.temporal_as_of, q.graph_depth), (Some(i64::MAX), Some(2)));
     }
 }
