@@ -775,3 +775,34 @@ describe('gateway token scopes and failed authentications (issue 16 item 6)', ()
     expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 });
+
+describe('gateway readiness with a catalog branch the engine lacks (found by a black-box test)', () => {
+  it('keeps proxying the engine\'s other branches while the first catalog branch does not exist yet', async () => {
+    const { startTestServer } = await import('./helpers.js');
+    const { startGateway } = await import('../src/gateway/index.js');
+    const engine = await startTestServer();
+    const dir = tempDir('braid-gw-later-');
+    dirs.push(dir);
+    const configFile = path.join(dir, 'gateway.json');
+    writeFileSync(configFile, JSON.stringify({
+      tokens: ['good'],
+      databases: [{ database_id: 'default', branches: [{ branch_id: 'later', endpoint: engine.url }, { branch_id: 'main', endpoint: engine.url }] }],
+    }));
+    const gateway = await startGateway(resolveGatewayConfig({ config: configFile, port: 0, logLevel: 'error' }, {}));
+    try {
+      for (let i = 0; i < 3; i++) {
+        const put = await post(gateway.url, '/v1/records/put', { record: record(`m${i}`) }, { ...GOOD, 'x-braid-branch': 'main' });
+        expect(put.status, JSON.stringify(put.body)).toBe(200);
+        // each readiness check of the engine probes the missing branch again
+        await gateway.app.gateway.engines.upstreamOf({ endpoint: engine.url } as never).check();
+      }
+      expect((await get(gateway.url, '/v1/ready', { ...GOOD, 'x-braid-branch': 'main' })).status).toBe(200);
+      // the missing branch itself is the engine's own answer
+      const later = await post(gateway.url, '/v1/records/get', key('m0'), { ...GOOD, 'x-braid-branch': 'later' });
+      expect(later.body.code).toBe('branch_not_found');
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+});

@@ -110,10 +110,14 @@ export class Upstream {
    * True while the engine's last readiness answer was a 5xx (recovering,
    * failed storage, shutting down): proxying is gated with 503 not_ready.
    * Other failed answers (401, 404) do not gate; the request will show why.
+   * Nor does the probed branch's absence (the engine answers its readiness
+   * for a branch it lacks with 503 `branch_not_found`): the probe is the
+   * first catalog branch on this engine, and one not created yet must not
+   * close every other branch of the engine.
    */
   get notReady(): boolean {
     const r = this.readiness;
-    return r.reachable && !r.ready && r.statusCode >= 500;
+    return r.reachable && !r.ready && r.statusCode >= 500 && r.code !== 'branch_not_found';
   }
 
   /** Headers that route a request of `route` on the engine. */
