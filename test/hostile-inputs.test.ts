@@ -155,6 +155,24 @@ describe('GraphQL documents that multiply engine work (found by a differential f
   });
 });
 
+describe('GraphQL typed filters', () => {
+  it('a null in a typed scalar_eq is refused as on every route, not dropped (which widened the answer)', async () => {
+    for (const [id, year] of [['y1', 2020], ['y2', 2021]] as const) {
+      await s.post('/v1/records/put', { table: 'typed', tenant_id: 't', id, fields: { year } });
+    }
+    const literal = await s.post('/v1/graphql', { query: '{ typed_search(tenant_id: "t", scalar_eq: {year: null}) { results { record_id } } }' });
+    expect(literal.body.data.typed_search).toBeNull();
+    expect(literal.body.errors[0]).toMatchObject({ message: expect.stringContaining('scalar_eq.year'), extensions: { code: 'invalid_query' } });
+    const query = 'query($y: Float) { typed_search(tenant_id: "t", scalar_eq: {year: $y}) { results { record_id } } }';
+    expect((await s.post('/v1/graphql', { query, variables: { y: null } })).body.errors[0].extensions.code).toBe('invalid_query');
+    // a variable that is not sent leaves the field out: no condition
+    const unset = await s.post('/v1/graphql', { query });
+    expect(unset.body.data.typed_search.results.map((r: { record_id: string }) => r.record_id).sort()).toEqual(['y1', 'y2']);
+    const set = await s.post('/v1/graphql', { query, variables: { y: 2021 } });
+    expect(set.body.data.typed_search.results.map((r: { record_id: string }) => r.record_id)).toEqual(['y2']);
+  });
+});
+
 describe('GraphQL literals and epochs', () => {
   it('a __proto__ or constructor.prototype key in a JSON literal is refused, not dropped', async () => {
     const documents = [

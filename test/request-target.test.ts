@@ -44,7 +44,7 @@ describe.each([
       ['/v1/admin/branch-stat%65', { branch_id: 'main', state: 'archived' }],
       ['/v1/%67raphql', { query: `mutation { put(record: {table: "notes", tenant_id: "t", id: "gq-${reader}", fields: {}}) { epoch } }` }],
     ] as const) {
-      const res = await request(base() + path, 'POST', body, bearer(reader));
+      const res = await request(`${base()}${path}`, 'POST', body, bearer(reader));
       expect(res.status, path).toBe(400);
       expect(res.body, path).toEqual({ code: 'invalid_request', error: expect.stringContaining('percent-escape') });
     }
@@ -71,7 +71,7 @@ describe.each([
 
   it('a GraphQL mutation behind a byte-order mark is refused for its scope (403), not let through as unreadable', async () => {
     const body = `\ufeff${JSON.stringify({ query: 'mutation { snapshot(target: "bom_snap") { snapshot } }' })}`;
-    const res = await request(base() + '/v1/graphql', 'POST', body, { ...bearer(reader), 'content-type': 'application/json' });
+    const res = await request(`${base()}/v1/graphql`, 'POST', body, { ...bearer(reader), 'content-type': 'application/json' });
     expect(res.status).toBe(403);
     expect(res.body.code).toBe('forbidden');
     expect((await engine.engine.snapshots()).map((s) => s.name)).not.toContain('bom_snap');

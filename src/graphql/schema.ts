@@ -302,7 +302,7 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
       type: resultType,
       description: `Hybrid search over table ${t.name}, rows with typed fields.`,
       args: searchArgs({ withTable: false, scalarEq }),
-      resolve: (_src, args: Args, ctx) => runQuery(ctx.engine, toHybridQuery(args, t.name, scalarEq !== undefined), ctx.branch),
+      resolve: (_src, args: Args, ctx) => runQuery(ctx.engine, toHybridQuery(args, t.name), ctx.branch),
     },
     [`${t.name}_record`]: {
       type: recordType,

@@ -150,13 +150,15 @@ function dropNulls(value: Record<string, unknown>): Record<string, unknown> {
 
 /**
  * GraphQL arguments -> HybridQuery. An argument given as null is treated as
- * omitted (the engine default applies), inside fusion_weights and typed
- * scalar_eq inputs too; a JSON scalar_eq is passed through as written.
+ * omitted (the engine default applies), inside fusion_weights too. A filter
+ * is not: `scalar_eq: {year: null}`, typed or JSON, goes to the engine as
+ * written, which refuses it as every route does, instead of a dropped
+ * condition silently widening the answer. (A typed field whose variable was
+ * not sent is absent, not null, and filters nothing.)
  */
-export function toHybridQuery(args: Record<string, unknown>, table?: string, typedScalarEq = false): QueryInput {
+export function toHybridQuery(args: Record<string, unknown>, table?: string): QueryInput {
   const q = dropNulls(args);
   if (q.fusion_weights && typeof q.fusion_weights === 'object') q.fusion_weights = dropNulls(q.fusion_weights as Record<string, unknown>);
-  if (typedScalarEq && q.scalar_eq && typeof q.scalar_eq === 'object') q.scalar_eq = dropNulls(q.scalar_eq as Record<string, unknown>);
   if (table !== undefined) q.table = table;
   return q as QueryInput;
 }
