@@ -332,6 +332,11 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
     const other = await s.post('/v1/query', { ...json, text: 'wind', cursor: first.body.next_cursor });
     expect(other.status).toBe(400);
     expect(other.body.code).toBe('cursor_query_mismatch');
+    // the same query with its defaults spelled out is the same query
+    const spelled = { ...json, candidate_budget: 100, freshness: 'latest', fusion: 'rrf', fusion_weights: {}, scalar_eq: {} };
+    const second = await s.post('/v1/query', { ...spelled, cursor: first.body.next_cursor });
+    expect(second.status, JSON.stringify(second.body)).toBe(200);
+    expect(ids(second)).toEqual(seen.slice(2, 4));
   });
 
   it('refuses bad bodies with the codes and messages /v1/explain gives', async () => {

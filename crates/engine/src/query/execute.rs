@@ -106,7 +106,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             if payload.b != ctx.branch_key {
                 bail!(InvalidCursor, "the cursor belongs to branch {}", payload.b);
             }
-            if payload.h != fingerprint {
+            if payload.h != fingerprint && payload.h != q.legacy_fingerprint() {
                 bail!(CursorQueryMismatch, "the cursor was issued for a different query");
             }
             if now_ms().saturating_sub(payload.t) > CURSOR_TTL_MS {

@@ -153,13 +153,38 @@ pub struct HybridQuery {
 
 impl HybridQuery {
     /// Identifies the query for its cursors: everything but cursor, explain
-    /// and the projection (pages of one cursor may ask for other fields).
+    /// and the projection (pages of one cursor may ask for other fields),
+    /// with every default spelled out, so a client that fills in `top_k: 10`
+    /// or `fusion: "rrf"` on page 2 asks the same query as page 1 did.
     pub fn fingerprint(&self) -> String {
         let mut q = self.clone();
-        q.cursor = None;
-        q.explain = None;
-        q.return_fields = None;
-        let digest = Sha256::digest(serde_json::to_vec(&q).expect("query serialises"));
+        let top_k = *q.top_k.get_or_insert(DEFAULT_TOP_K);
+        q.candidate_budget.get_or_insert(top_k.saturating_mul(10).max(100));
+        q.freshness.get_or_insert_with(|| "latest".into());
+        q.fusion.get_or_insert_with(|| "rrf".into());
+        q.fusion_weights.get_or_insert_with(Weights::default);
+        if q.graph_seed.is_some() {
+            q.graph_depth.get_or_insert(graph::DEFAULT_DEPTH as i64);
+        } else {
+            q.graph_depth = None;
+        }
+        if q.scalar_eq.as_ref().is_some_and(Map::is_empty) {
+            q.scalar_eq = None;
+        }
+        q.digest()
+    }
+
+    /// The fingerprint of cursors issued before defaults were spelled out
+    /// (a cursor lives an hour, so one may cross an upgrade).
+    pub fn legacy_fingerprint(&self) -> String {
+        self.clone().digest()
+    }
+
+    fn digest(mut self) -> String {
+        self.cursor = None;
+        self.explain = None;
+        self.return_fields = None;
+        let digest = Sha256::digest(serde_json::to_vec(&self).expect("query serialises"));
         digest[..12].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
@@ -389,6 +414,42 @@ mod tests {
 
     fn top_k(v: serde_json::Value) -> Result<Option<i64>, String> {
         serde_json::from_value::<HybridQuery>(json!({ "top_k": v })).map(|q| q.top_k).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_default_spelled_out_is_the_same_query_for_its_cursors() {
+        let q = |v: serde_json::Value| serde_json::from_value::<HybridQuery>(v).unwrap();
+        let bare = q(json!({"table": "t", "tenant_id": "a", "text": "x"}));
+        let spelled = q(json!({
+            "table": "t", "tenant_id": "a", "text": "x", "top_k": 10, "candidate_budget": 100,
+            "freshness": "latest", "fusion": "rrf", "fusion_weights": {}, "scalar_eq": {}, "graph_depth": 3,
+            "explain": true, "return_fields": ["a"]
+        }));
+        assert_eq!(bare.fingerprint(), spelled.fingerprint());
+        assert_ne!(bare.fingerprint(), bare.legacy_fingerprint());
+        // a default of another top_k, or another value, is another query
+        assert_ne!(
+            bare.fingerprint(),
+            q(json!({"table": "t", "tenant_id": "a", "text": "x", "top_k": 20})).fingerprint()
+        );
+        let deeper = q(json!({"table": "t", "tenant_id": "a", "text": "x", "top_k": 20, "candidate_budget": 200}));
+        assert_eq!(
+            deeper.fingerprint(),
+            q(json!({"table": "t", "tenant_id": "a", "text": "x", "top_k": 20})).fingerprint()
+        );
+        assert_ne!(
+            bare.fingerprint(),
+            q(json!({"table": "t", "tenant_id": "a", "text": "x", "candidate_budget": 50})).fingerprint()
+        );
+        let seeded = q(json!({"table": "t", "tenant_id": "a", "graph_seed": "s"}));
+        assert_eq!(
+            seeded.fingerprint(),
+            q(json!({"table": "t", "tenant_id": "a", "graph_seed": "s", "graph_depth": 2})).fingerprint()
+        );
+        assert_ne!(
+            seeded.fingerprint(),
+            q(json!({"table": "t", "tenant_id": "a", "graph_seed": "s", "graph_depth": 3})).fingerprint()
+        );
     }
 
     #[test]
