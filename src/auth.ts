@@ -28,13 +28,31 @@ export interface TokenSpec {
   scope: Scope;
 }
 
+/**
+ * What an `Authorization: Bearer` header can carry: visible ASCII, no
+ * spaces. A configured token outside it could never be presented (a space
+ * ends it; a client sends UTF-8 where Node reads Latin-1), so it is refused
+ * at start-up instead of locking its holder out.
+ */
+const SENDABLE_TOKEN = /^[\x21-\x7e]+$/;
+
+function checked(token: string, scope: Scope, where: string): TokenSpec {
+  if (!SENDABLE_TOKEN.test(token)) {
+    throw new BraidError('invalid_config', `${where} must be visible ASCII characters without spaces, which is all a bearer header can carry`);
+  }
+  return { token, scope };
+}
+
 /** Parses `secret` or `secret:scope` (a suffix that is not a scope stays part of the token). */
 export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown }, where = 'token'): TokenSpec {
   if (typeof spec === 'string') {
     const at = spec.lastIndexOf(':');
-    const suffix = at > 0 ? spec.slice(at + 1) : '';
-    if ((SCOPES as readonly string[]).includes(suffix)) return { token: spec.slice(0, at), scope: suffix as Scope };
-    return { token: spec, scope: 'admin' };
+    const suffix = at >= 0 ? spec.slice(at + 1) : '';
+    if ((SCOPES as readonly string[]).includes(suffix)) {
+      if (at === 0) throw new BraidError('invalid_config', `${where} ${JSON.stringify(spec)} names a scope but no secret before it`);
+      return checked(spec.slice(0, at), suffix as Scope, where);
+    }
+    return checked(spec, 'admin', where);
   }
   if (typeof spec !== 'object' || spec === null || typeof spec.token !== 'string' || spec.token === '') {
     throw new BraidError('invalid_config', `${where} must be a string or {token, scope}`);
@@ -43,7 +61,7 @@ export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown
   if (typeof scope !== 'string' || !(SCOPES as readonly string[]).includes(scope)) {
     throw new BraidError('invalid_config', `${where}.scope must be one of ${SCOPES.join(', ')}`);
   }
-  return { token: spec.token, scope: scope as Scope };
+  return checked(spec.token, scope as Scope, where);
 }
 
 export function allows(have: Scope, need: Scope): boolean {

@@ -78,6 +78,12 @@ describe('gateway configuration (pure)', () => {
       tokens: ['x'],
       databases: [{ database_id: 'd', branches: [{ branch_id: 'main', endpoint: 'ftp://x' }] }],
     }) }, {})).toThrow(/http/);
+    // tokens a bearer header could never carry, or a scope without a secret
+    for (const token of ['a b', 'ünï', ':read']) {
+      expect(() => resolveGatewayConfig({ token: [token] }, {}), token).toThrow(GatewayConfigError);
+    }
+    expect(() => resolveGatewayConfig({ config: write('d.json', { tokens: [{ token: 'has space', scope: 'read' }] }) }, {})).toThrow(/visible ASCII/);
+    expect(resolveGatewayConfig({ token: ['ok-Token_1.~+/=:read'] }, {}).tokens).toEqual([{ token: 'ok-Token_1.~+/=', scope: 'read' }]);
   });
 
   it('routes by catalog names and wraps a bare put body', () => {
