@@ -197,6 +197,12 @@ describe('GraphQL literals and epochs', () => {
     expect(now.body).toEqual({ data: { record: { version_id: 1 } } });
     const future = await s.post('/v1/graphql', { query: `{ record(table: "ep", tenant_id: "t", id: "r1", as_of_epoch: ${latest + 1000}) { version_id } }` });
     expect(future.body.errors[0].extensions.code).toBe('temporal_in_future');
+    // and a negative epoch is invalid_query, as search's temporal_as_of -1 is (not invalid_record)
+    const negative = await s.post('/v1/graphql', { query: '{ record(table: "ep", tenant_id: "t", id: "r1", as_of_epoch: -1) { version_id } }' });
+    expect(negative.body.errors[0].extensions.code).toBe('invalid_query');
+    const search = await s.post('/v1/graphql', { query: '{ search(table: "ep", tenant_id: "t", temporal_as_of: -1) { next_cursor } }' });
+    expect(search.body.errors[0].extensions.code).toBe('invalid_query');
+    await expect(s.engine.get({ table: 'ep', tenant_id: 't', id: 'r1' }, { epoch: -1 })).rejects.toMatchObject({ code: 'invalid_query' });
   });
 });
 

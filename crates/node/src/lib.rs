@@ -265,7 +265,8 @@ impl NativeEngine {
         let key = record_key(env, key)?;
         let job = (|| -> EngineResult<_> {
             let key = key?;
-            let epoch = epoch.map(|v| whole("epoch", v)).transpose()?;
+            // a read's epoch is judged as a query's temporal_as_of is
+            let epoch = epoch.map(|v| whole_as(Code::InvalidQuery, "epoch", v)).transpose()?;
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
                 e.get(db, br, &engine_key(key), epoch).map(|r| r.map(RecordOutput::from))
@@ -688,10 +689,15 @@ fn engine_request_key(k: RequestKey) -> braid_engine::engine::RequestKey {
 
 /// A JavaScript number that must be a whole number of at least 0.
 fn whole(name: &str, v: f64) -> EngineResult<u64> {
+    whole_as(Code::InvalidRecord, name, v)
+}
+
+/// [`whole`], refused with `code`.
+fn whole_as(code: Code, name: &str, v: f64) -> EngineResult<u64> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
         Ok(v as u64)
     } else {
-        Err(EngineError::new(Code::InvalidRecord, format!("{name} must be a whole number of at least 0, not {v}")))
+        Err(EngineError::new(code, format!("{name} must be a whole number of at least 0, not {v}")))
     }
 }
 
