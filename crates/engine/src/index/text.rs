@@ -627,7 +627,7 @@ impl TextIndex {
             Some(depth) if req.columns.len() == 1 => Some(depth + 1),
             _ => None,
         };
-        let collector = RowHits { eligible: req.eligible.clone(), upto, keep, terms };
+        let collector = RowHits { eligible: req.eligible.clone(), upto, keep, terms, kept: Mutex::default() };
         let (hits, scored) =
             searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
         let mut rows = if req.columns.len() == 1 {
@@ -695,12 +695,20 @@ pub struct TextHits {
 /// different depth, and a cursor could then see two ties in another order.
 /// The threshold handed back is a little below the kept minimum for the same
 /// reason (a tie with a lower row must still come through).
+///
+/// With `keep`, one heap serves every segment, so a segment starts pruning
+/// at the best `keep` rows of the segments before it instead of from
+/// nothing: an index of many segments (a million rows make a dozen) would
+/// otherwise score each segment's first matches until its own heap filled,
+/// and the rows scored would grow with the segments, not with `keep`.
 struct RowHits {
     eligible: Arc<RoaringBitmap>,
     upto: u32,
     keep: Option<usize>,
     /// One weight per (column, term), in query order.
     terms: Vec<Box<dyn Weight>>,
+    /// The best `keep` rows so far, across segments (searched one at a time).
+    kept: Mutex<BinaryHeap<Kept>>,
 }
 
 /// A heap entry; worse rows are greater, so the worst kept row is on top.
@@ -740,6 +748,8 @@ impl Collector for RowHits {
     fn merge_fruits(&self, fruits: Vec<(Vec<(u32, f32)>, u64)>) -> tantivy::Result<(Vec<(u32, f32)>, u64)> {
         let scored = fruits.iter().map(|f| f.1).sum();
         let mut rows: Vec<(u32, f32)> = fruits.into_iter().flat_map(|f| f.0).collect();
+        // the shared heap holds the best `keep` of every segment
+        rows.extend(std::mem::take(&mut *self.kept.lock()).into_iter().map(|Kept(score, row)| (row, score)));
         if let Some(keep) = self.keep {
             if rows.len() > keep {
                 rows.select_nth_unstable_by(keep, best_first);
@@ -759,14 +769,17 @@ impl Collector for RowHits {
         let alive = reader.alive_bitset();
         let mut scorers = self.terms.iter().map(|w| w.scorer(reader, 1.0)).collect::<tantivy::Result<Vec<_>>>()?;
         let keep = self.keep.unwrap_or(usize::MAX);
-        let mut heap: BinaryHeap<Kept> = BinaryHeap::new();
+        // the segments are searched one after another (the index's executor
+        // is single-threaded), so this lock is never waited for
+        let mut kept = self.kept.lock();
+        let heap: &mut BinaryHeap<Kept> = &mut kept;
         let mut all: Vec<(u32, f32)> = Vec::new();
         let mut scored = 0u64;
         let threshold = |heap: &BinaryHeap<Kept>| match heap.peek() {
             Some(worst) if heap.len() >= keep => worst.0 - worst.0.abs() * THRESHOLD_SLACK,
             _ => Score::MIN,
         };
-        weight.for_each_pruning(Score::MIN, reader, &mut |doc, _score| {
+        weight.for_each_pruning(threshold(heap), reader, &mut |doc, _score| {
             scored += 1;
             if alive.is_some_and(|a| a.is_deleted(doc)) {
                 return threshold(&heap);
@@ -797,10 +810,8 @@ impl Collector for RowHits {
             }
             threshold(&heap)
         })?;
-        if self.keep.is_none() {
-            return Ok((all, scored));
-        }
-        Ok((heap.into_iter().map(|Kept(score, row)| (row, score)).collect(), scored))
+        // kept rows stay in the shared heap until merge_fruits
+        Ok((all, scored))
     }
 }
 
