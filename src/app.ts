@@ -142,6 +142,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     reply.header('allow', allowed.join(', '));
     return new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${allowed.join(' or ')}`);
   };
+  // before any route, so every route's errors (GET /metrics's included) are {code, error}
+  app.setErrorHandler((err, request, reply) => {
+    const braidErr = httpError(err);
+    if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
+    return reply.status(braidErr.status).send(braidErr.toBody());
+  });
+
   // first, so its timings and counts cover every request, refused ones included
   await app.register(fp(prometheusRoutes), { engine });
   // the engine's own events (recovery, checkpoints, indexer, faults) in this log
@@ -187,12 +194,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       return;
     }
     done();
-  });
-
-  app.setErrorHandler((err, request, reply) => {
-    const braidErr = httpError(err);
-    if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
-    return reply.status(braidErr.status).send(braidErr.toBody());
   });
 
   app.setNotFoundHandler((request, reply) => {

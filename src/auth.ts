@@ -57,6 +57,9 @@ export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown
   if (typeof spec !== 'object' || spec === null || typeof spec.token !== 'string' || spec.token === '') {
     throw new BraidError('invalid_config', `${where} must be a string or {token, scope}`);
   }
+  // a misspelt "scope" would otherwise leave the default: an admin token
+  const unknown = Object.keys(spec).filter((k) => k !== 'token' && k !== 'scope');
+  if (unknown.length) throw new BraidError('invalid_config', `${where} has an unknown key ${JSON.stringify(unknown[0])}; a token is {token, scope}`);
   const scope = spec.scope ?? 'admin';
   if (typeof scope !== 'string' || !(SCOPES as readonly string[]).includes(scope)) {
     throw new BraidError('invalid_config', `${where}.scope must be one of ${SCOPES.join(', ')}`);

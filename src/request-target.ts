@@ -7,7 +7,8 @@
  * reading the raw target saw `/v1/records/%70ut` or `http://x/...`, an
  * unknown path that needs only `read`, while the router ran the put. Braid's
  * routes are plain ASCII paths, so a target is taken only as an origin-form
- * path (it starts with `/`) without percent-escapes; anything else is
+ * path (it starts with `/`) without percent-escapes or a fragment (`#`,
+ * where the router also cuts the path); anything else is
  * `400 invalid_request`, whatever the token. A gateway forwarding the target
  * as it is then forwards exactly the path it checked.
  */
@@ -27,6 +28,11 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   }
   if (pathname.includes('%')) {
     throw new BraidError('invalid_request', `the request path ${JSON.stringify(pathname.slice(0, 200))} holds a percent-escape; Braid's routes are plain paths (write /v1/records/put, not an encoded form)`);
+  }
+  // a fragment is the client's own and never sent (RFC 9110 7.1); the router
+  // cuts the path at `#`, so `/v1/records/put#x` would run the put
+  if (request.url.includes('#')) {
+    throw new BraidError('invalid_request', `the request target ${JSON.stringify(request.url.slice(0, 200))} holds a fragment (#); send the path and query only`);
   }
   // RFC 9112 3.2: a server answers 400 to an HTTP/1.1 request without Host
   // (Node would, with an empty body; it is told not to, so the answer has a code)

@@ -83,6 +83,8 @@ describe('gateway configuration (pure)', () => {
       expect(() => resolveGatewayConfig({ token: [token] }, {}), token).toThrow(GatewayConfigError);
     }
     expect(() => resolveGatewayConfig({ config: write('d.json', { tokens: [{ token: 'has space', scope: 'read' }] }) }, {})).toThrow(/visible ASCII/);
+    // a misspelt scope key would leave the default, admin
+    expect(() => resolveGatewayConfig({ config: write('e.json', { tokens: [{ token: 'ro', scop: 'read' }] }) }, {})).toThrow(/unknown key "scop"/);
     expect(resolveGatewayConfig({ token: ['ok-Token_1.~+/=:read'] }, {}).tokens).toEqual([{ token: 'ok-Token_1.~+/=', scope: 'read' }]);
   });
 

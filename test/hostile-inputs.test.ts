@@ -139,6 +139,10 @@ describe('GraphQL documents that multiply engine work (found by a differential f
     const chain = Array.from({ length: 40 }, (_, i) => `fragment F${i} on Query { ...F${i + 1} ...F${i + 1} }`).join(' ');
     const nested = await s.post('/v1/graphql', { query: `{ ...F0 } ${chain} fragment F40 on Query { tables { name } }` });
     expect(nested.body.errors[0].extensions.code).toBe('graphql_too_costly');
+    // introspection counts too: aliased, it multiplies like any root field
+    const schemas = Array.from({ length: 33 }, (_, i) => `s${i}: __schema { queryType { name } }`).join(' ');
+    expect((await s.post('/v1/graphql', { query: `{ ${schemas} }` })).body.errors[0].extensions.code).toBe('graphql_too_costly');
+    expect((await s.post('/v1/graphql', { query: '{ __typename __schema { queryType { name } } }' })).body.errors).toBeUndefined();
   });
 
   it('writes at most one put-batch of records per document: aliased put_batch over the limit is batch_too_large and writes nothing', async () => {
@@ -148,6 +152,12 @@ describe('GraphQL documents that multiply engine work (found by a differential f
     expect(res.body.data).toBeUndefined();
     expect(res.body.errors[0]).toMatchObject({ message: expect.stringContaining('writes 12000 records'), extensions: { code: 'batch_too_large' } });
     expect((await s.post('/v1/records/get', { table: 'amp', tenant_id: 't', id: 'b0' })).body.record).toBeNull();
+    // a list given as the variable's default counts as well
+    const defaults = Array.from({ length: 400 }, (_, i) => `{table: "amp", tenant_id: "t", id: "d${i}"}`).join(' ');
+    const aliased = Array.from({ length: 30 }, (_, i) => `a${i}: put_batch(records: $r) { epoch }`).join(' ');
+    const viaDefault = await s.post('/v1/graphql', { query: `mutation($r: [RecordInput!]! = [${defaults}]) { ${aliased} }` });
+    expect(viaDefault.body.errors[0]).toMatchObject({ message: expect.stringContaining('writes 12000 records'), extensions: { code: 'batch_too_large' } });
+    expect((await s.post('/v1/records/get', { table: 'amp', tenant_id: 't', id: 'd0' })).body.record).toBeNull();
     // one alias of the same list is one put-batch, and writes
     const one = await s.post('/v1/graphql', { query: 'mutation($r: [RecordInput!]!) { a: put_batch(records: $r) { epoch } }', variables: { r: records } });
     expect(one.body.errors).toBeUndefined();

@@ -62,8 +62,9 @@ export interface Limits {
   introspectionMaxLists: number;
   /**
    * Most root fields one operation runs, aliases and fragment spreads
-   * counted each time: each is an engine call (a search, a read, a write),
-   * which the cost of its selection does not weigh.
+   * counted each time (`__typename` aside): each is an engine call (a
+   * search, a read, a write) or a walk of the schema, which the cost of its
+   * selection does not weigh.
    */
   maxOperations: number;
   /** Most records one operation writes (`put` and `delete` 1 each, `put_batch` its list). */
@@ -289,7 +290,13 @@ export function checkLimits(
   const root = operation.operation === 'mutation' ? schema.getMutationType() : operation.operation === 'subscription' ? schema.getSubscriptionType() : schema.getQueryType();
   const w: Walk = { schema, limits, fragments, variables, defaults, cost: 0, depth: 0, memo: new Map() };
   walk(w, operation.selectionSet, root ?? undefined, 0, 1, DEFAULT_TOP_K, null, new Set());
-  const work = rootWork(operation.selectionSet, fragments, variables, new Map(), new Set());
+  // a variable left out takes its default from the document: count that list
+  const values: Record<string, unknown> = {};
+  for (const v of operation.variableDefinitions ?? []) {
+    if (v.defaultValue) values[v.variable.name.value] = v.defaultValue.kind === Kind.LIST ? v.defaultValue.values : v.defaultValue;
+  }
+  Object.assign(values, variables);
+  const work = rootWork(operation.selectionSet, fragments, values, new Map(), new Set());
   if (work.fields > limits.maxOperations) {
     throw new BraidError(
       'graphql_too_costly',
@@ -343,7 +350,8 @@ function rootWork(
         memo.set(name, counted);
       }
       add(counted);
-    } else if (!sel.name.value.startsWith('__')) {
+    } else if (sel.name.value !== '__typename') {
+      // introspection (`__schema`, `__type`) too: aliased, it multiplies like any field
       work.fields += 1;
       work.records += recordsWritten(sel, variables);
     }

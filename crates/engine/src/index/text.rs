@@ -782,12 +782,12 @@ impl Collector for RowHits {
         weight.for_each_pruning(threshold(heap), reader, &mut |doc, _score| {
             scored += 1;
             if alive.is_some_and(|a| a.is_deleted(doc)) {
-                return threshold(&heap);
+                return threshold(heap);
             }
-            let Some(row) = rows.first(doc) else { return threshold(&heap) };
+            let Some(row) = rows.first(doc) else { return threshold(heap) };
             let row = row as u32;
             if row >= self.upto || !self.eligible.contains(row) {
-                return threshold(&heap);
+                return threshold(heap);
             }
             // documents come in ascending order, so each term's postings are read forward once
             let mut score = 0.0f32;
@@ -808,7 +808,7 @@ impl Collector for RowHits {
                 heap.pop();
                 heap.push(entry);
             }
-            threshold(&heap)
+            threshold(heap)
         })?;
         // kept rows stay in the shared heap until merge_fruits
         Ok((all, scored))
