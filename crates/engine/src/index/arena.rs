@@ -5,8 +5,15 @@
 //! is readable by any thread once it is published, while the single writer
 //! (the commit path, under the state's write lock) appends more: nothing
 //! already published ever moves. Vectors written since the process started
-//! live in heap blocks; vectors loaded from a checkpoint are read from its
-//! memory-mapped vector files in place.
+//! go to anonymous memory blocks; vectors loaded from a checkpoint are read
+//! from its memory-mapped vector files in place. Once a checkpoint has
+//! written a block's vectors to its vector file, the block's whole pages are
+//! mapped from that file over themselves ([`VectorArena::back_with_file`]):
+//! the same bytes at the same addresses, so readers never notice, but the
+//! pages are the page cache's (clean, dropped under memory pressure and read
+//! again on demand) instead of the process's own memory. A long-running
+//! server's anonymous memory for vectors is then bounded by what one
+//! checkpoint interval writes, not by everything written since it started.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -141,8 +148,35 @@ struct Slot {
 unsafe impl Send for Slot {}
 unsafe impl Sync for Slot {}
 
-/// Vectors per heap block.
+/// Vectors per code block, and the least per heap block.
 const BLOCK_VECTORS: usize = 1024;
+
+/// Bytes a heap block reserves at least (address space: pages cost memory
+/// only once written). Larger blocks mean fewer mappings once their pages are
+/// backed by vector files (each block becomes up to three: a partial page
+/// at each end stays anonymous).
+const HEAP_BLOCK_BYTES: usize = 4 << 20;
+
+/// Vectors per heap block for `dim`: a multiple of 1,024, so a block is a
+/// whole number of 4 KiB pages (1,024 vectors of `dim` floats are `dim`
+/// pages).
+fn heap_block_vectors(dim: usize) -> usize {
+    BLOCK_VECTORS * (HEAP_BLOCK_BYTES / (BLOCK_VECTORS * 4 * dim.max(1))).max(1)
+}
+
+/// The size of a memory page.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the system.
+    *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1))
+}
+
+/// Ranges of heap blocks mapped from vector files, process-wide. Each such
+/// range splits its block's mapping, and the kernel caps a process's mappings
+/// (`vm.max_map_count`, 65,530 by default); past this many the arena keeps
+/// vectors in anonymous memory instead of asking for more.
+static FILE_BACKED_RANGES: AtomicUsize = AtomicUsize::new(0);
+const MAX_FILE_BACKED_RANGES: usize = 16_384;
 
 /// What keeps slot memory alive.
 enum Owner {
@@ -150,24 +184,60 @@ enum Owner {
     Mapped(#[allow(dead_code)] Arc<Mmap>),
 }
 
-/// A heap block of `BLOCK_VECTORS` vectors, held as a raw pointer so the
-/// writer can fill free parts while readers hold references to filled ones.
+/// A block of `len` floats of anonymous memory, held as a raw pointer so
+/// the writer can fill free parts while readers hold references to filled
+/// ones. Page-aligned, so whole pages of it can later be mapped from a vector
+/// file holding the same bytes.
 struct HeapBlock {
     base: *mut f32,
     len: usize,
+    /// Floats written.
+    used: usize,
+    /// Bytes now mapped from vector files.
+    file_backed: usize,
+    /// Allocated with `mmap` (else by the allocator, when `mmap` failed).
+    anonymous: bool,
 }
 
 impl HeapBlock {
     fn new(len: usize) -> HeapBlock {
-        let base = Box::into_raw(vec![0f32; len].into_boxed_slice()).cast::<f32>();
-        HeapBlock { base, len }
+        let bytes = len * 4;
+        // SAFETY: a fresh private anonymous mapping (zeroed by the kernel);
+        // MAP_NORESERVE: pages never written cost no commit charge.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let base = Box::into_raw(vec![0f32; len].into_boxed_slice()).cast::<f32>();
+            return HeapBlock { base, len, used: 0, file_backed: 0, anonymous: false };
+        }
+        HeapBlock { base: base.cast::<f32>(), len, used: 0, file_backed: 0, anonymous: true }
+    }
+
+    fn contains(&self, at: usize, bytes: usize) -> bool {
+        let start = self.base as usize;
+        at >= start && at + bytes <= start + self.len * 4
     }
 }
 
 impl Drop for HeapBlock {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` as a boxed slice of `len` floats.
-        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.base, self.len))) }
+        if self.anonymous {
+            // SAFETY: the mapping made in `new` (parts of it since replaced by
+            // file mappings of the same range, which this unmaps too); no
+            // reader outlives the arena that owns the block.
+            unsafe { libc::munmap(self.base.cast(), self.len * 4) };
+        } else {
+            // SAFETY: allocated in `new` as a boxed slice of `len` floats.
+            unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.base, self.len))) }
+        }
     }
 }
 
@@ -177,8 +247,6 @@ unsafe impl Send for Writer {}
 
 struct Writer {
     owners: Vec<Owner>,
-    /// Vectors used in the last heap block.
-    filled: usize,
 }
 
 /// The header of one slot's 8-bit code (scalar quantisation, SQ8): the
@@ -272,7 +340,7 @@ impl VectorArena {
         VectorArena {
             dim,
             slots: Paged::default(),
-            writer: Mutex::new(Writer { owners: Vec::new(), filled: 0 }),
+            writer: Mutex::new(Writer { owners: Vec::new() }),
             code_blocks: Paged::default(),
             code_lines: (CODE_HEADER + dim).div_ceil(64),
             coded: AtomicUsize::new(0),
@@ -398,15 +466,13 @@ impl VectorArena {
     pub fn push(&self, row: u32, v: &[f32]) -> u32 {
         debug_assert_eq!(v.len(), self.dim);
         let mut w = self.writer.lock();
-        let fits = matches!(w.owners.last(), Some(Owner::Heap(_))) && w.filled < BLOCK_VECTORS;
+        let fits = matches!(w.owners.last(), Some(Owner::Heap(b)) if b.used + self.dim <= b.len);
         if !fits {
-            w.owners.push(Owner::Heap(HeapBlock::new(BLOCK_VECTORS * self.dim)));
-            w.filled = 0;
+            w.owners.push(Owner::Heap(HeapBlock::new(heap_block_vectors(self.dim) * self.dim)));
         }
-        let at = w.filled * self.dim;
-        w.filled += 1;
-        let Some(Owner::Heap(block)) = w.owners.last() else { unreachable!("a heap block was just ensured") };
-        debug_assert!(at + self.dim <= block.len);
+        let Some(Owner::Heap(block)) = w.owners.last_mut() else { unreachable!("a heap block was just ensured") };
+        let at = block.used;
+        block.used += self.dim;
         // SAFETY: `at..at + dim` is in the block and not yet published, so no
         // reader sees it; the writer lock makes this the only writer.
         let vector = unsafe {
@@ -448,10 +514,100 @@ impl VectorArena {
         Some(())
     }
 
-    /// Bytes of vectors held on the heap.
+    /// The offset into its page of `slot`'s vector: a vector file places a
+    /// run of vectors so their file offsets share this, which lets
+    /// [`Self::back_with_file`] map whole pages of them.
+    pub fn page_offset(&self, slot: u32) -> Option<usize> {
+        self.vector(slot).map(|v| v.as_ptr() as usize % page_size())
+    }
+
+    /// Maps the whole pages holding slots `first..first + count`, which a
+    /// durable checkpoint wrote back to back at `offset` bytes into `file`,
+    /// from that file over themselves. The bytes are the same, so a reader
+    /// sees no change (a thread touching a page as it is replaced reads the
+    /// old page or faults in the file's, under the kernel's mapping lock);
+    /// the pages become page cache instead of the process's anonymous
+    /// memory. Partial pages at either end, runs whose file offsets do not
+    /// share their page offset, vectors not in an anonymous heap block, and
+    /// any range once the process holds [`MAX_FILE_BACKED_RANGES`] stay as
+    /// they are. Returns the bytes now file-backed.
+    pub fn back_with_file(&self, first: u32, count: usize, file: &std::fs::File, offset: u64) -> usize {
+        use std::os::fd::AsRawFd;
+        let page = page_size();
+        let bytes = self.dim * 4;
+        let mut w = self.writer.lock();
+        let mut backed = 0;
+        let mut map_run = |w: &mut Writer, start: usize, len: usize, file_at: u64| {
+            for owner in w.owners.iter_mut() {
+                let Owner::Heap(block) = owner else { continue };
+                if !block.anonymous || !block.contains(start, len) {
+                    continue;
+                }
+                let (from, to) = (start.next_multiple_of(page), (start + len) / page * page);
+                let from_file = file_at + (from - start) as u64;
+                if from >= to || !from_file.is_multiple_of(page as u64) {
+                    return;
+                }
+                if FILE_BACKED_RANGES.fetch_add(1, Ordering::Relaxed) >= MAX_FILE_BACKED_RANGES {
+                    FILE_BACKED_RANGES.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+                let Ok(from_file) = libc::off_t::try_from(from_file) else { return };
+                // SAFETY: `from..to` is whole pages of this block, all of them
+                // published vectors that are never written again, and the file
+                // holds the same bytes at `from_file` (written from these
+                // vectors and fsynced by the checkpoint, never modified).
+                let mapped = unsafe {
+                    libc::mmap(
+                        from as *mut libc::c_void,
+                        to - from,
+                        libc::PROT_READ,
+                        libc::MAP_SHARED | libc::MAP_FIXED,
+                        file.as_raw_fd(),
+                        from_file,
+                    )
+                };
+                if mapped == libc::MAP_FAILED {
+                    FILE_BACKED_RANGES.fetch_sub(1, Ordering::Relaxed);
+                } else {
+                    block.file_backed += to - from;
+                    backed += to - from;
+                }
+                return;
+            }
+        };
+        // runs of vectors consecutive both in memory and in the file
+        let mut run: Option<(usize, usize, u64)> = None;
+        for (i, slot) in (first..first.saturating_add(count as u32)).enumerate() {
+            let Some(s) = self.slots.get(slot as usize) else { break };
+            let (at, file_at) = (s.vector as usize, offset + (i * bytes) as u64);
+            match &mut run {
+                Some((start, len, run_file)) if *start + *len == at && *run_file + *len as u64 == file_at => {
+                    *len += bytes;
+                }
+                _ => {
+                    if let Some((start, len, run_file)) = run.take() {
+                        map_run(&mut w, start, len, run_file);
+                    }
+                    run = Some((at, bytes, file_at));
+                }
+            }
+        }
+        if let Some((start, len, run_file)) = run {
+            map_run(&mut w, start, len, run_file);
+        }
+        backed
+    }
+
+    /// Bytes of vectors (written, not backed by a vector file) and codes held
+    /// in the process's own memory.
     pub fn heap_bytes(&self) -> usize {
         let w = self.writer.lock();
-        let vectors: usize = w.owners.iter().map(|o| if let Owner::Heap(b) = o { b.len * 4 } else { 0 }).sum();
+        let vectors: usize = w
+            .owners
+            .iter()
+            .map(|o| if let Owner::Heap(b) = o { b.used * 4 - b.file_backed.min(b.used * 4) } else { 0 })
+            .sum();
         vectors + self.code_blocks.len() * BLOCK_VECTORS * self.code_lines * 64
     }
 }
@@ -500,5 +656,48 @@ mod tests {
         }
         reader.join().unwrap();
         assert!(arena.vector(3000).is_none());
+    }
+
+    #[test]
+    fn pages_backed_by_their_file_read_the_same_and_leave_the_heap() {
+        use std::io::Write;
+        let dim = 32;
+        let arena = VectorArena::new(dim);
+        let v = |i: u32| -> Vec<f32> { (0..dim).map(|d| (i as f32) * 0.5 + d as f32).collect() };
+        for i in 0..1000 {
+            arena.push(i, &v(i));
+        }
+        // slots 10.. written to a file as a checkpoint does: padded so the
+        // file offset shares the first vector's page offset
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.f32");
+        let page = page_size();
+        let at = arena.page_offset(10).unwrap();
+        let mut file = std::fs::File::create(&path).unwrap();
+        let offset = (2 * page + at) as u64;
+        file.write_all(&vec![0u8; offset as usize]).unwrap();
+        for i in 10..1000 {
+            file.write_all(&v(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        }
+        file.sync_all().unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let held = arena.heap_bytes();
+        let backed = arena.back_with_file(10, 990, &file, offset);
+        assert!(backed >= 990 * dim * 4 - 2 * page, "{backed} bytes backed");
+        assert_eq!(arena.heap_bytes(), held - backed);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.contains(path.to_str().unwrap()), "the file is mapped");
+        // a misaligned offset maps nothing
+        assert_eq!(arena.back_with_file(0, 10, &file, 3 * 4), 0);
+        for i in 0..1000 {
+            assert_eq!(arena.vector(i).unwrap(), &v(i)[..], "slot {i}");
+        }
+        // the block's free part is still written by later pushes
+        for i in 1000..1100 {
+            arena.push(i, &v(i));
+        }
+        for i in 0..1100 {
+            assert_eq!(arena.vector(i).unwrap(), &v(i)[..], "slot {i}");
+        }
     }
 }

@@ -412,6 +412,15 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
     let mut offset = 0u64;
     let mut bytes: Vec<u8> = Vec::new();
     for (table, column, vc) in columns {
+        // zeros up to the file offset whose page offset is the first vector's
+        // in memory, so whole pages of the file hold whole pages of the
+        // column's memory and can be mapped over it once this is durable
+        if let Some(at) = vc.data.unsealed_page_offset() {
+            let page = crate::index::arena::page_size() as u64;
+            let pad = (at as u64 + page - offset % page) % page;
+            out.write_all(&vec![0u8; pad as usize])?;
+            offset += pad;
+        }
         placed.insert((table.clone(), column.clone()), (offset, vc.data.unsealed_len() as u64));
         for v in vc.data.unsealed() {
             bytes.clear();
@@ -440,15 +449,16 @@ fn map_file(path: &Path) -> Result<Arc<Mmap>> {
 pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> {
     let Some(path) = &sealed.path else { return Ok(()) };
     let map = map_file(path)?;
+    // the arena maps the file's pages over the vectors' own (a file that
+    // cannot be opened again leaves them in memory, as before)
+    let file = File::open(path).ok();
     for (table, data) in state.tables.iter_mut() {
         for (column, vc) in data.vectors.iter_mut() {
             if let Some((offset, count)) = sealed.placed.get(&(table.clone(), column.clone())) {
-                vc.data.seal(VectorChunk {
-                    map: map.clone(),
-                    offset: *offset as usize,
-                    count: *count as usize,
-                    gen: sealed.gen,
-                });
+                vc.data.seal(
+                    VectorChunk { map: map.clone(), offset: *offset as usize, count: *count as usize, gen: sealed.gen },
+                    file.as_ref(),
+                );
             }
         }
     }

@@ -507,15 +507,26 @@ impl VectorStore {
         self.arena.len() - self.sealed_slots
     }
 
-    /// Records that the unsealed vectors are now in a vector file too (they
-    /// stay where they are in memory).
-    pub fn seal(&mut self, chunk: VectorChunk) {
+    /// The page offset of the first unsealed vector in memory (the vector
+    /// file places the unsealed vectors at a file offset that shares it).
+    pub fn unsealed_page_offset(&self) -> Option<usize> {
+        self.arena.page_offset(self.sealed_slots as u32)
+    }
+
+    /// Records that the unsealed vectors are now in a vector file too, and,
+    /// given the file, reads their whole pages from it from now on (the same
+    /// bytes at the same addresses, held by the page cache instead of the
+    /// process: [`VectorArena::back_with_file`]).
+    pub fn seal(&mut self, chunk: VectorChunk, file: Option<&std::fs::File>) {
         // the checkpoint holds off column rebuilds, so the count matches; a
         // chunk that does not is left unsealed (the next checkpoint writes
         // these vectors again) rather than misplaced
         if chunk.count != self.unsealed_len() {
             debug_assert!(false, "sealing {} vectors of {} unsealed", chunk.count, self.unsealed_len());
             return;
+        }
+        if let Some(file) = file {
+            self.arena.back_with_file(self.sealed_slots as u32, chunk.count, file, chunk.offset as u64);
         }
         self.sealed_slots += chunk.count;
         if chunk.count > 0 {

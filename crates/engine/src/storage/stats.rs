@@ -306,8 +306,10 @@ pub struct MemoryEstimate {
     pub rows: u64,
     /// Keys: entries, their text, their version lists and the key map.
     pub keys: u64,
-    /// Vectors in heap blocks (written since the process started; ones
-    /// loaded from a checkpoint are memory-mapped) and the row-to-slot maps.
+    /// Vectors in the process's own memory (written since the last
+    /// checkpoint: the ones a checkpoint wrote, and ones loaded from it, are
+    /// read from its memory-mapped vector files), their 8-bit codes and the
+    /// row-to-slot maps.
     pub vectors: u64,
     /// The HNSW graphs' nodes and neighbour lists (they hold no vectors).
     pub vector_graphs: u64,
