@@ -216,6 +216,59 @@ describe('GraphQL literals and epochs', () => {
   });
 });
 
+describe('vectors at the ends of the f32 range (found by a black-box test)', () => {
+  it('a dot product past f32 range saturates: every route answers 200 with finite scores, not 500', async () => {
+    const declared = await s.post('/v1/graphql', {
+      query: 'mutation { declare_table(table: "dv", columns: { e: { type: "vector", dim: 2, metric: "dot" } }) { epoch } }',
+    });
+    expect(declared.body.errors).toBeUndefined();
+    for (const [id, e] of [['small', [1, 1]], ['big', [3e38, 3e38]], ['neg', [-3e38, -3e38]]] as const) {
+      expect((await s.post('/v1/records/put', { table: 'dv', tenant_id: 't', id, fields: { e } })).status).toBe(200);
+    }
+    const query = { table: 'dv', tenant_id: 't', vector: [1, 1], return_fields: [] };
+    for (const body of [query, { ...query, fusion: 'relative_score' }, { ...query, vector: [1e20, 1e20] }]) {
+      const res = await s.post('/v1/query', body);
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      expect(res.body.results.map((r: { record_id: string }) => r.record_id)).toEqual(['big', 'small', 'neg']);
+      for (const r of res.body.results) expect(Number.isFinite(r.score.vector), JSON.stringify(r)).toBe(true);
+    }
+    expect((await s.post('/v1/explain', query)).status).toBe(200);
+    const ql = await s.post('/v1/nativeql', { query: "SEARCH dv TENANT 't' NEAR [1, 1] RETURN NONE" });
+    expect(ql.status).toBe(200);
+    const gql = await s.post('/v1/graphql', { query: '{ search(table: "dv", tenant_id: "t", vector: [1, 1]) { results { record_id score { vector } } } }' });
+    expect(gql.body.errors).toBeUndefined();
+    expect(gql.body.data.search.results[0]).toEqual({ record_id: 'big', score: { vector: 3.4028234663852886e38 } });
+  });
+
+  it('cosine scores of vectors with very large or very small components are the true similarity, not 1, -1 or 0', async () => {
+    for (const [id, emb] of [['a', [1, 0, 0]], ['b', [1, 1, 0]], ['c', [-1, 0, 0]], ['h', [1e20, 1e20, 0]]] as const) {
+      expect((await s.post('/v1/records/put', { table: 'cosine_ends', tenant_id: 't', id, fields: { emb } })).status).toBe(200);
+    }
+    const scores = async (vector: number[]) => {
+      const res = await s.post('/v1/query', { table: 'cosine_ends', tenant_id: 't', vector, return_fields: [] });
+      expect(res.status).toBe(200);
+      return Object.fromEntries(res.body.results.map((r: { record_id: string; score: { vector: number } }) => [r.record_id, r.score.vector]));
+    };
+    const plain = await scores([1, 1, 1]);
+    for (const scale of [1e20, 1e-25]) {
+      const got = await scores([scale, scale, scale]);
+      for (const id of ['a', 'b', 'c', 'h']) expect(got[id], `${scale} ${id}`).toBeCloseTo(plain[id], 5);
+    }
+    expect((await scores([1, 0, 0])).h).toBeCloseTo(Math.SQRT1_2, 5);
+  });
+});
+
+describe('native query errors that quote the input', () => {
+  it('a 100,000-character bare word is previewed in the message, as a quoted one is', async () => {
+    for (const word of ['x'.repeat(100_000), `"${'x'.repeat(100_000)}"`]) {
+      const res = await s.post('/v1/nativeql', { query: `SEARCH docs TENANT 'acme' ${word}` });
+      expect(res.status).toBe(400);
+      expect(res.body.code).toBe('ql_syntax_error');
+      expect(res.body.error.length).toBeLessThan(300);
+    }
+  });
+});
+
 describe('what Node refuses before fastify', () => {
   it('a body that stalls is 408 request_timeout with a code, and the connection is closed', async () => {
     const answer = await raw(s.url, 'POST /v1/records/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');

@@ -6,7 +6,7 @@
  * the position and what was expected, so callers can point at the
  * offending token.
  */
-import { BraidError } from '../errors.js';
+import { BraidError, boundedMessage } from '../errors.js';
 import { preview, type Token } from './lexer.js';
 
 export interface QlDiagnostic {
@@ -50,7 +50,8 @@ export interface QlErrorBody {
 
 export function formatQlError(err: QlSyntaxError): QlErrorBody {
   const { message, line, column, expected } = err.diagnostic;
-  return { code: 'ql_syntax_error', error: message, line, column, expected: [...expected] };
+  // every token is previewed, but a hint or an expected list may quote input too
+  return { code: 'ql_syntax_error', error: boundedMessage(message), line, column, expected: [...expected] };
 }
 
 /** Maps offsets to 1-based line and column; `\n`, `\r\n` and `\r` each end a line. */
@@ -91,6 +92,7 @@ export function describeToken(token: Token): string {
     case 'eof':
       return 'end of input';
     case 'word':
+      return `'${preview(token.text)}'`;
     case 'punct':
       return `'${token.text}'`;
     case 'quoted_ident':

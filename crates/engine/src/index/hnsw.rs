@@ -163,10 +163,30 @@ pub fn distance(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
         Metric::Dot => -dot(a, b),
         Metric::L2 => l2_squared(a, b),
     };
+    if d.is_finite() {
+        d
+    } else {
+        distance_wide(metric, a, b)
+    }
+}
+
+/// [`distance`] for vectors whose f32 sums overflow: finite f32 components
+/// reach 3.4e38, so a dot product or squared distance of two of them can
+/// exceed f32's range (infinite, or NaN where infinities of both signs
+/// meet) though it is finite in f64. Summed in f64 and saturated to f32's
+/// range, so every score stays a finite number that orders as it should.
+#[cold]
+fn distance_wide(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
+    let pairs = a.iter().zip(b).map(|(&x, &y)| (f64::from(x), f64::from(y)));
+    let d = match metric {
+        Metric::Cosine => 1.0 - pairs.map(|(x, y)| x * y).sum::<f64>(),
+        Metric::Dot => -pairs.map(|(x, y)| x * y).sum::<f64>(),
+        Metric::L2 => pairs.map(|(x, y)| (x - y) * (x - y)).sum::<f64>(),
+    };
     if d.is_nan() {
         f32::INFINITY
     } else {
-        d
+        d.clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32
     }
 }
 

@@ -227,11 +227,15 @@ pub(crate) fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Puts a vector in the form the index stores: unit length for cosine.
+/// The norm is taken in f64: squares of finite f32 components overflow f32
+/// from about 1.8e19 and underflow to 0 below about 1e-23, which had made
+/// `[1e20, 1e20, 1e20]` a vector of zeros' norm (every cosine 1 or -1) and
+/// `[1e-25, ...]` a zero vector (every cosine 0).
 pub fn prepare(metric: Metric, mut v: Vec<f32>) -> Vec<f32> {
     if metric == Metric::Cosine {
-        let norm = dot(&v, &v).sqrt();
+        let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
         if norm > 0.0 && norm.is_finite() {
-            v.iter_mut().for_each(|x| *x /= norm);
+            v.iter_mut().for_each(|x| *x = (f64::from(*x) / norm) as f32);
         }
     }
     v
@@ -313,7 +317,14 @@ pub fn exact_top(
             *bound = match point(arena, slot) {
                 Some(p) => {
                     let (d, e) = (coded.distance(p), coded.error(p));
-                    (d - e, d + e)
+                    let (low, high) = (d - e, d + e);
+                    // a code whose sums overflow (components near f32's
+                    // limits) bounds nothing: its row is scored exactly
+                    if low.is_finite() && high.is_finite() {
+                        (low, high)
+                    } else {
+                        (f32::NEG_INFINITY, f32::INFINITY)
+                    }
                 }
                 None => (f32::INFINITY, f32::INFINITY),
             };
@@ -606,6 +617,50 @@ mod tests {
             let s = similarity(m, &[1e30, -1e30], &[1e30, 1e30]);
             assert!(!s.is_nan(), "{m:?}");
         }
+    }
+
+    /// Finite f32 components near the ends of the range: the sums overflow
+    /// or underflow f32 but every score is still finite and right (found by a
+    /// black-box test: a dot column holding [3e38, 3e38] made every vector
+    /// query of its table fail, and cosine scores of [1e20, ...] or
+    /// [1e-25, ...] came out as exactly 1, -1 or 0).
+    #[test]
+    fn scores_stay_finite_and_right_at_the_ends_of_the_f32_range() {
+        let unit = |v: Vec<f32>| prepare(Metric::Cosine, v);
+        let b = unit(vec![1.0, 1.0, 0.0]);
+        let expected = similarity(Metric::Cosine, &unit(vec![1.0, 1.0, 1.0]), &b);
+        for scale in [1e20f32, 3e19, 1e-25, 1e-40, 3e38] {
+            let q = unit(vec![scale, scale, scale]);
+            let got = similarity(Metric::Cosine, &q, &b);
+            assert!((got - expected).abs() < 1e-6, "{scale}: {got} against {expected}");
+            let stored = unit(vec![scale, scale, 0.0]);
+            assert!(
+                (similarity(Metric::Cosine, &unit(vec![1.0, 0.0, 0.0]), &stored) - 0.70710677).abs() < 1e-6,
+                "{scale}"
+            );
+        }
+        // a dot product past f32's range saturates instead of becoming infinite
+        assert_eq!(similarity(Metric::Dot, &[3e38, 3e38], &[1.0, 1.0]), f32::MAX);
+        assert_eq!(similarity(Metric::Dot, &[3e38, 3e38], &[-1.0, -1.0]), -f32::MAX);
+        // and infinities of both signs in the f32 sums no longer make NaN
+        assert_eq!(similarity(Metric::Dot, &[3e38, 3e38, -3e38, -3e38], &[1.0, 1.0, 1.0, 1.0]), 0.0);
+        assert!(
+            similarity(Metric::Dot, &[3e38, 3e38], &[2.0, 2.0]) >= similarity(Metric::Dot, &[1.0, 1.0], &[1.0, 1.0])
+        );
+        let far = similarity(Metric::L2, &[3e38, 3e38], &[-3e38, -3e38]);
+        assert!(far.is_finite() && far > 0.0 && far < 1e-18, "{far}");
+        // the exact scan keeps a row whose code cannot bound it
+        let arena = VectorArena::new(2);
+        let rows: Vec<Vec<f32>> = vec![vec![3e38, 3e38], vec![1.0, 1.0], vec![-1.0, 2.0], vec![0.5, 0.1]];
+        for (i, v) in rows.iter().enumerate() {
+            arena.push(i as u32, v);
+        }
+        let scan: Vec<(u32, u32)> = (0..4).map(|i| (i, i)).collect();
+        let mut top = exact_top(&arena, Metric::Dot, &[1.0, 1.0], &scan, 2);
+        top.sort_by(|a, b| b.1.total_cmp(&a.1));
+        assert_eq!(top[0], (0, f32::MAX));
+        assert_eq!(top[1].0, 1);
+        assert!(top.iter().all(|(_, s)| s.is_finite()));
     }
 
     fn index_of(metric: Metric, points: &[Vec<f32>]) -> VectorIndex {
