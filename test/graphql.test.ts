@@ -5,7 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClientError, GraphQLClient, gql } from 'graphql-request';
-import { buildClientSchema, buildSchema, getIntrospectionQuery, isObjectType, type IntrospectionQuery } from 'graphql';
+import { GraphQLError, buildClientSchema, buildSchema, getIntrospectionQuery, isObjectType, type IntrospectionQuery } from 'graphql';
+import { formatGraphQLError } from '../src/graphql/errors.js';
 import { startTestServer, type TestServer } from './helpers.js';
 
 let server: TestServer;
@@ -371,6 +372,19 @@ describe('POST /v1/graphql: errors', () => {
     const none = await server.post('/v1/graphql', { query: doc });
     expect(none.status).toBe(200);
     expect(none.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+  });
+});
+
+describe('GraphQL error codes', () => {
+  it('an error graphql-js raises at a field path (a value the schema cannot represent) is internal_error, not the client\'s', () => {
+    const atField = formatGraphQLError(
+      new GraphQLError('Float cannot represent non numeric value: Infinity', { path: ['search', 'results', 0, 'score', 'vector'] }),
+    );
+    expect(atField.extensions).toEqual({ code: 'internal_error', classification: 'INTERNAL_ERROR' });
+    expect(atField.path).toEqual(['search', 'results', 0, 'score', 'vector']);
+    // a document that does not validate has no path and stays the client's error
+    const invalid = formatGraphQLError(new GraphQLError('Cannot query field "nope" on type "Query".'));
+    expect(invalid.extensions).toEqual({ code: 'graphql_validation_failed', classification: 'BAD_REQUEST' });
   });
 });
 

@@ -36,7 +36,9 @@ export function braidGraphQLError(err: BraidError): GraphQlErrorBody {
  * The stable code of a GraphQL error: the engine's code for a BraidError
  * raised in a resolver, graphql_validation_failed for a document or
  * variables that do not validate against the schema, internal_error for
- * anything else thrown during execution.
+ * anything else thrown during execution, including graphql-js's own errors
+ * at a field's path (a value the schema cannot represent, a null for a
+ * non-null field): the server's answer was wrong, not the request.
  */
 export function formatGraphQLError(err: GraphQLError): GraphQlErrorBody {
   let original: unknown = err.originalError;
@@ -48,7 +50,7 @@ export function formatGraphQLError(err: GraphQLError): GraphQlErrorBody {
     index = original.index;
   } else if (typeof err.extensions?.code === 'string') {
     code = err.extensions.code;
-  } else if (original && !(original instanceof GraphQLError)) {
+  } else if ((original && !(original instanceof GraphQLError)) || err.path?.length) {
     code = 'internal_error';
   }
   const extensions: GraphQlErrorBody['extensions'] = { code, classification: classificationOf(code) };
