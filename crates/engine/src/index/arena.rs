@@ -193,8 +193,9 @@ struct HeapBlock {
     len: usize,
     /// Floats written.
     used: usize,
-    /// Bytes now mapped from vector files.
+    /// Bytes now mapped from vector files, and in how many ranges.
     file_backed: usize,
+    file_ranges: usize,
     /// Allocated with `mmap` (else by the allocator, when `mmap` failed).
     anonymous: bool,
 }
@@ -216,9 +217,9 @@ impl HeapBlock {
         };
         if base == libc::MAP_FAILED {
             let base = Box::into_raw(vec![0f32; len].into_boxed_slice()).cast::<f32>();
-            return HeapBlock { base, len, used: 0, file_backed: 0, anonymous: false };
+            return HeapBlock { base, len, used: 0, file_backed: 0, file_ranges: 0, anonymous: false };
         }
-        HeapBlock { base: base.cast::<f32>(), len, used: 0, file_backed: 0, anonymous: true }
+        HeapBlock { base: base.cast::<f32>(), len, used: 0, file_backed: 0, file_ranges: 0, anonymous: true }
     }
 
     fn contains(&self, at: usize, bytes: usize) -> bool {
@@ -229,6 +230,7 @@ impl HeapBlock {
 
 impl Drop for HeapBlock {
     fn drop(&mut self) {
+        FILE_BACKED_RANGES.fetch_sub(self.file_ranges, Ordering::Relaxed);
         if self.anonymous {
             // SAFETY: the mapping made in `new` (parts of it since replaced by
             // file mappings of the same range, which this unmaps too); no
@@ -571,6 +573,7 @@ impl VectorArena {
                     FILE_BACKED_RANGES.fetch_sub(1, Ordering::Relaxed);
                 } else {
                     block.file_backed += to - from;
+                    block.file_ranges += 1;
                     backed += to - from;
                 }
                 return;
