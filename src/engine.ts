@@ -13,7 +13,7 @@
  * crates/node/src/types.rs): records and queries cross to the engine as
  * objects, vectors as numbers or a `Float32Array`, never as JSON text.
  */
-import { Engine, type BranchRef, type WriteResult } from './native/engine.js';
+import { Engine, braidError, type BranchRef, type WriteResult } from './native/engine.js';
 import type { Native } from './native/index.js';
 import { deleteRecord, getRecord, putRecords } from './services/records.js';
 import { explainQuery, runNativeQuery, runQuery, tables } from './services/queries.js';
@@ -23,6 +23,22 @@ import { listBranches } from './services/ops.js';
 export { doctor, Engine } from './native/engine.js';
 export type * from './native/engine.js';
 export type { RestoreResult, SnapshotResult } from './services/admin.js';
+
+/**
+ * Runs a call whose arguments the services read before the engine does:
+ * what they throw that is not already a BraidError (null where an object
+ * belongs, a getter that throws, a revoked proxy) is `invalid_request`, as
+ * every other argument the binding refuses is, never a bare TypeError.
+ */
+function call<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return run().catch((err: unknown) => {
+      throw braidError(err);
+    });
+  } catch (err) {
+    return Promise.reject(braidError(err));
+  }
+}
 
 /** Options of a write: its branch, and for a keyed write its request key (a retry answers `replayed`). */
 export type WriteOptions = BranchRef & { requestKey?: Native.RequestKey };
@@ -40,7 +56,11 @@ export class Braid {
 
   /** Opens (or creates) a Braid data directory. */
   static open(options: Native.OpenOptions): Braid {
-    return new Braid(Engine.open(options));
+    try {
+      return new Braid(Engine.open(options));
+    } catch (err) {
+      throw braidError(err);
+    }
   }
 
   /**
@@ -49,7 +69,11 @@ export class Braid {
    * rejects as it failed). The server builds its routes meanwhile.
    */
   static openInBackground(options: Native.OpenOptions): Braid {
-    return new Braid(Engine.openInBackground(options));
+    try {
+      return new Braid(Engine.openInBackground(options));
+    } catch (err) {
+      throw braidError(err);
+    }
   }
 
   /** Resolves once the data directory is open (immediately after `open`). */
@@ -63,32 +87,32 @@ export class Braid {
 
   /** Full replacement write of one record; resolves once it is durable. */
   put(record: Native.RecordInput, options?: WriteOptions): Promise<WriteResult> {
-    return putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey });
+    return call(() => putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey }));
   }
 
   /** Atomic write of many records at one epoch. */
   putBatch(records: Native.RecordInput[], options?: WriteOptions): Promise<WriteResult> {
-    return putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey });
+    return call(() => putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey }));
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
   delete(key: Native.RecordKey, options?: WriteOptions): Promise<WriteResult> {
-    return deleteRecord(this.engine, key, { branch: options, requestKey: options?.requestKey });
+    return call(() => deleteRecord(this.engine, key, { branch: options, requestKey: options?.requestKey }));
   }
 
   /** The visible version of a record, at the latest epoch or at `epoch`. */
   get(key: Native.RecordKey, options?: BranchRef & { epoch?: number }): Promise<Native.RecordOutput | null> {
-    return getRecord(this.engine, key, options, options?.epoch);
+    return call(() => getRecord(this.engine, key, options, options?.epoch));
   }
 
   /** Runs a hybrid query. */
   query(query: Native.HybridQuery, options?: BranchRef): Promise<Native.QueryResponse> {
-    return runQuery(this.engine, query, options);
+    return call(() => runQuery(this.engine, query, options));
   }
 
   /** Runs a hybrid query for its explain alone (planner candidates included). */
   explain(query: Native.HybridQuery, options?: BranchRef): Promise<Native.HybridExplain> {
-    return explainQuery(this.engine, query, options);
+    return call(() => explainQuery(this.engine, query, options));
   }
 
   /**
@@ -96,16 +120,16 @@ export class Braid {
    * not parse rejects with `QlSyntaxError` (code `ql_syntax_error`).
    */
   nativeQuery(text: string, options?: BranchRef): Promise<Native.QueryResponse> {
-    return runNativeQuery(this.engine, text, options);
+    return call(() => runNativeQuery(this.engine, text, options));
   }
 
   /** Declares a table or adds columns to it. */
   async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
-    return (await declareTable(this.engine, table, columns, options)).result;
+    return (await call(() => declareTable(this.engine, table, columns, options))).result;
   }
 
   schemas(options?: BranchRef): Promise<Native.TableSchema[]> {
-    return tables(this.engine, options);
+    return call(() => tables(this.engine, options));
   }
 
   /**
@@ -115,7 +139,7 @@ export class Braid {
    * snapshot (`replayed: true`).
    */
   snapshot(target: string, options?: BranchRef & { requestKey?: Native.RequestKey }): Promise<SnapshotResult> {
-    return takeSnapshot(this.engine, target, options, options?.requestKey);
+    return call(() => takeSnapshot(this.engine, target, options, options?.requestKey));
   }
 
   /** Every snapshot, with its size and when it was taken. */
@@ -130,17 +154,17 @@ export class Braid {
    * checked before anything is created. With a request key, as for `snapshot`.
    */
   restore(source: string, target: string, options?: { verify?: Native.RecordKey; requestKey?: Native.RequestKey }): Promise<RestoreResult> {
-    return restoreSnapshot(this.engine, { source, target, verify_record: options?.verify }, options?.requestKey);
+    return call(() => restoreSnapshot(this.engine, { source, target, verify_record: options?.verify }, options?.requestKey));
   }
 
   /** Every branch with its latest epoch, parent and state; `endpoint` is what each reports as its address. */
   branches(endpoint = 'embedded'): Promise<Native.BranchSummary[]> {
-    return listBranches(this.engine, endpoint);
+    return call(() => listBranches(this.engine, endpoint));
   }
 
   /** Archives a branch (read-only) or makes it active again. */
   setBranchArchived(archived: boolean, options?: BranchRef): Promise<void> {
-    return setBranchState(this.engine, archived ? 'archived' : 'active', options ?? {});
+    return call(() => setBranchState(this.engine, archived ? 'archived' : 'active', options ?? {}));
   }
 
   /** The branch's figures: epochs, counts, recovery and indexer state (synchronous). */
@@ -160,7 +184,7 @@ export class Braid {
 
   /** A live idempotency receipt by its scoped key. */
   receipt(key: string, options?: BranchRef): Promise<Native.StoredReceipt | null> {
-    return this.engine.receipt(key, options);
+    return call(() => this.engine.receipt(key, options));
   }
 
   /** Waits until the text and vector indexes cover every committed write. */

@@ -379,4 +379,90 @@ describe('the embedded API over the binding', () => {
     expect(err).toBeInstanceOf(BraidError);
     expect(err).toMatchObject({ code: 'invalid_request', status: 400 });
   });
+
+  // found by a black-box test of the embedded API (2026-11-26)
+  it('null, a throwing getter or a revoked proxy where an argument belongs is a BraidError, not a bare TypeError', async () => {
+    const good = { table: TABLE, tenant_id: TENANT, id: 'x' };
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    const calls: Array<() => Promise<unknown>> = [
+      () => db.put(null as never),
+      () => db.putBatch(null as never),
+      () => db.putBatch({} as never),
+      () => db.putBatch([good, null] as never),
+      () =>
+        db.put({
+          ...good,
+          get fields(): Record<string, unknown> {
+            throw new Error('boom');
+          },
+        }),
+      () => db.query(proxy as never),
+      () => db.get(proxy as never),
+    ];
+    for (const run of calls) {
+      const err = await run().catch((e: unknown) => e);
+      expect(err, String(run)).toBeInstanceOf(BraidError);
+      expect((err as BraidError).status, String(run)).toBe(400);
+    }
+    expect(() => Braid.open(undefined as never)).toThrow(BraidError);
+  });
+
+  it('a sparse array of length 2^32 - 1 is refused at once, not read element by element', async () => {
+    const huge: unknown[] = [];
+    huge.length = 2 ** 32 - 1;
+    const err = await db.put({ table: 'sparse', tenant_id: TENANT, id: 'x', fields: { v: huge } }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'invalid_record', status: 400 });
+    expect((err as Error).message).toContain('fields.v holds more than 16777216 values');
+    expect(await db.get({ table: 'sparse', tenant_id: TENANT, id: 'x' }).catch(() => null)).toBeNull();
+  });
+
+  it('a __proto__ key is refused, in fields, nested values and declared columns, instead of read back as a prototype', async () => {
+    for (const fields of [JSON.parse('{"__proto__": {"isAdmin": true}, "title": "own"}'), JSON.parse('{"n": {"__proto__": [1, 2]}}')]) {
+      const err = await db.put({ table: 'proto', tenant_id: TENANT, id: 'x', fields }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'invalid_record', status: 400 });
+      expect((err as Error).message).toContain('__proto__');
+    }
+    expect(await db.get({ table: 'proto', tenant_id: TENANT, id: 'x' }).catch(() => null)).toBeNull();
+    const declared = await db.declareTable('proto_cols', JSON.parse('{"__proto__": {"type": "string"}}')).catch((e: unknown) => e);
+    expect(declared).toBeInstanceOf(BraidError);
+  });
+
+  it('every record a batch refuses carries its index: values that cannot be read and records of the wrong shape', async () => {
+    const good = (id: string) => ({ table: 'indexed', tenant_id: TENANT, id, fields: { t: 'ok' } });
+    const bad = [
+      { table: 'indexed', tenant_id: TENANT, id: 'b', fields: { t: '\ud800' } },
+      { table: 'indexed', tenant_id: TENANT, id: 'b', fields: { n: Number.NaN } },
+      { table: 'indexed', tenant_id: TENANT, id: 'b', fields: { n: 1n } },
+      { table: 'indexed', tenant_id: 5, id: 'b', fields: {} },
+      { table: 'indexed', tenant_id: TENANT, fields: {} },
+    ];
+    for (const record of bad) {
+      const err = await db.putBatch([good('g1'), good('g2'), record as never]).catch((e: unknown) => e);
+      expect(err, JSON.stringify(record, (_k, v) => (typeof v === 'bigint' ? 'bigint' : v))).toMatchObject({ status: 400, index: 2 });
+    }
+    expect(await db.get({ table: 'indexed', tenant_id: TENANT, id: 'g1' }).catch(() => null)).toBeNull();
+  });
+});
+
+describe('call workers of closed engines', () => {
+  it('opening and closing engines many times leaves no threads behind', async () => {
+    const threads = () => Number(/Threads:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);
+    const dir = tempDir('braid-binding-threads-');
+    const open = () => Braid.open({ dataDir: dir });
+    // a first cycle starts what lives for the process (the allocator's and rayon's threads)
+    let db = open();
+    await db.get({ table: TABLE, tenant_id: TENANT, id: 'x' });
+    db.close();
+    const before = threads();
+    for (let i = 0; i < 20; i++) {
+      db = open();
+      await Promise.all(Array.from({ length: 40 }, () => db.get({ table: TABLE, tenant_id: TENANT, id: 'x' })));
+      db.close();
+    }
+    // the workers of a closed engine stop once they have settled their calls
+    for (let tries = 0; threads() > before + 4 && tries < 500; tries++) await new Promise((r) => setTimeout(r, 20));
+    expect(threads()).toBeLessThanOrEqual(before + 4);
+    rmSync(dir, { recursive: true, force: true });
+  });
 });

@@ -63,7 +63,7 @@ export type WriteResult =
  * else the binding throws is an argument its types refuse (a number where a
  * string belongs), which only an embedded caller can send: invalid_request.
  */
-function braidError(err: unknown): BraidError {
+export function braidError(err: unknown): BraidError {
   if (err instanceof BraidError) return err;
   const e = err as { code?: unknown; message?: unknown; index?: unknown };
   const message = typeof e?.message === 'string' ? e.message : String(err);

@@ -22,6 +22,15 @@ use serde_json::{Map, Number, Value};
 /// serde_json's recursion limit; the service's errors speak of the same.
 pub const MAX_DEPTH: usize = 128;
 
+/// Most array elements and object properties one argument may hold: as many
+/// values as the largest request body the server takes (16 MiB) could,
+/// since every JSON value takes at least a byte. Each is a napi call or
+/// more on the JS thread, so without a bound a sparse `[]` of length
+/// 2^32 - 1 (which `JSON.stringify` refuses at once) held the thread and
+/// grew the process by gigabytes. The numbers of a `Float32Array` or
+/// `Float64Array` are copied in one go and not counted.
+pub const MAX_VALUES: usize = 16 << 20;
+
 /// Why a value could not be read, and where (`fields.embedding[3]`).
 #[derive(Debug)]
 pub struct ReadError {
@@ -38,6 +47,11 @@ pub enum Reason {
     LoneSurrogate,
     /// A napi call failed (a throwing getter or `toJSON`, a proxy).
     Unreadable,
+    /// More than [`MAX_VALUES`] values.
+    TooLarge,
+    /// A `__proto__` key, which a JavaScript object read back could only
+    /// hold as its prototype (the HTTP API refuses it in bodies too).
+    ProtoKey,
 }
 
 impl ReadError {
@@ -55,6 +69,12 @@ impl ReadError {
                 format!("{at} holds an unpaired UTF-16 surrogate (\\uD800-\\uDFFF), which is not Unicode text")
             }
             Reason::Unreadable => format!("{at} could not be read (a getter or toJSON threw)"),
+            Reason::TooLarge => format!(
+                "{at} holds more than {MAX_VALUES} values (array elements and object properties), the most a call may pass"
+            ),
+            Reason::ProtoKey => {
+                format!("{at} is a key named __proto__, which cannot be read back as a field (rename it)")
+            }
         }
     }
 }
@@ -68,7 +88,19 @@ type Read<T> = Result<T, ReadError>;
 /// `env` and `value` must be live handles of the calling JS thread.
 pub unsafe fn read(env: sys::napi_env, value: sys::napi_value) -> Read<Option<Value>> {
     let mut path = Vec::new();
-    unsafe { read_at(env, value, 0, &mut path) }
+    let mut budget = MAX_VALUES;
+    unsafe { read_at(env, value, 0, &mut path, &mut budget) }
+}
+
+/// Takes `n` values from what is left of the call's budget.
+fn spend(budget: &mut usize, n: usize, path: &[Seg]) -> Read<()> {
+    match budget.checked_sub(n) {
+        Some(left) => {
+            *budget = left;
+            Ok(())
+        }
+        None => Err(fail(path, Reason::TooLarge)),
+    }
 }
 
 #[derive(Clone)]
@@ -105,6 +137,7 @@ unsafe fn read_at(
     value: sys::napi_value,
     depth: usize,
     path: &mut Vec<Seg>,
+    budget: &mut usize,
 ) -> Read<Option<Value>> {
     let mut ty = 0;
     ok(unsafe { sys::napi_typeof(env, value, &mut ty) }, path)?;
@@ -126,18 +159,18 @@ unsafe fn read_at(
                 return Err(fail(path, Reason::TooDeep));
             }
             if let Some(replaced) = unsafe { to_json(env, value, path)? } {
-                return unsafe { read_at(env, replaced, depth, path) };
+                return unsafe { read_at(env, replaced, depth, path, budget) };
             }
             let mut is = false;
             ok(unsafe { sys::napi_is_array(env, value, &mut is) }, path)?;
             if is {
-                Value::Array(unsafe { array(env, value, depth, path)? })
+                Value::Array(unsafe { array(env, value, depth, path, budget)? })
             } else {
                 ok(unsafe { sys::napi_is_typedarray(env, value, &mut is) }, path)?;
                 if is {
-                    unsafe { typed_array(env, value, path)? }
+                    unsafe { typed_array(env, value, path, budget)? }
                 } else {
-                    Value::Object(unsafe { object(env, value, depth, path)? })
+                    Value::Object(unsafe { object(env, value, depth, path, budget)? })
                 }
             }
         }
@@ -222,15 +255,23 @@ unsafe fn to_json(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> R
     Ok(Some(out))
 }
 
-unsafe fn array(env: sys::napi_env, value: sys::napi_value, depth: usize, path: &mut Vec<Seg>) -> Read<Vec<Value>> {
+unsafe fn array(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    depth: usize,
+    path: &mut Vec<Seg>,
+    budget: &mut usize,
+) -> Read<Vec<Value>> {
     let mut len = 0u32;
     ok(unsafe { sys::napi_get_array_length(env, value, &mut len) }, path)?;
+    // before reading any: a sparse array's length costs nothing to make
+    spend(budget, len as usize, path)?;
     let mut out = Vec::with_capacity(len as usize);
     for i in 0..len {
         let mut element = ptr::null_mut();
         path.push(Seg::Index(i));
         ok(unsafe { sys::napi_get_element(env, value, i, &mut element) }, path)?;
-        out.push(unsafe { read_at(env, element, depth + 1, path)? }.unwrap_or(Value::Null));
+        out.push(unsafe { read_at(env, element, depth + 1, path, budget)? }.unwrap_or(Value::Null));
         path.pop();
     }
     Ok(out)
@@ -241,6 +282,7 @@ unsafe fn object(
     value: sys::napi_value,
     depth: usize,
     path: &mut Vec<Seg>,
+    budget: &mut usize,
 ) -> Read<Map<String, Value>> {
     let mut keys = ptr::null_mut();
     ok(
@@ -258,6 +300,7 @@ unsafe fn object(
     )?;
     let mut len = 0u32;
     ok(unsafe { sys::napi_get_array_length(env, keys, &mut len) }, path)?;
+    spend(budget, len as usize, path)?;
     let mut out = Map::new();
     for i in 0..len {
         let mut key = ptr::null_mut();
@@ -265,8 +308,11 @@ unsafe fn object(
         let name = unsafe { string(env, key, path)? };
         let mut element = ptr::null_mut();
         path.push(Seg::Key(name));
+        if matches!(path.last(), Some(Seg::Key(k)) if k == "__proto__") {
+            return Err(fail(path, Reason::ProtoKey));
+        }
         ok(unsafe { sys::napi_get_property(env, value, key, &mut element) }, path)?;
-        let read = unsafe { read_at(env, element, depth + 1, path)? };
+        let read = unsafe { read_at(env, element, depth + 1, path, budget)? };
         let Some(Seg::Key(name)) = path.pop() else { unreachable!("pushed a key") };
         if let Some(v) = read {
             out.insert(name, v);
@@ -278,7 +324,12 @@ unsafe fn object(
 /// A `Float32Array` or `Float64Array` as the list of its numbers; other
 /// typed arrays as JSON.stringify sees them (an object of indexes), which
 /// the engine then refuses where it wants a vector.
-unsafe fn typed_array(env: sys::napi_env, value: sys::napi_value, path: &mut Vec<Seg>) -> Read<Value> {
+unsafe fn typed_array(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    path: &mut Vec<Seg>,
+    budget: &mut usize,
+) -> Read<Value> {
     let mut kind = 0;
     let mut len = 0usize;
     let mut data = ptr::null_mut();
@@ -315,6 +366,6 @@ unsafe fn typed_array(env: sys::napi_env, value: sys::napi_value, path: &mut Vec
             numbers(len, &|i| xs[i])
         }
         sys::TypedarrayType::float32_array | sys::TypedarrayType::float64_array => Ok(Value::Array(Vec::new())),
-        _ => Ok(Value::Object(unsafe { object(env, value, 0, path)? })),
+        _ => Ok(Value::Object(unsafe { object(env, value, 0, path, budget)? })),
     }
 }

@@ -178,7 +178,7 @@ impl NativeEngine {
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
         let write = (|| -> EngineResult<_> {
-            let records: Vec<braid_engine::RecordInput> = read(env, records, "records", Code::InvalidRecord)?;
+            let records = read_records(env, records)?;
             let receipt = read_receipt(env, receipt)?;
             Ok(WriteOp::Put { records, receipt })
         })();
@@ -492,13 +492,15 @@ impl NativeEngine {
     /// open, when it is still running; nothing when it failed).
     #[napi]
     pub fn close(&self, env: &Env) -> Result<()> {
-        guard("close", || {
+        let closed = guard("close", || {
             if let Ok(engine) = self.opening.wait() {
                 engine.close();
             }
             Ok(())
-        })
-        .map_err(|e| js_error(env, &e))
+        });
+        // the call workers stop once they have settled what is queued
+        self.pool.close();
+        closed.map_err(|e| js_error(env, &e))
     }
 }
 
@@ -634,14 +636,41 @@ fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) 
             js::Reason::NotFinite if code == Code::InvalidQuery && e.path.starts_with("vector") => {
                 Code::VectorNotFinite
             }
-            js::Reason::TooDeep => Code::InvalidRecord,
+            js::Reason::TooDeep | js::Reason::TooLarge => Code::InvalidRecord,
             // a name (table, tenant_id, id) that is not Unicode text
             js::Reason::LoneSurrogate if is_name_path(&e.path) => Code::InvalidName,
             _ => code,
         };
-        EngineError::new(code, e.message(what))
+        let mut err = EngineError::new(code, e.message(what));
+        // the record of a batch it is in, as the engine's own refusals say
+        if what == "records" {
+            err.index = record_index(&e.path);
+        }
+        err
     })?;
     serde_json::from_value(json.unwrap_or(Value::Null)).map_err(|e| EngineError::new(code, format!("{what}: {e}")))
+}
+
+/// The batch position a reader's path (`[3].fields.t`) starts with.
+fn record_index(path: &str) -> Option<usize> {
+    path.strip_prefix('[')?.split(']').next()?.parse().ok()
+}
+
+/// A batch's records, each refusal naming its record (`err.index`), as the
+/// engine's own refusals do: a record of the wrong shape (a number for
+/// `tenant_id`, no `id`) as well as a value that cannot be read.
+fn read_records(env: &Env, records: Unknown) -> EngineResult<Vec<braid_engine::RecordInput>> {
+    let list: Vec<Value> = read(env, records, "records", Code::InvalidRecord)?;
+    list.into_iter()
+        .enumerate()
+        .map(|(i, record)| {
+            serde_json::from_value(record).map_err(|e| {
+                let mut err = EngineError::new(Code::InvalidRecord, format!("records[{i}]: {e}"));
+                err.index = Some(i);
+                err
+            })
+        })
+        .collect()
 }
 
 fn read_receipt(env: &Env, receipt: Option<Unknown>) -> EngineResult<Option<braid_engine::storage::ReceiptDraft>> {
