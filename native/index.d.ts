@@ -377,8 +377,12 @@ export interface HybridRow {
 export interface OpenOptions {
   /** Directory holding the catalog, branches and snapshots. */
   dataDir: string
+  /** Most dimensions of a vector (default 4,096), a whole number of at least 1. */
   maxVectorDim?: number
+  /** Most records per write (default 10,000), a whole number of at least 1. */
   maxBatch?: number
+  /** Most columns per table (default 1,024), a whole number of at least 1. */
+  maxColumns?: number
   receiptRetentionMs?: number
   /** Epochs of history kept readable by temporal queries; unlimited when unset. */
   historyEpochs?: number

@@ -15,6 +15,8 @@ export interface ServerConfig {
   requestTimeoutMs: number;
   maxBatch: number;
   maxVectorDim: number;
+  /** Most columns a table may have (declared and inferred). */
+  maxColumns: number;
   receiptRetentionMs: number;
   historyEpochs: number | undefined;
   /** WAL bytes per branch after which a checkpoint is taken (engine default when unset). */
@@ -39,6 +41,7 @@ export const DEFAULTS: ServerConfig = {
   requestTimeoutMs: 60_000,
   maxBatch: 10_000,
   maxVectorDim: 4096,
+  maxColumns: 1024,
   receiptRetentionMs: 24 * 60 * 60 * 1000,
   historyEpochs: undefined,
   checkpointBytes: undefined,
@@ -72,6 +75,7 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     requestTimeoutMs: int(env.BRAID_REQUEST_TIMEOUT_MS, 'BRAID_REQUEST_TIMEOUT_MS') ?? base.requestTimeoutMs,
     maxBatch: int(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH') ?? base.maxBatch,
     maxVectorDim: int(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
+    maxColumns: int(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS') ?? base.maxColumns,
     receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,
     historyEpochs: int(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
     checkpointBytes: int(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,

@@ -28,6 +28,7 @@ export const ERROR_STATUS = {
   too_many_terms: 400,
   batch_too_large: 400,
   batch_empty: 400,
+  too_many_columns: 400,
   unknown_table: 400,
   unknown_column: 400,
   top_k_out_of_range: 400,

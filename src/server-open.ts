@@ -12,6 +12,7 @@ export function openServerEngine(config: ServerConfig): Braid {
     dataDir: config.dataDir,
     maxBatch: config.maxBatch,
     maxVectorDim: config.maxVectorDim,
+    maxColumns: config.maxColumns,
     receiptRetentionMs: config.receiptRetentionMs,
     historyEpochs: config.historyEpochs,
     checkpointBytes: config.checkpointBytes,

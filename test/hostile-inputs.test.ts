@@ -6,6 +6,7 @@
 // Node's HTTP parser refuses answered without a code.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
+import { Braid } from '../src/engine.js';
 import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, type TestServer } from './helpers.js';
 
 let s: TestServer;
@@ -255,6 +256,43 @@ describe('vectors at the ends of the f32 range (found by a black-box test)', () 
       for (const id of ['a', 'b', 'c', 'h']) expect(got[id], `${scale} ${id}`).toBeCloseTo(plain[id], 5);
     }
     expect((await scores([1, 0, 0])).h).toBeCloseTo(Math.SQRT1_2, 5);
+  });
+});
+
+describe('columns per table (found by a black-box test: one put of 400,000 numbers made 400,000 columns)', () => {
+  const fields = (from: number, to: number) => Object.fromEntries(Array.from({ length: to - from }, (_, i) => [`c${from + i}`, i]));
+
+  it('a put that would give a table more than 1,024 columns is 400 too_many_columns and writes nothing', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    const wide = await s.post('/v1/records/put', { table: 'wide', tenant_id: 't', id: 'a', fields: fields(0, 1025) });
+    expect(wide.status).toBe(400);
+    expect(wide.body).toMatchObject({ code: 'too_many_columns', error: expect.stringContaining('over the limit of 1024') });
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+    expect((await s.post('/v1/records/get', { table: 'wide', tenant_id: 't', id: 'a' })).body.record).toBeNull();
+  });
+
+  it('a table at the limit takes records of its columns and refuses a new one, by put, put-batch and declaration', async () => {
+    expect((await s.post('/v1/records/put', { table: 'full', tenant_id: 't', id: 'a', fields: fields(0, 1024) })).status).toBe(200);
+    expect((await s.post('/v1/records/put', { table: 'full', tenant_id: 't', id: 'b', fields: { c5: 1, c900: 2 } })).status).toBe(200);
+    const more = await s.post('/v1/records/put', { table: 'full', tenant_id: 't', id: 'c', fields: { c5: 1, extra: 2 } });
+    expect(more.body.code).toBe('too_many_columns');
+    const batch = await s.post('/v1/records/put-batch', {
+      records: [
+        { table: 'full', tenant_id: 't', id: 'd', fields: { c1: 1 } },
+        { table: 'full', tenant_id: 't', id: 'e', fields: { extra: 1 } },
+      ],
+    });
+    expect(batch.body).toMatchObject({ code: 'too_many_columns', index: 1 });
+    expect((await s.post('/v1/records/get', { table: 'full', tenant_id: 't', id: 'd' })).body.record).toBeNull();
+    const declared = await s.post('/v1/graphql', { query: 'mutation { declare_table(table: "full", columns: { extra: { type: "string" } }) { epoch } }' });
+    expect(declared.body.errors[0].extensions.code).toBe('too_many_columns');
+  });
+
+  it('the embedded limits are whole numbers from 1, not wrapped into another limit', () => {
+    for (const bad of [{ maxColumns: -1 }, { maxBatch: 2 ** 32 }, { maxVectorDim: 1.5 }, { maxBatch: Number.NaN }, { maxVectorDim: 0 }]) {
+      expect(() => Braid.open({ dataDir: s.dataDir, ...bad }), JSON.stringify(bad)).toThrow(/must be a whole number from 1/);
+    }
+    expect(() => Braid.open({ dataDir: '' })).toThrow(/must name a directory/);
   });
 });
 

@@ -17,6 +17,7 @@ pub enum Code {
     TooManyTerms,
     BatchTooLarge,
     BatchEmpty,
+    TooManyColumns,
     UnknownTable,
     UnknownColumn,
     TopKOutOfRange,
@@ -42,7 +43,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in declaration order (the binding exports the table).
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 32] = [
         Code::InvalidName,
         Code::InvalidRecord,
         Code::InvalidQuery,
@@ -53,6 +54,7 @@ impl Code {
         Code::TooManyTerms,
         Code::BatchTooLarge,
         Code::BatchEmpty,
+        Code::TooManyColumns,
         Code::UnknownTable,
         Code::UnknownColumn,
         Code::TopKOutOfRange,
@@ -106,6 +108,7 @@ impl Code {
             Code::TooManyTerms => "too_many_terms",
             Code::BatchTooLarge => "batch_too_large",
             Code::BatchEmpty => "batch_empty",
+            Code::TooManyColumns => "too_many_columns",
             Code::UnknownTable => "unknown_table",
             Code::UnknownColumn => "unknown_column",
             Code::TopKOutOfRange => "top_k_out_of_range",

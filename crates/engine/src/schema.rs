@@ -106,9 +106,9 @@ impl TableSchema {
         self.columns.iter().filter(|(_, c)| c.ty == ColumnType::Edges).map(|(n, _)| n.as_str())
     }
 
-    /// Checks `fields` against this schema, extending it with inferred columns.
-    /// Returns true when the schema changed.
-    pub fn admit(&mut self, fields: &Map<String, Value>, max_dim: u32) -> Result<bool> {
+    /// Checks `fields` against this schema, extending it with inferred columns
+    /// (at most `max_columns` in all). Returns true when the schema changed.
+    pub fn admit(&mut self, fields: &Map<String, Value>, max_dim: u32, max_columns: usize) -> Result<bool> {
         let mut changed = false;
         for (name, value) in fields {
             match self.columns.get(name) {
@@ -116,6 +116,7 @@ impl TableSchema {
                 None => {
                     if let Some(ty) = infer(name, value, max_dim)? {
                         names::check_identifier("column", name)?;
+                        check_column_count(&self.name, self.columns.len() + 1, max_columns)?;
                         self.columns.insert(name.clone(), Column::inferred(ty));
                         changed = true;
                     }
@@ -124,6 +125,21 @@ impl TableSchema {
         }
         Ok(changed)
     }
+}
+
+/// Refuses a table of more than `max_columns` columns. Each column is an
+/// index (scalar postings, text, vectors or edges) and a field of the
+/// branch's GraphQL schema: one put of 400,000 numbers (6.5 MB) had made
+/// 400,000 columns, half a gigabyte of memory, and a GraphQL schema whose
+/// every rebuild held the server for 5 s.
+pub fn check_column_count(table: &str, columns: usize, max_columns: usize) -> Result<()> {
+    if columns > max_columns {
+        bail!(
+            TooManyColumns,
+            "table {table:?} would have {columns} columns, over the limit of {max_columns} (BRAID_MAX_COLUMNS)"
+        );
+    }
+    Ok(())
 }
 
 fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> {
@@ -297,7 +313,7 @@ mod tests {
     fn infers_and_checks() {
         let mut s = TableSchema::new("t");
         let changed = s
-            .admit(&obj(json!({"title": "a", "n": 1, "ok": true, "v": [1.0, 2.0], "e": ["x"], "z": null})), 4096)
+            .admit(&obj(json!({"title": "a", "n": 1, "ok": true, "v": [1.0, 2.0], "e": ["x"], "z": null})), 4096, 1024)
             .unwrap();
         assert!(changed);
         assert_eq!(s.columns["title"].ty, ColumnType::String);
@@ -305,14 +321,14 @@ mod tests {
         assert_eq!(s.columns["v"].ty, ColumnType::Vector { dim: 2, metric: Metric::Cosine });
         assert_eq!(s.columns["e"].ty, ColumnType::Edges);
         assert!(!s.columns.contains_key("z"));
-        assert!(!s.admit(&obj(json!({"title": "b", "n": 2.5})), 4096).unwrap());
-        let err = s.admit(&obj(json!({"n": "x"})), 4096).unwrap_err();
+        assert!(!s.admit(&obj(json!({"title": "b", "n": 2.5})), 4096, 1024).unwrap());
+        let err = s.admit(&obj(json!({"n": "x"})), 4096, 1024).unwrap_err();
         assert_eq!(err.code, Code::SchemaTypeMismatch);
-        let err = s.admit(&obj(json!({"v": [1.0]})), 4096).unwrap_err();
+        let err = s.admit(&obj(json!({"v": [1.0]})), 4096, 1024).unwrap_err();
         assert_eq!(err.code, Code::VectorDimensionMismatch);
-        let err = s.admit(&obj(json!({"w": [1.0, 2.0, 3.0]})), 2).unwrap_err();
+        let err = s.admit(&obj(json!({"w": [1.0, 2.0, 3.0]})), 2, 1024).unwrap_err();
         assert_eq!(err.code, Code::VectorDimensionTooLarge);
-        let err = s.admit(&obj(json!({"bad-name": 1})), 4096).unwrap_err();
+        let err = s.admit(&obj(json!({"bad-name": 1})), 4096, 1024).unwrap_err();
         assert_eq!(err.code, Code::InvalidName);
     }
 }

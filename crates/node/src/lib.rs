@@ -730,14 +730,36 @@ fn whole_as(code: Code, name: &str, v: f64) -> EngineResult<u64> {
     }
 }
 
+/// A limit: a whole number of at least 1 that fits `u32` (a JavaScript
+/// number read as `u32` wraps: 2^32 had become a batch limit of 0, -1 one
+/// of 4,294,967,295).
+fn limit(name: &str, v: f64) -> EngineResult<u32> {
+    if v.is_finite() && v >= 1.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
+        Ok(v as u32)
+    } else {
+        Err(EngineError::new(
+            Code::InvalidRecord,
+            format!("{name} must be a whole number from 1 to {}, not {v}", u32::MAX),
+        ))
+    }
+}
+
 fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
+    if o.data_dir.is_empty() {
+        // an empty path is the current directory to the file system, which
+        // would then be written into
+        return Err(EngineError::new(Code::InvalidRecord, "dataDir must name a directory, not be empty"));
+    }
     let mut config = EngineConfig::new(o.data_dir);
     let b = &mut config.branch;
     if let Some(v) = o.max_vector_dim {
-        b.max_vector_dim = v;
+        b.max_vector_dim = limit("maxVectorDim", v)?;
     }
     if let Some(v) = o.max_batch {
-        b.max_batch = v as usize;
+        b.max_batch = limit("maxBatch", v)? as usize;
+    }
+    if let Some(v) = o.max_columns {
+        b.max_columns = limit("maxColumns", v)? as usize;
     }
     if let Some(v) = o.receipt_retention_ms {
         b.receipt_retention_ms = whole("receiptRetentionMs", v)?;

@@ -32,8 +32,12 @@ use serde_json::{Map, Value};
 pub struct OpenOptions {
     /// Directory holding the catalog, branches and snapshots.
     pub data_dir: String,
-    pub max_vector_dim: Option<u32>,
-    pub max_batch: Option<u32>,
+    /// Most dimensions of a vector (default 4,096), a whole number of at least 1.
+    pub max_vector_dim: Option<f64>,
+    /// Most records per write (default 10,000), a whole number of at least 1.
+    pub max_batch: Option<f64>,
+    /// Most columns per table (default 1,024), a whole number of at least 1.
+    pub max_columns: Option<f64>,
     pub receipt_retention_ms: Option<f64>,
     /// Epochs of history kept readable by temporal queries; unlimited when unset.
     pub history_epochs: Option<f64>,

@@ -187,6 +187,7 @@ impl<'a> Stage<'a> {
                 if !changed {
                     return Ok(Staged::Noop(self.epoch));
                 }
+                crate::schema::check_column_count(&table, schema.columns.len(), self.config.max_columns)?;
                 self.epoch += 1;
                 self.schemas.insert(table, schema.clone());
                 Ok(staged(
@@ -239,7 +240,9 @@ impl<'a> Stage<'a> {
                     schemas.entry(record.table.clone()).or_insert(s)
                 }
             };
-            schema.admit(&record.fields, self.config.max_vector_dim).map_err(|e| e.at_index(i))?;
+            schema
+                .admit(&record.fields, self.config.max_vector_dim, self.config.max_columns)
+                .map_err(|e| e.at_index(i))?;
         }
         let changed: Vec<TableSchema> = schemas.into_values().filter(|s| self.schema(&s.name) != Some(s)).collect();
         for s in &changed {

@@ -24,6 +24,9 @@ use crate::storage::stats::BranchStats;
 pub struct BranchConfig {
     pub max_vector_dim: u32,
     pub max_batch: usize,
+    /// Most columns a table may have, declared and inferred: each is an index,
+    /// and the GraphQL schema has a field for each.
+    pub max_columns: usize,
     pub receipt_retention_ms: u64,
     /// How many epochs of history stay readable; `None` keeps all.
     pub history_epochs: Option<u64>,
@@ -86,6 +89,7 @@ impl Default for BranchConfig {
         BranchConfig {
             max_vector_dim: 4096,
             max_batch: 10_000,
+            max_columns: 1024,
             receipt_retention_ms: 24 * 3600 * 1000,
             history_epochs: None,
             text_commit_interval: Duration::from_millis(250),
