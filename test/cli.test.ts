@@ -362,6 +362,38 @@ describe('against a data directory (--data-dir)', () => {
     expect(summary(wrongTable.stdout).failures).toContain('line 1: table "other" differs from the argument "articles"');
   });
 
+  // found by a black-box test of the CLI (2026-11-26)
+  it('import: a missing file is one braid: line, a line that is not UTF-8 is a failure, one bad record keeps its neighbours', async () => {
+    const missing = await braid(['import', 'articles', path.join(work, 'nope.ndjson'), ...dd]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^braid: invalid_request: cannot read .*nope\.ndjson/);
+    expect(missing.stderr).not.toContain('node:events');
+    const dir = await braid(['import', 'articles', work, ...dd]);
+    expect(dir.code).toBe(1);
+    expect(dir.stderr).toMatch(/^braid: invalid_request: cannot read .* is not a file/);
+
+    const file = path.join(work, 'latin1.ndjson');
+    const good = (id: string) => Buffer.from(`${JSON.stringify({ tenant_id: 'acme', id, fields: { title: 'ok' } })}\r\n`);
+    writeFileSync(file, Buffer.concat([good('u1'), Buffer.from('{"tenant_id":"acme","id":"u2","fields":{"title":"caf\xe9"}}\n', 'latin1'), good('u3')]));
+    const r = await braid(['import', 'latin1', file, ...dd]);
+    expect(r.code).toBe(1);
+    expect(summary(r.stdout)['records imported']).toBe('2');
+    expect(summary(r.stdout).failures).toBe('1 (first bad record: line 2: not UTF-8 text)');
+
+    // a record the engine refuses for a value it cannot read is dropped alone, by its index
+    const lone = path.join(work, 'lone.ndjson');
+    writeFileSync(lone, `${JSON.stringify({ tenant_id: 'acme', id: 'g1', fields: { t: 'ok' } })}\n{"tenant_id":"acme","id":"bad","fields":{"t":"\\ud800"}}\n${JSON.stringify({ tenant_id: 'acme', id: 'g2', fields: { t: 'ok' } })}\n`);
+    const one = await braid(['import', 'lone', lone, ...dd]);
+    expect(summary(one.stdout)['records imported']).toBe('2');
+    expect(summary(one.stdout).failures).toMatch(/^1 \(first bad record: line 2: invalid_record/);
+  });
+
+  it('doctor refuses a path that is not a data directory instead of calling it healthy', async () => {
+    const r = await braid(['doctor', '--data-dir', path.join(work, 'no-such-dir')]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^braid: invalid_request: no data directory at/);
+  });
+
   it('query, table and json', async () => {
     const q = "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5";
     const r = await braid(['query', q, ...dd]);

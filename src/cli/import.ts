@@ -1,6 +1,6 @@
 /** The import client command: NDJSON records in put-batch chunks. docs/cli.md. */
 import { createReadStream, statSync } from 'node:fs';
-import { createInterface } from 'node:readline';
+import { isUtf8 } from 'node:buffer';
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
 import type { RecordInput } from '../engine.js';
@@ -24,6 +24,52 @@ interface ImportSummary {
 }
 
 const RECORD_KEYS = new Set(['table', 'tenant_id', 'id', 'fields']);
+
+/** Longest line read: longer ones are skipped (a failure each) without being held. */
+const MAX_LINE_BYTES = 64 * 1024 * 1024;
+
+/** A line of the input: its text, or why it cannot be read (too long, not UTF-8). */
+type Line = { text: string; bytes: number } | { refused: string; bytes: number };
+
+/**
+ * The input's lines, read as bytes: a line that is not UTF-8 is refused
+ * rather than decoded with U+FFFD in place of its bytes (as the HTTP API
+ * refuses such a body), and a line past MAX_LINE_BYTES is refused without
+ * being gathered (readline had thrown RangeError past 512 MB).
+ */
+async function* readLines(input: AsyncIterable<Buffer | string>): AsyncGenerator<Line> {
+  let parts: Buffer[] = [];
+  let held = 0;
+  let tooLong = false;
+  const finish = (last: Buffer): Line => {
+    const bytes = held + last.length;
+    const whole = parts.length === 0 ? last : Buffer.concat([...parts, last]);
+    const wasTooLong = tooLong || bytes > MAX_LINE_BYTES;
+    parts = [];
+    held = 0;
+    tooLong = false;
+    if (wasTooLong) return { refused: `line longer than ${MAX_LINE_BYTES} bytes`, bytes };
+    const line = whole.length > 0 && whole[whole.length - 1] === 0x0d ? whole.subarray(0, whole.length - 1) : whole;
+    if (!isUtf8(line)) return { refused: 'not UTF-8 text', bytes };
+    return { text: line.toString('utf8'), bytes };
+  };
+  for await (const chunk of input) {
+    let data = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    for (let nl = data.indexOf(0x0a); nl >= 0; nl = data.indexOf(0x0a)) {
+      yield finish(data.subarray(0, nl));
+      data = data.subarray(nl + 1);
+    }
+    if (data.length === 0) continue;
+    held += data.length;
+    if (held > MAX_LINE_BYTES) {
+      tooLong = true;
+      parts = [];
+    } else {
+      parts.push(data);
+    }
+  }
+  if (held > 0) yield finish(Buffer.alloc(0));
+}
 
 /** One NDJSON line as a record, or the reason it is not one. */
 function lineToRecord(line: string, table: string, flags: ImportFlags): RecordInput | string {
@@ -55,8 +101,18 @@ async function importRecords(backend: Backend, table: string, file: string | und
   const fromStdin = file === undefined || file === '-';
   if (fromStdin && process.stdin.isTTY) throw new BraidError('invalid_request', 'no input: give a file or pipe NDJSON on stdin');
   if (flags.idField !== undefined && flags.tenant === undefined) throw new BraidError('invalid_request', '--id-field needs --tenant');
+  let totalBytes = 0;
+  if (!fromStdin) {
+    try {
+      const stat = statSync(file);
+      if (!stat.isFile() && !stat.isFIFO()) throw new Error(`${file} is not a file`);
+      totalBytes = stat.size;
+    } catch (err) {
+      throw new BraidError('invalid_request', `cannot read ${file}: ${(err as Error).message}`);
+    }
+  }
+  // errors of the stream (it may still fail to open) reach the loop below
   const input = fromStdin ? process.stdin : createReadStream(file);
-  const totalBytes = fromStdin ? 0 : statSync(file).size;
   const started = performance.now();
   const summary: ImportSummary = { imported: 0, batches: 0, seconds: 0, failures: 0, firstFailure: null };
   const fail = (line: number, reason: string) => {
@@ -103,15 +159,18 @@ async function importRecords(backend: Backend, table: string, file: string | und
     progress();
   };
 
-  const lines = createInterface({ input, crlfDelay: Infinity });
   let lineNo = 0;
   let pending: { line: number; record: RecordInput }[] = [];
   try {
-    for await (const line of lines) {
+    for await (const line of readLines(input)) {
       lineNo += 1;
-      bytesRead += Buffer.byteLength(line) + 1;
-      if (line.trim() === '') continue;
-      const record = lineToRecord(line, table, flags);
+      bytesRead += line.bytes + 1;
+      if ('refused' in line) {
+        fail(lineNo, line.refused);
+        continue;
+      }
+      if (line.text.trim() === '') continue;
+      const record = lineToRecord(line.text, table, flags);
       if (typeof record === 'string') fail(lineNo, record);
       else pending.push({ line: lineNo, record });
       if (pending.length >= flags.batch) {
@@ -122,9 +181,10 @@ async function importRecords(backend: Backend, table: string, file: string | und
     }
     if (pending.length > 0) await flush(pending);
   } catch (err) {
-    summary.aborted = err;
+    const e = err as NodeJS.ErrnoException;
+    summary.aborted = err instanceof BraidError || typeof e?.code !== 'string' || !e.syscall ? err : new BraidError('invalid_request', `cannot read ${file}: ${e.message}`);
   } finally {
-    lines.close();
+    if ('destroy' in input && input !== process.stdin) input.destroy();
     bar?.stop();
     summary.seconds = (performance.now() - started) / 1000;
   }

@@ -9,6 +9,7 @@
  * crates/node/src/types.rs): records and queries cross to the engine as
  * objects, vectors as numbers or a `Float32Array`, never as JSON text.
  */
+import { statSync, type Stats } from 'node:fs';
 import { BraidError, isErrorCode } from '../errors.js';
 import { loadNative, type NativeEngine, type Native } from './index.js';
 
@@ -101,6 +102,14 @@ function writeResult(result: Native.WriteResult): WriteResult {
  * needs the directory unlocked (no server running on it).
  */
 export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Native.DoctorReport {
+  // a mistyped path has no logs to check: that is not a healthy data directory
+  let stat: Stats | undefined;
+  try {
+    stat = statSync(dataDir);
+  } catch (err) {
+    throw new BraidError('invalid_request', `no data directory at ${dataDir}: ${(err as Error).message}`);
+  }
+  if (!stat.isDirectory()) throw new BraidError('invalid_request', `${dataDir} is not a directory`);
   return settleSync(() => loadNative().doctor(dataDir, options.salvage ?? false));
 }
 

@@ -92,7 +92,12 @@ fn weight(weights: &Weights, path: Path) -> f64 {
 /// similarity, 1/hops); `final_score` is the fused value.
 pub fn fuse(method: FusionMethod, weights: &Weights, lists: &[PathList<'_>]) -> HashMap<u32, Fused> {
     let mut out: HashMap<u32, Fused> = HashMap::new();
-    let total_weight: f64 = lists.iter().map(|l| weight(weights, l.path)).sum::<f64>().max(f64::MIN_POSITIVE);
+    // each path's share of the weights, taken against the largest first:
+    // weights near f64's limit (1e308) summed to infinity, and every
+    // relative_score came out 0
+    let top = lists.iter().map(|l| weight(weights, l.path)).fold(0.0, f64::max);
+    let share = |path: Path| if top > 0.0 { weight(weights, path) / top } else { 0.0 };
+    let total_weight: f64 = lists.iter().map(|l| share(l.path)).sum::<f64>().max(f64::MIN_POSITIVE);
     for list in lists {
         let (min, max) = list
             .hits
@@ -110,7 +115,7 @@ pub fn fuse(method: FusionMethod, weights: &Weights, lists: &[PathList<'_>]) -> 
                 FusionMethod::Rrf => 1.0 / (RRF_K + rank as f64 + 1.0),
                 FusionMethod::RelativeScore => {
                     let norm = if max > min { (raw - min) / (max - min) } else { 1.0 };
-                    weight(weights, list.path) * norm / total_weight
+                    share(list.path) * norm / total_weight
                 }
             };
         }
@@ -126,7 +131,7 @@ pub fn fuse(method: FusionMethod, weights: &Weights, lists: &[PathList<'_>]) -> 
             if !present {
                 bound += match method {
                     FusionMethod::Rrf => 1.0 / (RRF_K + 1.0),
-                    FusionMethod::RelativeScore => weight(weights, list.path) / total_weight,
+                    FusionMethod::RelativeScore => share(list.path) / total_weight,
                 };
             }
         }
@@ -138,6 +143,29 @@ pub fn fuse(method: FusionMethod, weights: &Weights, lists: &[PathList<'_>]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relative_score_weights_near_the_f64_limit_fuse_as_equal_ones_do() {
+        let text = [(1, 9.0), (2, 5.0), (3, 1.0)];
+        let vec = [(2, 0.9), (3, 0.8), (1, 0.1)];
+        let lists = [PathList { path: Path::Lexical, hits: &text }, PathList { path: Path::Vector, hits: &vec }];
+        let equal = |w: f64| {
+            let weights = Weights { lexical: w, vector: w, ..Weights::default() };
+            let fused = fuse(FusionMethod::RelativeScore, &weights, &lists);
+            let mut scores: Vec<(u32, f64)> = fused.iter().map(|(r, f)| (*r, f.final_score)).collect();
+            scores.sort_by_key(|(r, _)| *r);
+            scores
+        };
+        let one = equal(1.0);
+        for w in [1e10, 1e300, 1e308, f64::MAX] {
+            let big = equal(w);
+            for (a, b) in one.iter().zip(&big) {
+                assert_eq!(a.0, b.0);
+                assert!((a.1 - b.1).abs() < 1e-12, "weight {w}: {a:?} against {b:?}");
+            }
+        }
+        assert!(one.iter().any(|(_, s)| *s > 0.5));
+    }
 
     #[test]
     fn rrf_rewards_agreement() {
