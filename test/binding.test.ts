@@ -258,6 +258,21 @@ describe('an engine opened in the background (as the server opens it)', () => {
     }
   });
 
+  it('a write made while opening and followed at once by close() is finished, not refused (found by a black-box test)', async () => {
+    for (let i = 0; i < 8; i++) {
+      const db = Braid.openInBackground({ dataDir: dir });
+      const put = db.put({ table: TABLE, tenant_id: TENANT, id: `closing-${i}`, fields: { title: 'before close' } });
+      db.close();
+      expect((await put).committed?.epoch, `round ${i}`).toBeGreaterThan(0);
+    }
+    const db = Braid.open({ dataDir: dir });
+    try {
+      for (let i = 0; i < 8; i++) expect(await db.get({ table: TABLE, tenant_id: TENANT, id: `closing-${i}` }), `round ${i}`).not.toBeNull();
+    } finally {
+      db.close();
+    }
+  });
+
   it('a failed open rejects ready() and every call with its error, and close() still returns', async () => {
     const file = `${dir}/not-a-directory`;
     writeFileSync(file, 'x');

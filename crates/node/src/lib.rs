@@ -95,6 +95,10 @@ pub struct NativeEngine {
     opening: Arc<Opening>,
     pool: pool::Pool,
     settler: settle::Settler,
+    /// Writes made while the engine was opening, not yet handed to their
+    /// committer: `close` waits for them, so a write made before it is
+    /// finished as every other is, not refused as the branch closes.
+    early_writes: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
 }
 
 /// The engine behind a `NativeEngine`: open already (`open`), or being
@@ -494,6 +498,13 @@ impl NativeEngine {
     pub fn close(&self, env: &Env) -> Result<()> {
         let closed = guard("close", || {
             if let Ok(engine) = self.opening.wait() {
+                // writes made during the open reach their committer first
+                let (count, done) = &*self.early_writes;
+                let mut left = count.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                while *left > 0 {
+                    left = done.wait(left).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                drop(left);
                 engine.close();
             }
             Ok(())
@@ -508,7 +519,7 @@ impl NativeEngine {
     fn over(env: &Env, opening: Arc<Opening>) -> Result<NativeEngine> {
         // SAFETY: the factories run on the JS thread
         let settler = unsafe { settle::Settler::new(env.raw()) }?;
-        Ok(NativeEngine { opening, pool: pool::Pool::new(32), settler })
+        Ok(NativeEngine { opening, pool: pool::Pool::new(32), settler, early_writes: Arc::default() })
     }
 
     /// Runs `job` on the pool and returns the promise it settles; when the
@@ -553,7 +564,14 @@ impl NativeEngine {
             Some(engine) => drop(catch_unwind(AssertUnwindSafe(|| submit(engine)))),
             None => {
                 let opening = self.opening.clone();
-                self.pool.spawn(Box::new(move || drop(catch_unwind(AssertUnwindSafe(|| submit(opening.wait()))))));
+                let early = self.early_writes.clone();
+                *early.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+                self.pool.spawn(Box::new(move || {
+                    drop(catch_unwind(AssertUnwindSafe(|| submit(opening.wait()))));
+                    let (count, done) = &*early;
+                    *count.lock().unwrap_or_else(std::sync::PoisonError::into_inner) -= 1;
+                    done.notify_all();
+                }));
             }
         }
         Ok(Object::from_raw(env.raw(), promise))
