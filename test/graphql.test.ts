@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClientError, GraphQLClient, gql } from 'graphql-request';
 import { GraphQLError, buildClientSchema, buildSchema, getIntrospectionQuery, isObjectType, type IntrospectionQuery } from 'graphql';
 import { formatGraphQLError } from '../src/graphql/errors.js';
+import { MAX_TYPED_COLUMNS, buildNativeSchema } from '../src/graphql/schema.js';
 import { startTestServer, type TestServer } from './helpers.js';
 
 let server: TestServer;
@@ -372,6 +373,21 @@ describe('POST /v1/graphql: errors', () => {
     const none = await server.post('/v1/graphql', { query: doc });
     expect(none.status).toBe(200);
     expect(none.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+  });
+});
+
+describe('typed access is bounded (found by a black-box test: 10,000 tables made every schema rebuild take seconds)', () => {
+  it('tables in name order get typed fields until their columns would pass 10,000; the rest are reached through search', () => {
+    const table = (name: string, n: number) => ({
+      name,
+      columns: Object.fromEntries(Array.from({ length: n }, (_, i) => [`c${i}`, { type: 'number', text: false, scalar: true }])),
+    });
+    const tables = [table('a', 6000), table('b', 4000), table('c', 1)];
+    const schema = buildNativeSchema(tables as never);
+    const fields = schema.getQueryType()?.getFields() ?? {};
+    expect(Object.keys(fields)).toEqual(expect.arrayContaining(['a_search', 'b_search', 'search', 'record']));
+    expect(fields.c_search).toBeUndefined();
+    expect(MAX_TYPED_COLUMNS).toBe(10_000);
   });
 });
 
