@@ -56,6 +56,38 @@ fn check_write_fault(point: &str, actions: &str) {
     scenario.teardown();
 }
 
+/// A panic in the committer (a bug; here after the fsync) answers its write
+/// `internal_panic`, not `shutting_down`, and leaves the branch refusing
+/// writes with `storage_failure` until a restart, as a failed fsync does,
+/// instead of a committer thread that is gone and a branch that answers
+/// every later write as if it were closing. Reads go on; the restart
+/// replays the log, which holds the write (it was fsynced).
+#[test]
+fn a_committer_panic_fails_the_branch_until_a_restart() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        engine.put(None, None, vec![rec("before", json!({"title": "acknowledged"}))], None).unwrap();
+        faults::configure("wal::sync", "panic").unwrap();
+        let err = engine.put(None, None, vec![rec("panicked", json!({"title": "unknown"}))], None).unwrap_err();
+        faults::clear();
+        assert_eq!(err.code, Code::InternalPanic, "{}", err.message);
+        let again = engine.put(None, None, vec![rec("later", json!({"title": "x"}))], None).unwrap_err();
+        assert_eq!(again.code, Code::StorageFailure, "{}", again.message);
+        assert_eq!(engine.metrics(None, None).unwrap().recovery_state, "failed");
+        assert!(exists(&engine, "before"));
+        let events = serde_json::to_value(engine.events()).unwrap().to_string();
+        assert!(events.contains("\"stage\":\"panic\""), "{events}");
+    }
+    let engine = open(dir.path());
+    assert!(exists(&engine, "before"));
+    assert!(!exists(&engine, "later"));
+    engine.put(None, None, vec![rec("after", json!({"title": "fine"}))], None).unwrap();
+    assert!(exists(&engine, "after"));
+    scenario.teardown();
+}
+
 /// No room for the zeros the WAL writes ahead of its end (a nearly full
 /// disk): the writes that fit are appended and acknowledged as before, not
 /// refused, and the log reads back whole, with preallocation taken up again

@@ -277,68 +277,109 @@ fn run_committer(
     // after a failed checkpoint, wait before trying again
     let mut retry_at = Instant::now();
     loop {
-        if shared.failed.load(Ordering::Acquire) {
-            for job in checkpoints.drain(..) {
-                let _ = job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier")));
+        // a panic (a bug) must not end the thread: writes would then be
+        // refused as if the branch were closing, forever. What the panicked
+        // step did is unknown (its frames may be durable, its rows half
+        // applied), so the branch refuses writes, as after a failed fsync,
+        // until a restart replays the log; reads go on.
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            committer_step(&mut log, &rx, &state, &shared, &config, &mut deferred, &mut checkpoints, &mut retry_at)
+        }));
+        match step {
+            Ok(Step::Go) => {}
+            Ok(Step::Stop) => break,
+            Err(_) => {
+                shared.failed.store(true, Ordering::Release);
+                shared.events.push(Event::StorageFailed {
+                    stage: FaultStage::Panic,
+                    error: "the committer panicked; the branch refuses writes until the engine restarts".into(),
+                });
             }
         }
-        for job in checkpoints.drain(..) {
-            let trigger = if job.export.is_some() { CheckpointTrigger::Snapshot } else { CheckpointTrigger::Request };
-            let done = take_checkpoint(&mut log, &state, &shared, job.export.as_deref(), trigger);
-            if done.is_err() {
-                retry_at = Instant::now() + Duration::from_secs(1);
-            }
-            let _ = job.reply.send(done);
-        }
-        let due = log.due(&config) && Instant::now() >= retry_at && !shared.failed.load(Ordering::Acquire);
-        if due {
-            let trigger = if log.wal.end() >= config.checkpoint_wal_bytes {
-                CheckpointTrigger::WalBytes
-            } else if log.rows >= config.checkpoint_rows {
-                CheckpointTrigger::WalRows
-            } else {
-                CheckpointTrigger::Interval
-            };
-            if take_checkpoint(&mut log, &state, &shared, None, trigger).is_err() {
-                retry_at = Instant::now() + Duration::from_secs(5);
-            }
-        }
-        let first = match deferred.pop_front() {
-            Some(job) => job,
-            None => match rx
-                .recv_timeout(config.checkpoint_interval.clamp(Duration::from_millis(10), Duration::from_secs(1)))
-            {
-                Ok(Request::Write(job)) => job,
-                Ok(Request::Checkpoint(job)) => {
-                    checkpoints.push(job);
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            },
-        };
-        let mut jobs = vec![first];
-        while jobs.len() < config.group_commit_max {
-            if let Some(job) = deferred.pop_front() {
-                jobs.push(job);
-                continue;
-            }
-            match rx.try_recv() {
-                Ok(Request::Write(job)) => jobs.push(job),
-                Ok(Request::Checkpoint(job)) => {
-                    // taken right after this group
-                    checkpoints.push(job);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        log.rows += commit_group(&mut log.wal, jobs, &mut deferred, &state, &shared, &config);
     }
     // a clean close checkpoints, so the next start replays nothing
     if config.checkpoint_on_close && !shared.failed.load(Ordering::Acquire) && log.wal.end() > wal::HEADER_LEN {
         let _ = take_checkpoint(&mut log, &state, &shared, None, CheckpointTrigger::Close);
     }
+}
+
+/// What the committer loop does after a step.
+enum Step {
+    Go,
+    Stop,
+}
+
+/// One turn of the committer: the checkpoints asked for or due, then one
+/// group of writes (or a wait for one).
+#[allow(clippy::too_many_arguments)]
+fn committer_step(
+    log: &mut Log,
+    rx: &mpsc::Receiver<Request>,
+    state: &RwLock<State>,
+    shared: &Shared,
+    config: &BranchConfig,
+    deferred: &mut VecDeque<Job>,
+    checkpoints: &mut Vec<CheckpointJob>,
+    retry_at: &mut Instant,
+) -> Step {
+    if shared.failed.load(Ordering::Acquire) {
+        for job in checkpoints.drain(..) {
+            let _ = job.reply.send(Err(Error::new(Code::StorageFailure, "branch storage failed earlier")));
+        }
+    }
+    for job in checkpoints.drain(..) {
+        let trigger = if job.export.is_some() { CheckpointTrigger::Snapshot } else { CheckpointTrigger::Request };
+        let done = take_checkpoint(log, state, shared, job.export.as_deref(), trigger);
+        if done.is_err() {
+            *retry_at = Instant::now() + Duration::from_secs(1);
+        }
+        let _ = job.reply.send(done);
+    }
+    let due = log.due(config) && Instant::now() >= *retry_at && !shared.failed.load(Ordering::Acquire);
+    if due {
+        let trigger = if log.wal.end() >= config.checkpoint_wal_bytes {
+            CheckpointTrigger::WalBytes
+        } else if log.rows >= config.checkpoint_rows {
+            CheckpointTrigger::WalRows
+        } else {
+            CheckpointTrigger::Interval
+        };
+        if take_checkpoint(log, state, shared, None, trigger).is_err() {
+            *retry_at = Instant::now() + Duration::from_secs(5);
+        }
+    }
+    let first = match deferred.pop_front() {
+        Some(job) => job,
+        None => {
+            match rx.recv_timeout(config.checkpoint_interval.clamp(Duration::from_millis(10), Duration::from_secs(1))) {
+                Ok(Request::Write(job)) => job,
+                Ok(Request::Checkpoint(job)) => {
+                    checkpoints.push(job);
+                    return Step::Go;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => return Step::Go,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Step::Stop,
+            }
+        }
+    };
+    let mut jobs = vec![first];
+    while jobs.len() < config.group_commit_max {
+        if let Some(job) = deferred.pop_front() {
+            jobs.push(job);
+            continue;
+        }
+        match rx.try_recv() {
+            Ok(Request::Write(job)) => jobs.push(job),
+            Ok(Request::Checkpoint(job)) => {
+                // taken right after this group
+                checkpoints.push(job);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    log.rows += commit_group(&mut log.wal, jobs, deferred, state, shared, config);
+    Step::Go
 }
 
 /// Validates, logs (one fsync), applies and answers one group of writes;

@@ -49,6 +49,9 @@ pub enum FaultStage {
     Wal,
     /// The group is durable but the record files could not take it.
     Apply,
+    /// The committer panicked (a bug): what it was doing is unknown, so the
+    /// branch refuses writes until a restart replays the log.
+    Panic,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -164,7 +164,16 @@ impl Reply {
 impl Drop for Reply {
     fn drop(&mut self) {
         if let Some(answer) = self.0.take() {
-            answer(Err(Error::new(Code::ShuttingDown, "branch closed before the write finished")));
+            // dropped as the committer unwinds from a panic: the write may or
+            // may not be in the log, which only a restart's replay can tell
+            answer(Err(if std::thread::panicking() {
+                Error::new(
+                    Code::InternalPanic,
+                    "the engine panicked while committing this write; whether it is durable is known after a restart",
+                )
+            } else {
+                Error::new(Code::ShuttingDown, "branch closed before the write finished")
+            }));
         }
     }
 }
