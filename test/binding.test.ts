@@ -460,6 +460,18 @@ describe('the embedded API over the binding', () => {
   });
 });
 
+describe('waitIndexed and close', () => {
+  it('a waitIndexed made before close() answers false once the engine closes, not at its timeout', async () => {
+    const dir = tempDir('braid-binding-wait-');
+    const db = Braid.open({ dataDir: dir, deferIndexing: true });
+    await db.put({ table: TABLE, tenant_id: TENANT, id: 'x', fields: { title: 'never indexed' } });
+    const waiting = db.waitIndexed(600_000);
+    db.close();
+    expect(await waiting).toBe(false);
+    rmSync(dir, { recursive: true, force: true });
+  });
+});
+
 describe('call workers of closed engines', () => {
   it('opening and closing engines many times leaves no threads behind', async () => {
     const threads = () => Number(/Threads:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);

@@ -369,7 +369,9 @@ impl Branch {
             if self.text.watermark() >= rows && self.vector_watermark() >= rows {
                 return true;
             }
-            if Instant::now() >= deadline {
+            // a closed branch's indexers have stopped: waiting on would only
+            // hold the caller (and a process exiting) until the deadline
+            if Instant::now() >= deadline || self.tx.lock().is_none() {
                 return false;
             }
             self.shared.wake_indexer();
