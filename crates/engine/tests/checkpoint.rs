@@ -3,6 +3,10 @@
 //! are deleted; a checkpoint that fails at any step loses nothing and leaves
 //! the branch writing; a newer on-disk format is refused; a data directory
 //! from before checkpoints is migrated.
+//!
+//! Some tests inject faults, and fail points are process-wide: every test
+//! holds a `FailScenario`, which serialises them, so an injected checkpoint
+//! failure never lands in another test's checkpoint.
 
 use std::path::{Path, PathBuf};
 
@@ -91,6 +95,7 @@ fn observe(engine: &Engine, epochs: &[u64]) -> Vec<Value> {
 
 #[test]
 fn a_restart_loads_the_checkpoint_and_replays_only_the_tail() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let engine = open_without_checkpoints(dir.path());
     let first = engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
@@ -130,6 +135,7 @@ fn a_restart_loads_the_checkpoint_and_replays_only_the_tail() {
 /// answers, while the same query returning fields reads them and refuses.
 #[test]
 fn ids_only_queries_do_not_read_the_record_files() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let engine = open_without_checkpoints(dir.path());
     engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
@@ -156,6 +162,7 @@ fn ids_only_queries_do_not_read_the_record_files() {
 
 #[test]
 fn checkpoints_by_wal_size_keep_the_log_bounded() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let mut config = config_without_checkpoints(dir.path());
     config.branch.checkpoint_wal_bytes = 16 * 1024;
@@ -217,6 +224,7 @@ fn a_checkpoint_failing_at_any_step_loses_nothing_and_writes_go_on() {
 /// and removes them.
 #[test]
 fn segments_left_behind_by_a_crash_are_removed_not_replayed() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let engine = open_without_checkpoints(dir.path());
     engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
@@ -237,6 +245,7 @@ fn segments_left_behind_by_a_crash_are_removed_not_replayed() {
 
 #[test]
 fn a_newer_format_is_refused_with_a_clear_error() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let engine = open_without_checkpoints(dir.path());
     engine.put(None, None, vec![doc(1, 0)], None).unwrap();
@@ -260,6 +269,7 @@ fn a_newer_format_is_refused_with_a_clear_error() {
 
 #[test]
 fn a_data_directory_from_before_checkpoints_is_migrated() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let engine = open_without_checkpoints(dir.path());
     engine.put(None, None, (0..30).map(|i| doc(i, 0)).collect(), None).unwrap();
@@ -282,6 +292,7 @@ fn a_data_directory_from_before_checkpoints_is_migrated() {
 
 #[test]
 fn snapshots_restore_from_checkpoint_files() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let engine = open_without_checkpoints(dir.path());
     engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
@@ -327,6 +338,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// directory (what a crash leaves behind) opens with the dump and answers.
 #[test]
 fn graphs_are_dumped_as_they_grow_and_a_crash_image_loads_them() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let mut config = config_without_checkpoints(dir.path());
     config.branch.graph_dump_rows = 100;
@@ -357,6 +369,7 @@ fn graphs_are_dumped_as_they_grow_and_a_crash_image_loads_them() {
 /// it, a restart) answers exactly as before.
 #[test]
 fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let dim = 64;
     let vector = |i: usize, version: usize| -> Vec<f64> {

@@ -4,6 +4,10 @@
 //! below it are refused, also after a restart with a longer setting; a
 //! checkpoint failing after the compaction, or a crash before the compacted
 //! files are deleted, loses nothing; expired receipts leave the disk.
+//!
+//! Some tests inject faults, and fail points are process-wide: every test
+//! holds a `FailScenario`, which serialises them, so an injected checkpoint
+//! failure never lands in another test's checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -123,6 +127,7 @@ fn write_versions(engine: &Engine, versions: usize) -> Vec<u64> {
 
 #[test]
 fn versions_below_the_horizon_leave_memory_the_indexes_and_the_disk() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let branch = main_dir(dir.path());
     // no retention while the history is written, to observe it whole
@@ -252,6 +257,7 @@ fn a_checkpoint_failing_after_compaction_and_a_crash_before_the_deletes_lose_not
 
 #[test]
 fn expired_receipts_leave_memory_and_disk() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let mut short = config(dir.path(), None);
     short.branch.receipt_retention_ms = 150;
@@ -275,6 +281,7 @@ fn expired_receipts_leave_memory_and_disk() {
 
 #[test]
 fn pages_of_removed_rows_leave_memory_and_the_checkpoint_image() {
+    let _failpoints = FailScenario::setup();
     use braid_engine::storage::state::PAGE_ROWS;
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(config(dir.path(), Some(1))).unwrap();

@@ -5,6 +5,10 @@
 //!
 //! One test injects faults, and fail points are process-wide, so every test
 //! here holds a `FailScenario` (which serialises them).
+//!
+//! Some tests inject faults, and fail points are process-wide: every test
+//! holds a `FailScenario`, which serialises them, so an injected checkpoint
+//! failure never lands in another test's checkpoint.
 
 use std::time::Duration;
 
@@ -217,6 +221,7 @@ fn storage_faults_and_failed_checkpoints_are_error_events() {
 /// replays stays bounded whatever the records' size.
 #[test]
 fn checkpoints_come_by_rows_counting_the_replayed_tail() {
+    let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let mut config = config_without_checkpoints(dir.path());
     config.branch.checkpoint_rows = 50;
