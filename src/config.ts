@@ -59,6 +59,15 @@ function int(value: string | undefined, name: string): number | undefined {
   return n;
 }
 
+/** A limit: a whole number from 1 (0 would refuse every write, or every vector). */
+function limit(value: string | undefined, name: string): number | undefined {
+  const n = int(value, name);
+  if (n !== undefined && (n < 1 || n > 4_294_967_295)) {
+    throw new BraidError('invalid_config', `${name} must be a whole number from 1 to 4294967295, got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
 function list(value: string | undefined): string[] | undefined {
   if (value === undefined) return undefined;
   return value.split(',').map((t) => t.trim()).filter(Boolean);
@@ -73,9 +82,9 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     authTokens: list(env.BRAID_AUTH_TOKENS) ?? base.authTokens,
     bodyLimitBytes: int(env.BRAID_BODY_LIMIT_BYTES, 'BRAID_BODY_LIMIT_BYTES') ?? base.bodyLimitBytes,
     requestTimeoutMs: int(env.BRAID_REQUEST_TIMEOUT_MS, 'BRAID_REQUEST_TIMEOUT_MS') ?? base.requestTimeoutMs,
-    maxBatch: int(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH') ?? base.maxBatch,
-    maxVectorDim: int(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
-    maxColumns: int(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS') ?? base.maxColumns,
+    maxBatch: limit(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH') ?? base.maxBatch,
+    maxVectorDim: limit(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
+    maxColumns: limit(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS') ?? base.maxColumns,
     receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,
     historyEpochs: int(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
     checkpointBytes: int(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,

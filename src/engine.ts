@@ -19,6 +19,7 @@ import { deleteRecord, getRecord, putRecords } from './services/records.js';
 import { explainQuery, runNativeQuery, runQuery, tables } from './services/queries.js';
 import { declareTable, listSnapshots, restoreSnapshot, setBranchState, takeSnapshot, type RestoreResult, type SnapshotResult } from './services/admin.js';
 import { listBranches } from './services/ops.js';
+import { BraidError } from './errors.js';
 
 export { doctor, Engine } from './native/engine.js';
 export type * from './native/engine.js';
@@ -30,6 +31,45 @@ export type { RestoreResult, SnapshotResult } from './services/admin.js';
  * belongs, a getter that throws, a revoked proxy) is `invalid_request`, as
  * every other argument the binding refuses is, never a bare TypeError.
  */
+/**
+ * Most array elements and object properties one argument of the embedded
+ * API holds, as in the binding (crates/node/src/js.rs): as many values as a
+ * 16 MiB request body could. Checked here too, before the TypeScript layer
+ * walks the argument (a query's schema check, the packing of long number
+ * arrays): a sparse array of length 2^32 - 1 in a query had held the thread
+ * for a minute and ended the process out of heap. Typed arrays are not
+ * counted.
+ */
+const MAX_ARGUMENT_VALUES = 16 * 1024 * 1024;
+
+/** Refuses `value` past MAX_ARGUMENT_VALUES, reading an array's length before its elements. */
+function checkArgumentSize(value: unknown, what: string, code: 'invalid_record' | 'invalid_query'): void {
+  let budget = MAX_ARGUMENT_VALUES;
+  const pending: Array<{ value: unknown; depth: number }> = [{ value, depth: 0 }];
+  const spend = (n: number) => {
+    budget -= n;
+    if (budget < 0) {
+      throw new BraidError(code, `${what} holds more than ${MAX_ARGUMENT_VALUES} values (array elements and object properties), the most a call may pass`);
+    }
+  };
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const { value: v, depth } = next;
+    // deeper than the binding reads (128 levels, refused there): no need to count
+    if (v === null || typeof v !== 'object' || ArrayBuffer.isView(v) || depth > 128) continue;
+    if (Array.isArray(v)) {
+      spend(v.length);
+      for (const item of v) if (item !== null && typeof item === 'object') pending.push({ value: item, depth: depth + 1 });
+    } else {
+      const keys = Object.keys(v);
+      spend(keys.length + 1);
+      for (const key of keys) {
+        const item = (v as Record<string, unknown>)[key];
+        if (item !== null && typeof item === 'object') pending.push({ value: item, depth: depth + 1 });
+      }
+    }
+  }
+}
+
 function call<T>(run: () => Promise<T>): Promise<T> {
   try {
     return run().catch((err: unknown) => {
@@ -87,12 +127,18 @@ export class Braid {
 
   /** Full replacement write of one record; resolves once it is durable. */
   put(record: Native.RecordInput, options?: WriteOptions): Promise<WriteResult> {
-    return call(() => putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey }));
+    return call(() => {
+      checkArgumentSize(record, 'record', 'invalid_record');
+      return putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey });
+    });
   }
 
   /** Atomic write of many records at one epoch. */
   putBatch(records: Native.RecordInput[], options?: WriteOptions): Promise<WriteResult> {
-    return call(() => putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey }));
+    return call(() => {
+      checkArgumentSize(records, 'records', 'invalid_record');
+      return putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey });
+    });
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
@@ -107,12 +153,18 @@ export class Braid {
 
   /** Runs a hybrid query. */
   query(query: Native.HybridQuery, options?: BranchRef): Promise<Native.QueryResponse> {
-    return call(() => runQuery(this.engine, query, options));
+    return call(() => {
+      checkArgumentSize(query, 'query', 'invalid_query');
+      return runQuery(this.engine, query, options);
+    });
   }
 
   /** Runs a hybrid query for its explain alone (planner candidates included). */
   explain(query: Native.HybridQuery, options?: BranchRef): Promise<Native.HybridExplain> {
-    return call(() => explainQuery(this.engine, query, options));
+    return call(() => {
+      checkArgumentSize(query, 'query', 'invalid_query');
+      return explainQuery(this.engine, query, options);
+    });
   }
 
   /**
@@ -125,7 +177,12 @@ export class Braid {
 
   /** Declares a table or adds columns to it. */
   async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
-    return (await call(() => declareTable(this.engine, table, columns, options))).result;
+    return (
+      await call(() => {
+        checkArgumentSize(columns, 'columns', 'invalid_record');
+        return declareTable(this.engine, table, columns, options);
+      })
+    ).result;
   }
 
   schemas(options?: BranchRef): Promise<Native.TableSchema[]> {

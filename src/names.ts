@@ -52,6 +52,9 @@ export function checkBranchNames(names: { database_id?: string; branch_id?: stri
  */
 export function checkFieldNames(records: ReadonlyArray<{ fields?: Record<string, unknown> }>): void {
   for (const [index, record] of records.entries()) {
+    if (record === null || typeof record !== 'object') {
+      throw new BraidError('invalid_record', `records[${index}] is not a record object`, index);
+    }
     const fields = record.fields;
     if (fields === null || typeof fields !== 'object') continue;
     for (const key of Object.keys(fields)) {

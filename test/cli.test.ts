@@ -1,7 +1,7 @@
 // The `braid` client commands (snapshot, restore, branches, query, import, version), run as child
 // processes of bin/braid.js against (a) a server in this process and (b) a data directory.
 import { spawn } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -93,6 +93,18 @@ describe('against a running server (--url)', () => {
 
   beforeAll(() => {
     url = ['--url', s.url];
+  });
+
+  it('import: a record the server refuses without naming it (its JSON parser) costs only itself, found by halving the chunk', async () => {
+    const file = path.join(work, 'surrogate-url.ndjson');
+    const line = (id: string) => JSON.stringify({ tenant_id: 'acme', id, fields: { s: 'x' } });
+    const lines = ['g1', 'g2', 'g3', 'g4', 'g5'].map(line);
+    lines.splice(3, 0, '{"tenant_id":"acme","id":"bad","fields":{"s":"\\ud800"}}');
+    writeFileSync(file, `\ufeff${lines.join('\n')}\n`);
+    const r = await braid(['import', 'halves', file, ...url]);
+    expect(r.code).toBe(1);
+    expect(summary(r.stdout)['records imported']).toBe('5');
+    expect(summary(r.stdout).failures).toMatch(/^1 \(first bad record: line 4: invalid_json/);
   });
 
   it('import from a file: chunks, a bad line and a rejected record are counted with their line numbers', async () => {
@@ -386,6 +398,13 @@ describe('against a data directory (--data-dir)', () => {
     const one = await braid(['import', 'lone', lone, ...dd]);
     expect(summary(one.stdout)['records imported']).toBe('2');
     expect(summary(one.stdout).failures).toMatch(/^1 \(first bad record: line 2: invalid_record/);
+  });
+
+  it('import of a missing file does not create the --data-dir it names', async () => {
+    const fresh = path.join(work, 'never-created');
+    const r = await braid(['import', 'articles', path.join(work, 'nope.ndjson'), '--data-dir', fresh]);
+    expect(r.code).toBe(1);
+    expect(existsSync(fresh)).toBe(false);
   });
 
   it('doctor refuses a path that is not a data directory instead of calling it healthy', async () => {

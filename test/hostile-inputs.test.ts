@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
 import { Braid } from '../src/engine.js';
+import { fromEnv } from '../src/config.js';
 import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, type TestServer } from './helpers.js';
 
 let s: TestServer;
@@ -286,6 +287,13 @@ describe('columns per table (found by a black-box test: one put of 400,000 numbe
     expect((await s.post('/v1/records/get', { table: 'full', tenant_id: 't', id: 'd' })).body.record).toBeNull();
     const declared = await s.post('/v1/graphql', { query: 'mutation { declare_table(table: "full", columns: { extra: { type: "string" } }) { epoch } }' });
     expect(declared.body.errors[0].extensions.code).toBe('too_many_columns');
+  });
+
+  it('the server refuses a limit of 0 from its environment as invalid_config, naming the variable', () => {
+    for (const name of ['BRAID_MAX_COLUMNS', 'BRAID_MAX_BATCH', 'BRAID_MAX_VECTOR_DIM']) {
+      expect(() => fromEnv({ [name]: '0' }), name).toThrow(expect.objectContaining({ code: 'invalid_config', message: expect.stringContaining(name) }));
+    }
+    expect(fromEnv({ BRAID_MAX_COLUMNS: '3' }).maxColumns).toBe(3);
   });
 
   it('the embedded limits are whole numbers from 1, not wrapped into another limit', () => {

@@ -44,7 +44,8 @@ async function* readLines(input: AsyncIterable<Buffer | string>): AsyncGenerator
   const finish = (last: Buffer): Line => {
     const bytes = held + last.length;
     const whole = parts.length === 0 ? last : Buffer.concat([...parts, last]);
-    const wasTooLong = tooLong || bytes > MAX_LINE_BYTES;
+    // the CR of a CRLF ending is not part of the line
+    const wasTooLong = tooLong || bytes - (whole.length > 0 && whole[whole.length - 1] === 0x0d ? 1 : 0) > MAX_LINE_BYTES;
     parts = [];
     held = 0;
     tooLong = false;
@@ -53,15 +54,21 @@ async function* readLines(input: AsyncIterable<Buffer | string>): AsyncGenerator
     if (!isUtf8(line)) return { refused: 'not UTF-8 text', bytes };
     return { text: line.toString('utf8'), bytes };
   };
+  let first = true;
   for await (const chunk of input) {
     let data = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    // a UTF-8 byte order mark (as Windows tools write) is not part of the first line
+    if (first && data.length > 0) {
+      first = false;
+      if (data.length >= 3 && data[0] === 0xef && data[1] === 0xbb && data[2] === 0xbf) data = data.subarray(3);
+    }
     for (let nl = data.indexOf(0x0a); nl >= 0; nl = data.indexOf(0x0a)) {
       yield finish(data.subarray(0, nl));
       data = data.subarray(nl + 1);
     }
     if (data.length === 0) continue;
     held += data.length;
-    if (held > MAX_LINE_BYTES) {
+    if (held > MAX_LINE_BYTES + 1) {
       tooLong = true;
       parts = [];
     } else {
@@ -97,20 +104,22 @@ function lineToRecord(line: string, table: string, flags: ImportFlags): RecordIn
   return { table, tenant_id: obj.tenant_id, id: obj.id, fields: (obj.fields as Record<string, unknown> | undefined) ?? {} };
 }
 
+/** The size of the file to import; refused when it cannot be read as one. */
+function inputBytes(file: string): number {
+  try {
+    const stat = statSync(file);
+    if (!stat.isFile() && !stat.isFIFO()) throw new Error(`${file} is not a file`);
+    return stat.size;
+  } catch (err) {
+    throw new BraidError('invalid_request', `cannot read ${file}: ${(err as Error).message}`);
+  }
+}
+
 async function importRecords(backend: Backend, table: string, file: string | undefined, flags: ImportFlags): Promise<ImportSummary> {
   const fromStdin = file === undefined || file === '-';
   if (fromStdin && process.stdin.isTTY) throw new BraidError('invalid_request', 'no input: give a file or pipe NDJSON on stdin');
   if (flags.idField !== undefined && flags.tenant === undefined) throw new BraidError('invalid_request', '--id-field needs --tenant');
-  let totalBytes = 0;
-  if (!fromStdin) {
-    try {
-      const stat = statSync(file);
-      if (!stat.isFile() && !stat.isFIFO()) throw new Error(`${file} is not a file`);
-      totalBytes = stat.size;
-    } catch (err) {
-      throw new BraidError('invalid_request', `cannot read ${file}: ${(err as Error).message}`);
-    }
-  }
+  const totalBytes = fromStdin ? 0 : inputBytes(file);
   // errors of the stream (it may still fail to open) reach the loop below
   const input = fromStdin ? process.stdin : createReadStream(file);
   const started = performance.now();
@@ -136,26 +145,43 @@ async function importRecords(backend: Backend, table: string, file: string | und
   let bytesRead = 0;
   const progress = () => bar?.update(Math.min(bytesRead, Math.max(totalBytes, 1)), { records: summary.imported, failed: summary.failures });
 
-  /** Sends one chunk; a record the server rejects by index is dropped and the rest is sent again. */
-  const flush = async (chunk: { line: number; record: RecordInput }[]) => {
+  /**
+   * Sends one chunk; a record the server rejects by index is dropped and the
+   * rest is sent again. A refusal that names no record (the server's JSON
+   * parser refusing a lone surrogate or a `__proto__` key, a body over the
+   * limit) splits the chunk in halves, each sent again, down to the record
+   * it is about: one bad record never drops its neighbours.
+   */
+  const send = async (chunk: { line: number; record: RecordInput }[]): Promise<void> => {
     let rest = chunk;
     while (rest.length > 0) {
       try {
         await backend.putBatch(rest.map((r) => r.record));
         summary.imported += rest.length;
         summary.batches += 1;
-        break;
+        return;
       } catch (err) {
         if (!(err instanceof BraidError) || err.status !== 400 || err.code === 'batch_too_large') throw err;
         const bad = err.index !== undefined ? rest[err.index] : undefined;
-        if (bad === undefined) {
-          for (const r of rest) fail(r.line, `${err.code}: ${err.message}`);
-          break;
+        if (bad !== undefined) {
+          fail(bad.line, `${err.code}: ${err.message}`);
+          rest = rest.filter((r) => r !== bad);
+          continue;
         }
-        fail(bad.line, `${err.code}: ${err.message}`);
-        rest = rest.filter((r) => r !== bad);
+        const [only] = rest;
+        if (rest.length === 1 && only) {
+          fail(only.line, `${err.code}: ${err.message}`);
+          return;
+        }
+        const half = Math.ceil(rest.length / 2);
+        await send(rest.slice(0, half));
+        await send(rest.slice(half));
+        return;
       }
     }
+  };
+  const flush = async (chunk: { line: number; record: RecordInput }[]) => {
+    await send(chunk);
     progress();
   };
 
@@ -222,6 +248,8 @@ export function addImportCommand(program: Command): void {
     )
     .action(
       run(async (table: string, file: string | undefined, opts: ImportFlags, command: Command) => {
+        // before a --data-dir is opened (and created): a missing file changes nothing
+        if (file !== undefined && file !== '-') inputBytes(file);
         const summary = await withBackend(opts, command, (backend) => importRecords(backend, table, file, opts));
         printImportSummary(summary);
         if (summary.aborted !== undefined) throw summary.aborted;

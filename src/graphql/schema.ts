@@ -416,11 +416,14 @@ export const MAX_TYPED_COLUMNS = 10_000;
 export function buildNativeSchema(tables: TableSchema[]): GraphQLSchema {
   const perTable: GraphQLFieldConfigMap<unknown, GraphQLContext> = {};
   // typed access for the tables in name order until their columns would pass MAX_TYPED_COLUMNS
+  // (a table given none, a name starting with __, costs nothing)
   let typed = 0;
   for (const t of [...tables].sort((a, b) => a.name.localeCompare(b.name))) {
+    const fields = tableFields(t);
+    if (Object.keys(fields).length === 0) continue;
     typed += Object.keys(t.columns).length;
     if (typed > MAX_TYPED_COLUMNS) break;
-    Object.assign(perTable, tableFields(t));
+    Object.assign(perTable, fields);
   }
   return new GraphQLSchema({
     query: new GraphQLObjectType({ name: 'Query', fields: { ...queryFields, ...perTable } }),

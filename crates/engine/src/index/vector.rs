@@ -253,7 +253,29 @@ pub fn similarity_from_distance(metric: Metric, distance: f32) -> f32 {
 /// The similarity the exact scan gives; the graph's hits carry the same
 /// value for the same pair (both go through [`hnsw::distance`]).
 pub fn similarity(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
-    similarity_from_distance(metric, hnsw::distance(metric, a, b))
+    let distance = hnsw::distance(metric, a, b);
+    if metric == Metric::L2 && distance >= f32::MAX {
+        return l2_similarity_wide(a, b);
+    }
+    similarity_from_distance(metric, distance)
+}
+
+/// The l2 similarity of two vectors whose squared distance is past f32's
+/// range (saturated by [`hnsw::distance`]): taken in f64, so rows farther
+/// than about 1.8e19 still order by distance instead of tying at one
+/// score. (A dot product past f32's range saturates: the score itself is
+/// an f32.)
+#[cold]
+fn l2_similarity_wide(a: &[f32], b: &[f32]) -> f32 {
+    let squared: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| {
+            let d = f64::from(x) - f64::from(y);
+            d * d
+        })
+        .sum();
+    (1.0 / (1.0 + squared.sqrt())) as f32
 }
 
 /// Rows ahead whose code or vector an exact scan asks for while scoring
@@ -514,7 +536,13 @@ impl VectorIndex {
         let accept = |slot: u32| arena.row(slot).is_some_and(|row| eligible.contains(row));
         let hits = self.graph.search(query, k, ef.max(k), &accept);
         hits.into_iter()
-            .filter_map(|(slot, d)| Some((arena.row(slot)?, similarity_from_distance(self.metric, d))))
+            .filter_map(|(slot, d)| {
+                let score = match arena.vector(slot) {
+                    Some(v) if self.metric == Metric::L2 && d >= f32::MAX => l2_similarity_wide(query, v),
+                    _ => similarity_from_distance(self.metric, d),
+                };
+                Some((arena.row(slot)?, score))
+            })
             .collect()
     }
 }
@@ -649,6 +677,10 @@ mod tests {
         );
         let far = similarity(Metric::L2, &[3e38, 3e38], &[-3e38, -3e38]);
         assert!(far.is_finite() && far > 0.0 && far < 1e-18, "{far}");
+        // and l2 past f32's range still orders by distance, not a tie
+        let (q, near, farther) = ([1e19f32, 0.0], [1e21f32, 0.0], [1e30f32, 0.0]);
+        assert!(similarity(Metric::L2, &q, &near) > similarity(Metric::L2, &q, &farther));
+        assert!(similarity(Metric::L2, &q, &[2e19, 0.0]) > similarity(Metric::L2, &q, &near));
         // the exact scan keeps a row whose code cannot bound it
         let arena = VectorArena::new(2);
         let rows: Vec<Vec<f32>> = vec![vec![3e38, 3e38], vec![1.0, 1.0], vec![-1.0, 2.0], vec![0.5, 0.1]];
