@@ -468,6 +468,27 @@ describe('the embedded API over the binding', () => {
   });
 });
 
+describe('a restore still running at close()', () => {
+  it('leaves its branch on disk but not running: the directory reopens in the same process and serves it', async () => {
+    const dir = tempDir('braid-binding-restore-close-');
+    let db = Braid.open({ dataDir: dir });
+    await db.put({ table: TABLE, tenant_id: TENANT, id: '1', fields: { title: 'hello' } });
+    await db.snapshot('s');
+    const restoring = db.restore('s', 'b');
+    db.close();
+    await restoring.catch(() => undefined);
+    // the restored branch's text index no longer holds its lock in this process
+    db = Braid.open({ dataDir: dir });
+    try {
+      const branches = (await db.branches()).map((b) => b.branch_id);
+      if (branches.includes('b')) expect(await db.get({ table: TABLE, tenant_id: TENANT, id: '1' }, { branchId: 'b' })).not.toBeNull();
+    } finally {
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('waitIndexed and close', () => {
   it('a waitIndexed made before close() answers false once the engine closes, not at its timeout', async () => {
     const dir = tempDir('braid-binding-wait-');

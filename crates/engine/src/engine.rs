@@ -220,6 +220,9 @@ pub struct Engine {
     pub opened_at: Instant,
     /// Held from before recovery until `close`.
     lock: Mutex<Option<DirLock>>,
+    /// Set by `close` (under the branch map's lock): a restore finishing
+    /// after it closes the branch it opened instead of adding it.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 fn ident(kind: &str, s: &str) -> Result<()> {
@@ -270,6 +273,7 @@ impl Engine {
             cache: RankedCache::default(),
             opened_at: Instant::now(),
             lock: Mutex::new(Some(lock)),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -577,7 +581,18 @@ impl Engine {
         });
         next.remember(key, target, self.config.branch.receipt_retention_ms);
         self.commit_catalog(&mut catalog, next)?;
-        self.branches.write().insert((db, target.to_string()), Arc::new(branch));
+        {
+            let mut branches = self.branches.write();
+            if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+                // the engine closed while this ran: the branch is on disk and in
+                // the catalog (the next open serves it), but not left running,
+                // with its threads and its text index's lock, in a closed engine
+                drop(branches);
+                branch.close();
+            } else {
+                branches.insert((db, target.to_string()), Arc::new(branch));
+            }
+        }
         Ok(RestoreOutcome {
             restored: true,
             source: source.to_string(),
@@ -698,7 +713,12 @@ impl Engine {
     /// Finishes queued writes on every branch, stops their threads and
     /// releases the data directory.
     pub fn close(&self) {
-        for branch in self.branches.read().values() {
+        let open: Vec<Arc<Branch>> = {
+            let branches = self.branches.write();
+            self.closed.store(true, std::sync::atomic::Ordering::Release);
+            branches.values().cloned().collect()
+        };
+        for branch in open {
             branch.close();
         }
         self.lock.lock().take();
