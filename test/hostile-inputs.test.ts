@@ -304,6 +304,20 @@ describe('columns per table (found by a black-box test: one put of 400,000 numbe
   });
 });
 
+describe('text in non-Latin scripts (found by a black-box test)', () => {
+  it('a word of 40 bytes or more (a long Russian word, a Thai run) is indexed and found, not dropped', async () => {
+    const texts = { ru: 'достопримечательности города', th: 'สวัสดีชาวโลกภาษาไทย', en: `${'a'.repeat(40)} b` };
+    for (const [id, body] of Object.entries(texts)) {
+      expect((await s.post('/v1/records/put', { table: 'scripts', tenant_id: 't', id, fields: { body } })).status).toBe(200);
+    }
+    for (const [id, word] of [['ru', 'достопримечательности'], ['th', 'สวัสดีชาวโลกภาษาไทย'], ['en', 'a'.repeat(40)]]) {
+      const res = await s.post('/v1/query', { table: 'scripts', tenant_id: 't', text: word, return_fields: [] });
+      expect(res.status).toBe(200);
+      expect(res.body.results.map((r: { record_id: string }) => r.record_id), word).toEqual([id]);
+    }
+  });
+});
+
 describe('native query errors that quote the input', () => {
   it('a 100,000-character bare word is previewed in the message, as a quoted one is', async () => {
     for (const word of ['x'.repeat(100_000), `"${'x'.repeat(100_000)}"`]) {

@@ -42,10 +42,21 @@ pub const TOKENIZER: &str = "braid";
 pub const K1: f32 = 1.2;
 pub const B: f32 = 0.75;
 
+/// Tokens of this many bytes of UTF-8 or more are dropped (tantivy's
+/// `RemoveLongFilter` counts bytes). It was 40, which dropped ordinary words
+/// of non-Latin scripts (`достопримечательности` is 21 characters, 42
+/// bytes) and every Thai or CJK run of 14 characters or more, so such
+/// documents could not be found at all; Elasticsearch's standard analyzer
+/// keeps tokens of up to 255 characters.
+pub const MAX_TOKEN_BYTES: usize = 256;
+
 /// The analyzer used both by tantivy and by the store's statistics and the
 /// hot overlay, so all three agree on what a token is.
 pub fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default()).filter(RemoveLongFilter::limit(40)).filter(LowerCaser).build()
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(MAX_TOKEN_BYTES))
+        .filter(LowerCaser)
+        .build()
 }
 
 pub fn tokens(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
@@ -111,8 +122,9 @@ fn token_of(term_text: &str) -> &str {
 /// payload (`2:<watermark>`); an index in another layout is rebuilt.
 const FORMAT: &str = "2";
 
-/// A token as a statistics key: held inline up to 24 bytes (the analyzer
-/// drops tokens over 40), so counting a new token allocates nothing.
+/// A token as a statistics key: held inline up to 24 bytes (most tokens), so
+/// counting a new one allocates nothing; a longer one (up to
+/// [`MAX_TOKEN_BYTES`]) allocates its text.
 pub type TokenKey = compact_str::CompactString;
 
 /// Document count, token count and document frequencies of one scope.
