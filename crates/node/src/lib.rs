@@ -660,16 +660,15 @@ fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) 
             _ => code,
         };
         let mut err = EngineError::new(code, e.message(what));
-        // the record of a batch it is in, as the engine's own refusals say
-        if what == "records" {
-            err.index = record_index(&e.path);
-        }
+        // in a list (a batch's records), the item it is in, as the engine's
+        // own refusals say
+        err.index = record_index(&e.path);
         err
     })?;
     serde_json::from_value(json.unwrap_or(Value::Null)).map_err(|e| EngineError::new(code, format!("{what}: {e}")))
 }
 
-/// The batch position a reader's path (`[3].fields.t`) starts with.
+/// The list position a reader's path (`[3].fields.t`) starts with.
 fn record_index(path: &str) -> Option<usize> {
     path.strip_prefix('[')?.split(']').next()?.parse().ok()
 }
