@@ -759,3 +759,90 @@ fn equality_filters_on_long_strings_match_exactly() {
     hq.scalar_eq = Some(json!({ "short": "x", "body": long(0) }).as_object().unwrap().clone());
     assert_eq!(ids(&engine.query(None, None, &hq).unwrap()).len(), 4);
 }
+
+/// Regression (black-box oracle test): a text-only `relative_score` list
+/// was min-max normalised over its candidates, and a later page ranked it
+/// deeper, whose lowest score is lower: every row's score moved, the cursor
+/// sought past the wrong rows, and a walk of 400 matches in pages of 10
+/// returned 125 and stopped. An open-ended list is now normalised against 0.
+#[test]
+fn text_only_relative_score_pages_through_every_match_with_stable_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let records: Vec<RecordInput> = (0..400)
+        .map(|i| {
+            let filler = vec!["x"; i % 60].join(" ");
+            rec("d", "t", &format!("d{i:03}"), json!({"body": format!("water {filler}")}))
+        })
+        .collect();
+    engine.put(None, None, records, None).unwrap();
+    let mut base = q("d", "t");
+    base.text = Some("water".into());
+    base.fusion = Some("relative_score".into());
+    base.top_k = Some(1000);
+    let whole = engine.query(None, None, &base).unwrap();
+    assert_eq!(whole.results.len(), 400);
+    assert!(whole.next_cursor.is_none());
+    let score_of: std::collections::HashMap<String, f64> =
+        whole.results.iter().map(|r| (r.record_id.clone(), r.score.final_score)).collect();
+
+    base.top_k = Some(10);
+    let mut page = engine.query(None, None, &base).unwrap();
+    let mut seen = Vec::new();
+    let mut last = f64::INFINITY;
+    loop {
+        for r in &page.results {
+            assert!(r.score.final_score <= last, "scores fall from page to page");
+            assert!((r.score.final_score - score_of[&r.record_id]).abs() < 1e-12, "{} keeps its score", r.record_id);
+            last = r.score.final_score;
+            seen.push(r.record_id.clone());
+        }
+        let Some(cursor) = page.next_cursor.clone() else { break };
+        let mut next = base.clone();
+        next.cursor = Some(cursor);
+        page = engine.query(None, None, &next).unwrap();
+    }
+    assert_eq!(seen, ids(&whole), "the pages are the single page, in order");
+    assert!((whole.results[0].score.final_score - 1.0).abs() < 1e-12, "the best match scores 1");
+}
+
+/// Regression (black-box oracle test): a hybrid query's text path gave
+/// max(candidate_budget, top_k) rows while the vector path gave the budget,
+/// so the fused list, its scores and its length changed with the page size.
+#[test]
+fn a_hybrid_list_does_not_depend_on_the_page_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine
+        .declare_table(
+            None,
+            None,
+            "d",
+            serde_json::from_value(
+                json!({"body": {"type": "string"}, "v": {"type": "vector", "dim": 2, "metric": "cosine"}}),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let records: Vec<RecordInput> = (0..40)
+        .map(|i| {
+            let filler = vec!["x"; i].join(" ");
+            rec("d", "t", &format!("d{i:02}"), json!({"body": format!("water {filler}"), "v": [1.0, i as f64 / 10.0]}))
+        })
+        .collect();
+    engine.put(None, None, records, None).unwrap();
+    let run = |top_k: i64| {
+        let mut query = q("d", "t");
+        query.text = Some("water".into());
+        query.vector = Some(vec![0.0, 1.0]);
+        query.candidate_budget = Some(5);
+        query.fusion = Some("relative_score".into());
+        query.top_k = Some(top_k);
+        let page = engine.query(None, None, &query).unwrap();
+        assert_eq!(page.explain.text_candidates, 5, "top_k {top_k}");
+        page.results.iter().map(|r| (r.record_id.clone(), r.score.final_score)).collect::<Vec<_>>()
+    };
+    let wide = run(20);
+    assert!(wide.len() <= 10, "each path gives its budget of 5: {wide:?}");
+    assert_eq!(run(3), wide[..3], "a smaller page is a prefix with the same scores");
+}

@@ -135,8 +135,12 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     let needed = pinned.as_ref().map_or(0, |p| p.o) + plan.top_k + 1;
     let text_depth = if text_only && needed > plan.budget {
         (needed * 2).min(MAX_TEXT_DEPTH).max(needed)
-    } else {
+    } else if text_only {
         plan.budget.max(plan.top_k)
+    } else {
+        // every path of a hybrid list contributes the same budget, whatever
+        // the page size, so the list and its scores do not depend on top_k
+        plan.budget
     };
     let cached = pinned
         .as_ref()

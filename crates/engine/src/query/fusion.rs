@@ -3,7 +3,8 @@
 //! - `rrf` (default): `final = sum over paths of 1 / (60 + rank)`, rank from 1.
 //! - `relative_score`: each path's scores are min-max normalised to [0, 1]
 //!   within the candidate list and combined as a weighted mean over the paths
-//!   the query requested.
+//!   the query requested. An open-ended list (a text-only query's, which
+//!   paging deepens) is normalised against 0 instead of its lowest score.
 
 use std::collections::HashMap;
 
@@ -60,6 +61,17 @@ impl Default for Weights {
 pub struct PathList<'a> {
     pub path: Path,
     pub hits: &'a [(u32, f32)],
+    /// The list is a prefix of a deeper one that a later page may rank (a
+    /// text-only query's): `relative_score` divides by its best score, which
+    /// every depth shares, instead of min-max normalising, whose minimum
+    /// falls as the list deepens and would rescore the rows already served.
+    pub open_ended: bool,
+}
+
+impl<'a> PathList<'a> {
+    pub fn new(path: Path, hits: &'a [(u32, f32)]) -> PathList<'a> {
+        PathList { path, hits, open_ended: false }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +115,7 @@ pub fn fuse(method: FusionMethod, weights: &Weights, lists: &[PathList<'_>]) -> 
             .hits
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, s)| (lo.min(*s as f64), hi.max(*s as f64)));
+        let min = if list.open_ended { min.min(0.0) } else { min };
         for (rank, (row, raw)) in list.hits.iter().enumerate() {
             let entry = out.entry(*row).or_default();
             let raw = *raw as f64;
@@ -148,7 +161,7 @@ mod tests {
     fn relative_score_weights_near_the_f64_limit_fuse_as_equal_ones_do() {
         let text = [(1, 9.0), (2, 5.0), (3, 1.0)];
         let vec = [(2, 0.9), (3, 0.8), (1, 0.1)];
-        let lists = [PathList { path: Path::Lexical, hits: &text }, PathList { path: Path::Vector, hits: &vec }];
+        let lists = [PathList::new(Path::Lexical, &text), PathList::new(Path::Vector, &vec)];
         let equal = |w: f64| {
             let weights = Weights { lexical: w, vector: w, ..Weights::default() };
             let fused = fuse(FusionMethod::RelativeScore, &weights, &lists);
@@ -174,7 +187,7 @@ mod tests {
         let fused = fuse(
             FusionMethod::Rrf,
             &Weights::default(),
-            &[PathList { path: Path::Lexical, hits: &text }, PathList { path: Path::Vector, hits: &vec }],
+            &[PathList::new(Path::Lexical, &text), PathList::new(Path::Vector, &vec)],
         );
         // 2 is 2nd and 1st; 1 is 1st and 3rd
         assert!(fused[&2].final_score > fused[&1].final_score);
@@ -187,7 +200,7 @@ mod tests {
     fn relative_score_uses_weights() {
         let text = [(1, 10.0), (2, 0.0)];
         let vec = [(2, 1.0), (1, 0.0)];
-        let lists = [PathList { path: Path::Lexical, hits: &text }, PathList { path: Path::Vector, hits: &vec }];
+        let lists = [PathList::new(Path::Lexical, &text), PathList::new(Path::Vector, &vec)];
         let w = Weights { lexical: 3.0, vector: 1.0, relational: 1.0 };
         let fused = fuse(FusionMethod::RelativeScore, &w, &lists);
         assert!((fused[&1].final_score - 0.75).abs() < 1e-12);
@@ -201,7 +214,7 @@ mod tests {
         let fused = fuse(
             FusionMethod::Rrf,
             &Weights::default(),
-            &[PathList { path: Path::Lexical, hits: &text }, PathList { path: Path::Vector, hits: &vec }],
+            &[PathList::new(Path::Lexical, &text), PathList::new(Path::Vector, &vec)],
         );
         assert!((fused[&1].upper_bound - 2.0 / 61.0).abs() < 1e-12);
     }

@@ -521,13 +521,15 @@ fn fuse_and_order(
 ) -> Vec<RankedRow> {
     let fuse_started = Instant::now();
     let mut paths = Vec::new();
+    // a text-only list is the prefix of any deeper one a later page ranks
+    let text_only = lists.vector.is_none() && lists.graph.is_none();
     for (path, name, hits) in [
         (Path::Lexical, "text", &lists.text),
         (Path::Vector, "vector", &lists.vector),
         (Path::Relational, "graph", &lists.graph),
     ] {
         if let Some(hits) = hits {
-            paths.push((name, PathList { path, hits }));
+            paths.push((name, PathList { path, hits, open_ended: text_only }));
         }
     }
     let names: Vec<&str> = paths.iter().map(|(name, _)| *name).collect();
