@@ -136,6 +136,24 @@ describe('POST /v1/graphql: records', () => {
     const other = await server.post('/v1/graphql', { query: body.query.replace('once', 'twice') }, { 'idempotency-key': 'gql-put-1' });
     expect(other.status).toBe(409);
   });
+
+  // Regression (black-box model test): a document with a failed field is run
+  // again on a retry, and its written fields answer from their receipts; a
+  // delete that had happened answered changed: false, telling a client
+  // retrying after a crash that its delete had no effect.
+  it('a retried document answers each written field with its first result, changed included', async () => {
+    await server.post('/v1/records/put', { table: 'notes', tenant_id: 't1', id: 'retry-del', fields: { body: 'x' } });
+    const query = `mutation {
+      a: delete(table: "notes", tenant_id: "t1", id: "retry-del") { epoch changed }
+      b: put(record: { table: "notes", tenant_id: "t1", id: "retry-bad", fields: { body: 1 } }) { epoch }
+    }`;
+    const first = await server.post('/v1/graphql', { query }, { 'idempotency-key': 'gql-retry-del' });
+    const again = await server.post('/v1/graphql', { query }, { 'idempotency-key': 'gql-retry-del' });
+    const firstBody = first.body as { data: { a: { epoch: number; changed: boolean } }; errors?: unknown[] };
+    expect(firstBody.errors?.length).toBe(1);
+    expect(firstBody.data.a.changed).toBe(true);
+    expect((again.body as { data: unknown }).data).toEqual(firstBody.data);
+  });
 });
 
 describe('POST /v1/graphql: search', () => {

@@ -166,8 +166,10 @@ function committed(result: WriteResult): { epoch: number; record_count: number; 
     const c: Committed = result.committed;
     return { epoch: c.epoch, record_count: c.record_count, changed: c.changed };
   }
-  const body = result.replayed.body as { epoch?: number; record_count?: number };
-  return { epoch: body.epoch ?? 0, record_count: body.record_count ?? 0, changed: false };
+  // the receipt holds what the commit filled in, `changed` included: a retry
+  // answers the first result (receipts written before it was kept say false)
+  const body = result.replayed.body as { epoch?: number; record_count?: number; changed?: boolean };
+  return { epoch: body.epoch ?? 0, record_count: body.record_count ?? 0, changed: body.changed ?? false };
 }
 
 /**
