@@ -568,8 +568,17 @@ fn validation_errors_have_codes() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     engine.put(None, None, vec![rec("docs", "t", "1", json!({"body": "x", "emb": [1.0, 2.0]}))], None).unwrap();
+    let filter = |col: &str, value: Value| {
+        let mut x = q("docs", "t");
+        x.scalar_eq = Some([(col.to_string(), value)].into_iter().collect());
+        x
+    };
     let cases: Vec<(HybridQuery, Code)> = vec![
         (HybridQuery { table: Some("docs".into()), ..Default::default() }, Code::InvalidQuery),
+        // a column's type is fixed: a filter value of another type can never
+        // match (it answered an empty list; found by a black-box oracle test)
+        (filter("body", json!(5)), Code::SchemaTypeMismatch),
+        (filter("body", json!(true)), Code::SchemaTypeMismatch),
         (q("missing", "t"), Code::UnknownTable),
         (
             {
@@ -845,4 +854,35 @@ fn a_hybrid_list_does_not_depend_on_the_page_size() {
     let wide = run(20);
     assert!(wide.len() <= 10, "each path gives its budget of 5: {wide:?}");
     assert_eq!(run(3), wide[..3], "a smaller page is a prefix with the same scores");
+}
+
+/// Regression (black-box oracle test): the explain named paths that did not
+/// run in `selected_strategy` (text with no searchable terms beside a
+/// vector) and listed paths that produced nothing in
+/// `opened_candidate_streams`, documented as the paths that produced
+/// candidates.
+#[test]
+fn the_explain_names_only_paths_that_ran_and_streams_that_produced_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, vec![rec("d", "t", "a", json!({"body": "water", "v": [1.0, 0.0]}))], None).unwrap();
+    let mut query = q("d", "t");
+    query.text = Some("!!!".into());
+    query.vector = Some(vec![1.0, 0.0]);
+    let resp = engine.query(None, None, &query).unwrap();
+    assert_eq!(ids(&resp), vec!["a"]);
+    assert_eq!(resp.explain.selected_strategy.as_deref(), Some("vector_exact"));
+
+    let mut query = q("d", "t");
+    query.text = Some("fire".into());
+    let resp = engine.query(None, None, &query).unwrap();
+    assert!(resp.results.is_empty());
+    assert!(
+        !resp.explain.opened_candidate_streams.contains(&"text".to_string()),
+        "{:?}",
+        resp.explain.opened_candidate_streams
+    );
+    query.text = Some("water".into());
+    let resp = engine.query(None, None, &query).unwrap();
+    assert!(resp.explain.opened_candidate_streams.contains(&"text".to_string()));
 }

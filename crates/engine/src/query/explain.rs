@@ -111,7 +111,7 @@ impl Explain {
             visibility_checked_before_open: true,
         });
         self.access_path_timings.push(AccessPathTiming { access_path_id: id.to_string(), build_ms, open_ms });
-        if opened {
+        if opened && candidates > 0 {
             self.opened_candidate_streams.push(id.to_string());
         }
     }

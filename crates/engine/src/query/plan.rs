@@ -25,7 +25,7 @@ use crate::names;
 use crate::query::explain::{Explain, ScoreComponents};
 use crate::query::fusion::{FusionMethod, Weights};
 use crate::query::graph;
-use crate::schema::Metric;
+use crate::schema::{ColumnType, Metric};
 use crate::storage::{ScalarKey, State};
 
 pub const DEFAULT_TOP_K: i64 = 10;
@@ -339,14 +339,30 @@ pub(super) fn validate(
     };
     let mut scalar = Vec::new();
     for (col, value) in q.scalar_eq.iter().flatten() {
-        match schema.columns.get(col) {
-            Some(c) if c.scalar => {}
+        let column = match schema.columns.get(col) {
+            Some(c) if c.scalar => c,
             Some(c) => bail!(UnknownColumn, "column {col:?} is a {} column, not a scalar one", c.ty.name()),
             None => bail!(UnknownColumn, "table {table:?} has no column {col:?}"),
-        }
+        };
         let Some(key) = ScalarKey::of(value) else {
             bail!(InvalidQuery, "scalar_eq.{col} must be a string, number or bool")
         };
+        // a column's type is fixed, so a value of another type can never
+        // match: say so rather than answer an empty list (PostgreSQL refuses
+        // `text = integer` too)
+        let given = match value {
+            Value::String(_) => ColumnType::String,
+            Value::Number(_) => ColumnType::Number,
+            _ => ColumnType::Bool,
+        };
+        if matches!(column.ty, ColumnType::String | ColumnType::Number | ColumnType::Bool) && column.ty != given {
+            bail!(
+                SchemaTypeMismatch,
+                "scalar_eq.{col} is a {}, but column {col:?} holds {} values",
+                given.name(),
+                column.ty.name()
+            );
+        }
         scalar.push((col.clone(), key, format!("{col} = {value}"), value.clone()));
     }
     let graph = match &q.graph_seed {

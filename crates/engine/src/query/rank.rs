@@ -603,8 +603,16 @@ fn order_rows(state: &State, rows: &mut [RankedRow]) {
 
 /// The explain's `selected_strategy`: the paths that ran and the fusion.
 fn strategy(names: &[&str], plan: &Plan, ex: &Explain) -> String {
+    // a path asked for but not run (text with no searchable terms) is not
+    // part of the strategy
+    let ran = |name: &str| ex.access_paths.iter().any(|p| p.opened && p.access_path_id.starts_with(name));
+    let names: Vec<&str> = names.iter().copied().filter(|n| ran(n)).collect();
     if names.is_empty() {
-        return "filter_scan".into();
+        return if plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none() {
+            "filter_scan".into()
+        } else {
+            "none".into()
+        };
     }
     let parts: Vec<String> = names
         .iter()
