@@ -11,6 +11,7 @@ pub mod error;
 pub mod faults;
 pub mod fsutil;
 pub mod index;
+pub mod memory;
 pub mod model;
 pub mod names;
 pub mod query;

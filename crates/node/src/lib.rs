@@ -57,8 +57,16 @@ fn set_purge_delay(ms: i64) {
 
 const OPEN_PURGE_DELAY_MS: i64 = 100;
 
+/// mimalloc's `mi_collect`: hands back what the calling thread's heap holds
+/// freed (engine/src/memory.rs says when the engine calls it).
+pub(crate) fn collect(force: bool) {
+    // SAFETY: mi_collect may be called on any thread at any time
+    unsafe { libmimalloc_sys::mi_collect(force) };
+}
+
 /// Opens an engine with the allocator tuned for the open (above).
 fn open_engine(config: EngineConfig) -> EngineResult<Engine> {
+    braid_engine::memory::set_collect(collect);
     set_purge_delay(OPEN_PURGE_DELAY_MS);
     let engine = guard("open", || Engine::open(config));
     set_purge_delay(0);

@@ -125,6 +125,10 @@ impl Queue {
             jobs.idle -= 1;
             if waited.timed_out() && jobs.queue.is_empty() {
                 jobs.workers -= 1;
+                drop(jobs);
+                // what this worker allocated (bodies it read) was freed by
+                // the committer; hand it back before the thread ends
+                crate::collect(true);
                 return None;
             }
             // a spurious wake-up may count as the woken one: at worst one

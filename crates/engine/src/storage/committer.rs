@@ -141,6 +141,9 @@ fn take_checkpoint(
     let taken = log.checkpoint(state, shared, export);
     match &taken {
         Ok(info) => {
+            // what retention removed, and what the writes since the last
+            // checkpoint freed on threads that are idle now
+            crate::memory::release_freed();
             shared.stats.record_checkpoint(now_ms(), info.bytes, started.elapsed(), log.wal.end());
             shared.events.push(Event::Checkpoint {
                 trigger,

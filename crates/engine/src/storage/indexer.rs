@@ -49,7 +49,10 @@ pub(super) fn spawn(
 
 /// Work for one indexer round, copied out of the state under a read lock.
 struct IndexBatch {
-    upto: u32,
+    /// The text documents are of rows below `text_upto`, the graphs are
+    /// linked below `vector_upto`.
+    text_upto: u32,
+    vector_upto: u32,
     text: Vec<TextFeature>,
     /// Graphs with rows below `upto` to link, by dump name (their vectors
     /// are read from the column's arena, not copied).
@@ -67,22 +70,41 @@ struct TextFeature {
     text: String,
 }
 
+/// Commits the text index when it holds something uncommitted and the
+/// commit interval has passed; `Some(committed)` when it tried. A failed
+/// commit keeps its documents in the writer for the next one; failing again
+/// and again shows in readiness.
+fn commit_if_due(text: &TextIndex, last_commit: &mut Instant, interval: Duration) -> Option<bool> {
+    if !text.has_uncommitted() || last_commit.elapsed() < interval {
+        return None;
+    }
+    let committed = text.commit().is_ok();
+    *last_commit = Instant::now();
+    Some(committed)
+}
+
+/// Rows a round links into the graphs.
 const INDEX_ROUND_ROWS: u32 = 4096;
+/// Rows a round hands to the text index: more than the graphs take, since
+/// a text document costs far less than linking a vector. The two advance
+/// apart, so the text index (and with it retention, which removes only rows
+/// the text index was handed) keeps up with writes that the graphs lag.
+const TEXT_ROUND_ROWS: u32 = 4 * INDEX_ROUND_ROWS;
 
 fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
     let total = state.rows.len() as u32;
-    let start = from_text.min(from_vec);
-    let upto = total.min(start.saturating_add(INDEX_ROUND_ROWS));
+    let text_upto = total.min(from_text.saturating_add(TEXT_ROUND_ROWS)).max(from_text);
+    let vector_upto = total.min(from_vec.saturating_add(INDEX_ROUND_ROWS)).max(from_vec);
     let mut text = Vec::new();
     let mut unreadable = 0;
     let vectors = state
         .tables
         .iter()
         .flat_map(|(table, t)| t.vectors.iter().map(move |(column, vc)| (graph_name(table, column), vc)))
-        .filter(|(_, vc)| vc.index.watermark() < upto && from_vec < upto)
+        .filter(|(_, vc)| vc.index.watermark() < vector_upto && from_vec < vector_upto)
         .map(|(name, vc)| (name, vc.index.clone()))
         .collect();
-    for row_id in start..upto {
+    for row_id in from_text..text_upto {
         let row = &state.rows[row_id as usize];
         if row.deleted || row.loc.is_purged() {
             // a version retention removed is in no index
@@ -90,29 +112,27 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         }
         let key = &state.keys[row.key as usize];
         let Some(schema) = state.schemas.get(&*key.table) else { continue };
-        if row_id >= from_text {
-            let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
-            let fields = match columns.is_empty() {
-                true => Default::default(),
-                false => state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
-                    unreadable += 1;
-                    Default::default()
-                }),
-            };
-            for col in columns {
-                if let Some(Value::String(s)) = fields.get(&col) {
-                    text.push(TextFeature {
-                        row: row_id,
-                        table: key.table.clone(),
-                        tenant: key.tenant.clone(),
-                        column: col.clone(),
-                        text: s.clone(),
-                    });
-                }
+        let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
+        let fields = match columns.is_empty() {
+            true => Default::default(),
+            false => state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
+                unreadable += 1;
+                Default::default()
+            }),
+        };
+        for col in columns {
+            if let Some(Value::String(s)) = fields.get(&col) {
+                text.push(TextFeature {
+                    row: row_id,
+                    table: key.table.clone(),
+                    tenant: key.tenant.clone(),
+                    column: col.clone(),
+                    text: s.clone(),
+                });
             }
         }
     }
-    IndexBatch { upto, text, vectors, unreadable }
+    IndexBatch { text_upto, vector_upto, text, vectors, unreadable }
 }
 
 /// Marks the indexer stopped when its thread ends, however it ends.
@@ -194,6 +214,10 @@ fn run_indexer(
                 let _no_checkpoint = shared.checkpointing.lock();
                 retention::compact_vectors(&state, &shared)
             };
+            if !rebuilt.is_empty() {
+                // the old columns' graphs and codes were freed here
+                crate::memory::release_freed();
+            }
             for (column, kept, removed) in rebuilt {
                 shared.stats.compacted_vectors.fetch_add(removed, Ordering::Relaxed);
                 shared.events.push(Event::VectorsCompacted {
@@ -230,16 +254,30 @@ fn run_indexer(
         backlog.note(total.saturating_sub(text.watermark().min(from_vec)), &shared.events);
         // None: nothing was attempted this round; Some(true): something failed
         let mut round_failed: Option<bool> = None;
+        let mut text_commit_failed = false;
         if from_text < total || from_vec < total {
             let batch = collect_batch(&state.read(), from_text, from_vec);
             let mut failed = batch.unreadable;
+            // the text first: its round is short, and retention waits on it
+            for f in &batch.text {
+                if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
+                    // the row stays searchable through the hot overlay only
+                    failed += 1;
+                }
+            }
+            text.mark_pending(batch.text_upto);
+            // and searchable before the graphs' longer round
+            if let Some(committed) = commit_if_due(&text, &mut last_commit, interval) {
+                text_commit_failed = !committed;
+                round_failed = Some(!committed);
+            }
             for (_, index) in &batch.vectors {
                 // a row the graph fails on (a panic while linking it) is
                 // counted in failed_feature_count; the others go in
-                failed += index.insert_below_row(batch.upto);
+                failed += index.insert_below_row(batch.vector_upto);
             }
             for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
-                vc.index.set_watermark(batch.upto);
+                vc.index.set_watermark(batch.vector_upto);
             }
             for (name, index) in &batch.vectors {
                 // this thread is the only inserter, so the graph holds still
@@ -252,26 +290,14 @@ fn run_indexer(
                     let _ = index.dump(graphs_dir, name);
                 }
             }
-            shared.vector_watermark.store(batch.upto.max(from_vec), Ordering::Release);
-            for f in &batch.text {
-                if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
-                    // the row stays searchable through the hot overlay only
-                    failed += 1;
-                }
-            }
-            text.mark_pending(batch.upto.max(from_text));
+            shared.vector_watermark.store(batch.vector_upto, Ordering::Release);
             shared.failed_features.fetch_add(failed, Ordering::Relaxed);
-            round_failed = Some(failed > 0);
+            round_failed = Some(round_failed.unwrap_or(false) || failed > 0);
         }
         let lagging = text.has_uncommitted();
-        let mut text_commit_failed = false;
-        if lagging && last_commit.elapsed() >= interval {
-            // a failed commit keeps its documents in the writer for the next
-            // one; failing again and again shows in readiness
-            let committed = text.commit().is_ok();
-            text_commit_failed = !committed;
+        if let Some(committed) = commit_if_due(&text, &mut last_commit, interval) {
+            text_commit_failed |= !committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
-            last_commit = Instant::now();
         }
         match round_failed {
             Some(true) => _ = shared.failing_rounds.fetch_add(1, Ordering::Relaxed),
