@@ -3,7 +3,8 @@
  * gateway (`--token`, `tokens` in its config). docs/gateway.md, "Tokens".
  *
  * - A token is configured as `secret` or `secret:scope`, or in a config file
- *   as `{token, scope}`. Scopes nest: `admin` > `write` > `read`.
+ *   as `{token, scope}`. Scopes nest: `admin` > `write` > `read`. A colon
+ *   suffix that is not a scope is refused (`invalid_config`).
  * - A token without a scope has every scope (`admin`), as before scopes
  *   existed and as Qdrant's main `api-key` does; give clients scoped tokens.
  * - Reads (gets, queries, explain, metrics, branches, readiness, schema
@@ -43,16 +44,25 @@ function checked(token: string, scope: Scope, where: string): TokenSpec {
   return { token, scope };
 }
 
-/** Parses `secret` or `secret:scope` (a suffix that is not a scope stays part of the token). */
+/**
+ * Parses `secret` or `secret:scope`. What follows the last colon must be a
+ * scope: a misspelt one (`app:wirte`) had been kept as part of an admin
+ * token. A secret that holds a colon takes its scope after it (`a:b:admin`).
+ */
 export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown }, where = 'token'): TokenSpec {
   if (typeof spec === 'string') {
     const at = spec.lastIndexOf(':');
-    const suffix = at >= 0 ? spec.slice(at + 1) : '';
-    if ((SCOPES as readonly string[]).includes(suffix)) {
-      if (at === 0) throw new BraidError('invalid_config', `${where} ${JSON.stringify(spec)} names a scope but no secret before it`);
-      return checked(spec.slice(0, at), suffix as Scope, where);
+    if (at < 0) return checked(spec, 'admin', where);
+    // the part after the colon only: the secret is never printed
+    const suffix = spec.slice(at + 1);
+    if (!(SCOPES as readonly string[]).includes(suffix)) {
+      throw new BraidError(
+        'invalid_config',
+        `${where} ends in the scope ${JSON.stringify(suffix)}, which is not one of ${SCOPES.join(', ')} (a secret with a colon in it takes a scope after it: secret:admin)`,
+      );
     }
-    return checked(spec, 'admin', where);
+    if (at === 0) throw new BraidError('invalid_config', `${where} ${JSON.stringify(spec)} names a scope but no secret before it`);
+    return checked(spec.slice(0, at), suffix as Scope, where);
   }
   if (typeof spec !== 'object' || spec === null || typeof spec.token !== 'string' || spec.token === '') {
     throw new BraidError('invalid_config', `${where} must be a string or {token, scope}`);

@@ -6,23 +6,22 @@
 import { Command, Option } from 'commander';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { DEFAULTS, fromEnv, type ServerConfig } from './config.js';
+import { resolveServerConfig, type ServerFlags } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
 import { doctor, type DoctorReport } from './engine.js';
-import { integerOption, run } from './cli/backend.js';
+import { run } from './cli/backend.js';
 import { addAdminCommands } from './cli/admin.js';
 import { addQueryCommand } from './cli/query.js';
 import { addImportCommand } from './cli/import.js';
 import { PACKAGE_ROOT } from './package-root.js';
 import { openServerEngine } from './server-open.js';
 import type { RunningServer } from './server.js';
+import { LOG_LEVELS, MAX_WINDOW_MS } from './settings.js';
 import { exitOnSignals } from './signals.js';
 
 export { formatQueryTable } from './cli/format.js';
 
 const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string };
-
-const nonNegative = integerOption(0);
 
 function printDoctorReport(report: DoctorReport): void {
   console.log(`data directory: ${report.data_dir}`);
@@ -54,30 +53,23 @@ export function buildCli(): Command {
   const program = new Command();
   program.name('braid').description('Braid: a self-hosted hybrid record database').version(pkg.version, '-V, --version');
 
+  // flags are read as text and checked with the environment's variables by
+  // src/settings.ts, so that a bad value of either is `braid: invalid_config:`
+  // naming it (commander's own parsing had read BRAID_PORT=0x50 as port 80)
   program
     .command('serve')
     .description('start the engine: HTTP API over a data directory')
-    .addOption(new Option('--host <host>', 'address to listen on').env('BRAID_HOST'))
-    .addOption(new Option('--port <port>', 'port to listen on (0 picks a free one)').argParser(nonNegative).env('BRAID_PORT'))
-    .addOption(new Option('--data-dir <dir>', 'data directory').env('BRAID_DATA_DIR'))
-    .addOption(new Option('--auth-token <token...>', 'require one of these bearer tokens, each `secret` (admin) or `secret:read|write|admin` (default: accept any)'))
-    .addOption(new Option('--history-epochs <n>', 'epochs of history kept readable (default: all)').argParser(nonNegative))
-    .addOption(new Option('--checkpoint-bytes <n>', 'checkpoint a branch once its WAL segment holds this many bytes (default 64 MiB)').argParser(nonNegative))
-    .addOption(new Option('--checkpoint-rows <n>', 'checkpoint a branch once its WAL segment holds this many record versions (default 100,000)').argParser(nonNegative))
-    .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
-    .action(run(async (opts: { host?: string; port?: number; dataDir?: string; authToken?: string[]; historyEpochs?: number; checkpointBytes?: number; checkpointRows?: number; logLevel?: string }) => {
-      const env = fromEnv(process.env, DEFAULTS);
-      const config: ServerConfig = {
-        ...env,
-        host: opts.host ?? env.host,
-        port: opts.port ?? env.port,
-        dataDir: opts.dataDir ?? env.dataDir,
-        authTokens: opts.authToken ?? env.authTokens,
-        historyEpochs: opts.historyEpochs ?? env.historyEpochs,
-        checkpointBytes: opts.checkpointBytes ?? env.checkpointBytes,
-        checkpointRows: opts.checkpointRows ?? env.checkpointRows,
-        logLevel: opts.logLevel ?? env.logLevel,
-      };
+    .option('--host <host>', 'address to listen on (env: BRAID_HOST)')
+    .option('--port <port>', 'port to listen on, 0 to 65535; 0 picks a free one (env: BRAID_PORT)')
+    .option('--data-dir <dir>', 'data directory (env: BRAID_DATA_DIR)')
+    .option('--auth-token <token...>', 'require one of these bearer tokens, each `secret` (admin) or `secret:read|write|admin` (env: BRAID_AUTH_TOKENS, comma-separated; default: accept any)')
+    .option('--history-epochs <n>', 'epochs of history kept readable (env: BRAID_HISTORY_EPOCHS; default: all)')
+    .option('--checkpoint-bytes <n>', 'checkpoint a branch once its WAL segment holds this many bytes (env: BRAID_CHECKPOINT_BYTES; default 64 MiB)')
+    .option('--checkpoint-rows <n>', 'checkpoint a branch once its WAL segment holds this many record versions (env: BRAID_CHECKPOINT_ROWS; default 100,000)')
+    .option('--log-level <level>', `${LOG_LEVELS.join(', ')} (env: BRAID_LOG_LEVEL; default warn)`)
+    .addHelpText('after', '\nEvery variable and its range: docs/operations.md. A bad value stops the start with `braid: invalid_config:`.')
+    .action(run(async (opts: ServerFlags) => {
+      const config = resolveServerConfig(opts, process.env);
       // files the index libraries create (tantivy, the vector graphs) are owner-only too
       process.umask(0o077);
       // the data directory opens on a thread of its own while the server's
@@ -98,16 +90,17 @@ export function buildCli(): Command {
   program
     .command('gateway')
     .description('start the gateway: bearer tokens, per-token rate limits and routing in front of engines')
-    .addOption(new Option('--host <host>', 'address to listen on (default 127.0.0.1)').env('BRAID_GATEWAY_HOST'))
-    .addOption(new Option('--port <port>', 'port to listen on (default 8081; 0 picks a free one)').argParser(nonNegative).env('BRAID_GATEWAY_PORT'))
-    .addOption(new Option('--config <file>', 'JSON config file: tokens, rate_limit, databases catalog').env('BRAID_GATEWAY_CONFIG'))
-    .addOption(new Option('--engine <url>', 'engine URL: the single-engine catalog default/main (default http://127.0.0.1:8080)').env('BRAID_ENGINE_URL'))
-    .addOption(new Option('--token <token...>', 'accepted bearer tokens, `secret` (admin) or `secret:read|write|admin`, added to BRAID_GATEWAY_TOKENS (comma-separated) and the config file\'s'))
-    .addOption(new Option('--rate-limit <n>', 'requests per token per window; 0 turns the limiter off (default 100)').argParser(nonNegative).env('BRAID_RATE_LIMIT'))
-    .addOption(new Option('--rate-window <ms>', 'rate-limit window in milliseconds (default 1000)').argParser(nonNegative).env('BRAID_RATE_WINDOW_MS'))
-    .addOption(new Option('--auth-failure-limit <n>', 'failed authentications per address per minute before it is locked out with 429; 0 turns this off (default 20)').argParser(nonNegative).env('BRAID_AUTH_FAILURE_LIMIT'))
-    .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug'))
-    .action(async (opts: GatewayFlags) => {
+    .option('--host <host>', 'address to listen on (env: BRAID_GATEWAY_HOST; default 127.0.0.1)')
+    .option('--port <port>', 'port to listen on, 0 to 65535; 0 picks a free one (env: BRAID_GATEWAY_PORT; default 8081)')
+    .option('--config <file>', 'JSON config file: tokens, rate_limit, databases catalog (env: BRAID_GATEWAY_CONFIG)')
+    .option('--engine <url>', 'engine URL: the single-engine catalog default/main (env: BRAID_ENGINE_URL; default http://127.0.0.1:8080)')
+    .option('--token <token...>', 'accepted bearer tokens, `secret` (admin) or `secret:read|write|admin`, added to BRAID_GATEWAY_TOKENS (comma-separated) and the config file\'s')
+    .option('--rate-limit <n>', 'requests per token per window; 0 turns the limiter off (env: BRAID_RATE_LIMIT; default 100)')
+    .option('--rate-window <ms>', `rate-limit window in milliseconds, 1 to ${MAX_WINDOW_MS} (env: BRAID_RATE_WINDOW_MS; default 1000)`)
+    .option('--auth-failure-limit <n>', 'failed authentications per address per minute before it is locked out with 429; 0 turns this off (env: BRAID_AUTH_FAILURE_LIMIT; default 20)')
+    .option('--log-level <level>', `${LOG_LEVELS.join(', ')} (env: BRAID_LOG_LEVEL; default warn)`)
+    .addHelpText('after', '\nEvery setting and its range: docs/gateway.md. A bad value stops the start with `braid: invalid_config:`.')
+    .action(run(async (opts: GatewayFlags) => {
       const { resolveGatewayConfig } = await import('./gateway/config.js');
       const { startGateway } = await import('./gateway/server.js');
       const config = resolveGatewayConfig(opts, process.env);
@@ -115,7 +108,7 @@ export function buildCli(): Command {
       exitOnSignals(gateway);
       const engines = [...new Set(config.catalog.databases.flatMap((db) => db.branches.map((b) => b.endpoint)))];
       console.log(`braid gateway listening on ${gateway.url} (engines: ${engines.join(', ')})`);
-    });
+    }));
 
   addClientCommands(program);
 

@@ -2,14 +2,15 @@
  * Server configuration: defaults, overridden by environment variables,
  * overridden by command-line flags. Documented in docs/operations.md.
  */
-import { BraidError } from './errors.js';
+import type { TokenSpec } from './auth.js';
+import { choiceSetting, LOG_LEVELS, MAX_BODY_BYTES, MAX_PORT, MAX_TIMER_MS, MAX_WHOLE, numberSetting, textSetting, tokensSetting, urlSetting } from './settings.js';
 
 export interface ServerConfig {
   host: string;
   port: number;
   dataDir: string;
-  /** When non-empty, requests must carry `Authorization: Bearer <one of these>`. */
-  authTokens: string[];
+  /** When non-empty, requests must carry `Authorization: Bearer <one of these>` (`secret` or `secret:scope`). */
+  authTokens: Array<string | TokenSpec>;
   bodyLimitBytes: number;
   /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
   requestTimeoutMs: number;
@@ -52,46 +53,75 @@ export const DEFAULTS: ServerConfig = {
   testHooks: false,
 };
 
-function int(value: string | undefined, name: string): number | undefined {
-  if (value === undefined || value === '') return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new BraidError('invalid_config', `${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
-  return n;
+/** Settings given on the `braid serve` command line, as text (checked here like the environment's). */
+export interface ServerFlags {
+  host?: string;
+  port?: string;
+  dataDir?: string;
+  authToken?: string[];
+  historyEpochs?: string;
+  checkpointBytes?: string;
+  checkpointRows?: string;
+  logLevel?: string;
 }
 
-/** A limit: a whole number from 1 (0 would refuse every write, or every vector). */
-function limit(value: string | undefined, name: string): number | undefined {
-  const n = int(value, name);
-  if (n !== undefined && (n < 1 || n > 4_294_967_295)) {
-    throw new BraidError('invalid_config', `${name} must be a whole number from 1 to 4294967295, got ${JSON.stringify(value)}`);
-  }
-  return n;
-}
+/** The largest of the limits (batch, vector dimension, columns), which the engine holds as u32; the least is 1, since 0 would refuse every write, or every vector. */
+const LIMIT_MAX = 4_294_967_295;
 
-function list(value: string | undefined): string[] | undefined {
-  if (value === undefined) return undefined;
-  return value.split(',').map((t) => t.trim()).filter(Boolean);
-}
+/** How each setting that a flag and a variable can both give is read, from either (ranges: docs/operations.md). */
+const read = {
+  host: (value: unknown, name: string) => textSetting(value, name),
+  port: (value: unknown, name: string) => numberSetting(value, name, 0, MAX_PORT),
+  dataDir: (value: unknown, name: string) => textSetting(value, name),
+  authTokens: (value: unknown, name: string) => tokensSetting(value, name),
+  // 0 keeps the latest versions only
+  historyEpochs: (value: unknown, name: string) => numberSetting(value, name, 0, MAX_WHOLE),
+  // 0 would checkpoint after every commit
+  checkpointBytes: (value: unknown, name: string) => numberSetting(value, name, 1, MAX_WHOLE),
+  checkpointRows: (value: unknown, name: string) => numberSetting(value, name, 1, MAX_WHOLE),
+  logLevel: (value: unknown, name: string) => choiceSetting(value, name, LOG_LEVELS),
+};
 
-/** Reads BRAID_* environment variables over the defaults. */
+/** Reads BRAID_* environment variables over the defaults; a bad value is `invalid_config` naming it. */
 export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig = DEFAULTS): ServerConfig {
+  const portName = env.BRAID_PORT === undefined && env.PORT !== undefined ? 'PORT' : 'BRAID_PORT';
   return {
-    host: env.BRAID_HOST ?? base.host,
-    port: int(env.BRAID_PORT ?? env.PORT, 'BRAID_PORT') ?? base.port,
-    dataDir: env.BRAID_DATA_DIR ?? base.dataDir,
-    authTokens: list(env.BRAID_AUTH_TOKENS) ?? base.authTokens,
-    bodyLimitBytes: int(env.BRAID_BODY_LIMIT_BYTES, 'BRAID_BODY_LIMIT_BYTES') ?? base.bodyLimitBytes,
-    requestTimeoutMs: int(env.BRAID_REQUEST_TIMEOUT_MS, 'BRAID_REQUEST_TIMEOUT_MS') ?? base.requestTimeoutMs,
-    maxBatch: limit(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH') ?? base.maxBatch,
-    maxVectorDim: limit(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM') ?? base.maxVectorDim,
-    maxColumns: limit(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS') ?? base.maxColumns,
-    receiptRetentionMs: int(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS') ?? base.receiptRetentionMs,
-    historyEpochs: int(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
-    checkpointBytes: int(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,
-    checkpointRows: int(env.BRAID_CHECKPOINT_ROWS, 'BRAID_CHECKPOINT_ROWS') ?? base.checkpointRows,
-    checkpointIntervalMs: int(env.BRAID_CHECKPOINT_INTERVAL_MS, 'BRAID_CHECKPOINT_INTERVAL_MS') ?? base.checkpointIntervalMs,
-    publicUrl: env.BRAID_PUBLIC_URL ?? base.publicUrl,
-    logLevel: env.BRAID_LOG_LEVEL ?? base.logLevel,
+    host: read.host(env.BRAID_HOST, 'BRAID_HOST') ?? base.host,
+    port: read.port(env.BRAID_PORT ?? env.PORT, portName) ?? base.port,
+    dataDir: read.dataDir(env.BRAID_DATA_DIR, 'BRAID_DATA_DIR') ?? base.dataDir,
+    authTokens: read.authTokens(env.BRAID_AUTH_TOKENS, 'BRAID_AUTH_TOKENS') ?? base.authTokens,
+    bodyLimitBytes: numberSetting(env.BRAID_BODY_LIMIT_BYTES, 'BRAID_BODY_LIMIT_BYTES', 1, MAX_BODY_BYTES) ?? base.bodyLimitBytes,
+    requestTimeoutMs: numberSetting(env.BRAID_REQUEST_TIMEOUT_MS, 'BRAID_REQUEST_TIMEOUT_MS', 0, MAX_TIMER_MS) ?? base.requestTimeoutMs,
+    maxBatch: numberSetting(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH', 1, LIMIT_MAX) ?? base.maxBatch,
+    maxVectorDim: numberSetting(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM', 1, LIMIT_MAX) ?? base.maxVectorDim,
+    maxColumns: numberSetting(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS', 1, LIMIT_MAX) ?? base.maxColumns,
+    receiptRetentionMs: numberSetting(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS', 0, MAX_WHOLE) ?? base.receiptRetentionMs,
+    historyEpochs: read.historyEpochs(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
+    checkpointBytes: read.checkpointBytes(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,
+    checkpointRows: read.checkpointRows(env.BRAID_CHECKPOINT_ROWS, 'BRAID_CHECKPOINT_ROWS') ?? base.checkpointRows,
+    checkpointIntervalMs: numberSetting(env.BRAID_CHECKPOINT_INTERVAL_MS, 'BRAID_CHECKPOINT_INTERVAL_MS', 1, MAX_WHOLE) ?? base.checkpointIntervalMs,
+    // reported as written, once it is known to be a URL
+    publicUrl: urlSetting(env.BRAID_PUBLIC_URL, 'BRAID_PUBLIC_URL') ? env.BRAID_PUBLIC_URL : base.publicUrl,
+    logLevel: read.logLevel(env.BRAID_LOG_LEVEL, 'BRAID_LOG_LEVEL') ?? base.logLevel,
     testHooks: env.BRAID_TEST_HOOKS === '1' || base.testHooks,
+  };
+}
+
+/**
+ * The configuration of `braid serve`: flags over the environment over the
+ * defaults. Every setting given is checked, a variable a flag overrides too.
+ */
+export function resolveServerConfig(flags: ServerFlags, env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const base = fromEnv(env);
+  return {
+    ...base,
+    host: read.host(flags.host, '--host') ?? base.host,
+    port: read.port(flags.port, '--port') ?? base.port,
+    dataDir: read.dataDir(flags.dataDir, '--data-dir') ?? base.dataDir,
+    authTokens: read.authTokens(flags.authToken, '--auth-token') ?? base.authTokens,
+    historyEpochs: read.historyEpochs(flags.historyEpochs, '--history-epochs') ?? base.historyEpochs,
+    checkpointBytes: read.checkpointBytes(flags.checkpointBytes, '--checkpoint-bytes') ?? base.checkpointBytes,
+    checkpointRows: read.checkpointRows(flags.checkpointRows, '--checkpoint-rows') ?? base.checkpointRows,
+    logLevel: read.logLevel(flags.logLevel, '--log-level') ?? base.logLevel,
   };
 }

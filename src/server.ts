@@ -1,7 +1,7 @@
 /**
  * Runs the engine's HTTP service: opens the data directory, listens, and on
- * SIGTERM or SIGINT stops accepting requests, lets in-flight ones finish and
- * closes the store cleanly.
+ * SIGTERM, SIGINT or SIGHUP (src/signals.ts) stops accepting requests, lets
+ * in-flight ones finish and closes the store cleanly.
  */
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
@@ -10,6 +10,7 @@ import { openServerEngine } from './server-open.js';
 import { prepareQueryChecks } from './services/queries.js';
 import { logEngineEvents } from './engine-events.js';
 import type { ServerConfig } from './config.js';
+import { listenFailure } from './settings.js';
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -34,7 +35,7 @@ export async function startServer(config: ServerConfig, engine: Braid = openServ
     url = await app.listen({ host: config.host, port: config.port });
   } catch (err) {
     engine.close();
-    throw err;
+    throw listenFailure(err, config.host, config.port);
   }
   engine.startIndexing();
   let closing: Promise<void> | undefined;

@@ -461,3 +461,97 @@ describe('against a data directory (--data-dir)', () => {
     expect(JSON.parse(jsonOnBranch.stdout).results.map((x: { record_id: string }) => x.record_id)).toEqual(['a5']);
   });
 });
+
+/**
+ * Runs `braid serve` or `braid gateway` that should refuse to start; one that
+ * starts anyway is killed as soon as it says it listens (its status is then null).
+ */
+function refusedStart(args: string[], env: Record<string, string> = {}): Promise<CliResult> {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env: { ...process.env, BRAID_LOG_LEVEL: 'error', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => {
+    stdout += d;
+    if (stdout.includes('listening on')) child.kill('SIGKILL');
+  });
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+// found by a black-box test of configuration handling: values Number() read
+// as something else (0x50 as port 80, an empty string as 0, 1e30), misspelt
+// token scopes that made admin tokens, token lists that made no token (an
+// open engine), and failures printed without a code
+describe('start-up settings are checked: braid: invalid_config: naming the setting and its value', () => {
+  it('braid serve refuses each bad variable or flag before it opens the data directory', async () => {
+    const dataDir = path.join(work, 'serve-never-created');
+    const cases: Array<[Record<string, string>, string[], string]> = [
+      [{ BRAID_PORT: '0x50' }, [], 'BRAID_PORT must be a whole number from 0 to 65535 in decimal digits, got "0x50"'],
+      [{ BRAID_PORT: '' }, [], 'BRAID_PORT is set but empty'],
+      [{ BRAID_PORT: '99999' }, [], 'BRAID_PORT must be a whole number from 0 to 65535 in decimal digits, got "99999"'],
+      [{}, ['--port', '0x50'], '--port must be a whole number from 0 to 65535 in decimal digits, got "0x50"'],
+      [{ BRAID_BODY_LIMIT_BYTES: '1e20' }, [], 'BRAID_BODY_LIMIT_BYTES must be a whole number from 1 to 1073741824 in decimal digits, got "1e20"'],
+      [{ BRAID_BODY_LIMIT_BYTES: '0' }, [], 'BRAID_BODY_LIMIT_BYTES must be a whole number from 1 to 1073741824 in decimal digits, got "0"'],
+      [{ BRAID_LOG_LEVEL: 'loud' }, [], 'BRAID_LOG_LEVEL must be one of silent, fatal, error, warn, info, debug, trace, got "loud"'],
+      [{ BRAID_HISTORY_EPOCHS: '1e30' }, [], 'BRAID_HISTORY_EPOCHS must be a whole number from 0 to 9007199254740991 in decimal digits, got "1e30"'],
+      [{ BRAID_CHECKPOINT_ROWS: '99999999999999999999' }, [], 'BRAID_CHECKPOINT_ROWS must be a whole number from 1 to 9007199254740991 in decimal digits, got "99999999999999999999"'],
+      [{}, ['--checkpoint-bytes', '0'], '--checkpoint-bytes must be a whole number from 1 to 9007199254740991 in decimal digits, got "0"'],
+      [{ BRAID_AUTH_TOKENS: 'x:superuser' }, [], 'BRAID_AUTH_TOKENS[0] ends in the scope "superuser", which is not one of read, write, admin'],
+      [{}, ['--auth-token', 'app:wirte'], '--auth-token[0] ends in the scope "wirte", which is not one of read, write, admin'],
+      [{ BRAID_AUTH_TOKENS: ',' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got ","'],
+      [{ BRAID_AUTH_TOKENS: ' ' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got " "'],
+    ];
+    const results = await Promise.all(cases.map(([env, flags]) => refusedStart(['serve', '--data-dir', dataDir, ...flags], { BRAID_PORT: '0', ...env })));
+    results.forEach((r, i) => {
+      const what = JSON.stringify(cases[i]!.slice(0, 2));
+      expect(r.code, `${what}: ${r.stdout}${r.stderr}`).toBe(1);
+      expect(r.stderr, what).toMatch(/^braid: invalid_config: /);
+      expect(r.stderr, what).toContain(cases[i]![2]);
+    });
+    expect(existsSync(dataDir)).toBe(false);
+  });
+
+  it('braid gateway refuses each bad variable or flag with the same prefix', async () => {
+    const cases: Array<[Record<string, string>, string[], string]> = [
+      [{}, ['--token', 'app:wirte'], '--token[0] ends in the scope "wirte", which is not one of read, write, admin'],
+      [{ BRAID_GATEWAY_TOKENS: ',' }, ['--token', 'good'], 'BRAID_GATEWAY_TOKENS is set but names no token'],
+      [{ BRAID_RATE_LIMIT: '' }, ['--token', 'good'], 'BRAID_RATE_LIMIT is set but empty'],
+      [{}, ['--token', 'good', '--rate-window', '0'], '--rate-window must be a whole number from 1 to 86400000 in decimal digits, got "0"'],
+      [{}, ['--token', 'good', '--rate-window', '1e20'], '--rate-window must be a whole number from 1 to 86400000 in decimal digits, got "1e20"'],
+      [{}, ['--token', 'good', '--engine', 'notaurl'], '--engine must be an absolute http(s) URL, got "notaurl"'],
+      [{ BRAID_GATEWAY_PORT: '0x50' }, ['--token', 'good'], 'BRAID_GATEWAY_PORT must be a whole number from 0 to 65535 in decimal digits, got "0x50"'],
+    ];
+    const results = await Promise.all(cases.map(([env, flags]) => refusedStart(['gateway', ...flags], { BRAID_GATEWAY_PORT: '0', ...env })));
+    results.forEach((r, i) => {
+      const what = JSON.stringify(cases[i]!.slice(0, 2));
+      expect(r.code, `${what}: ${r.stdout}${r.stderr}`).toBe(1);
+      expect(r.stderr, what).toMatch(/^braid: invalid_config: /);
+      expect(r.stderr, what).toContain(cases[i]![2]);
+    });
+  });
+});
+
+// found by a black-box test of the CLI: a file query could not read was printed as `braid: ENOENT: ...`,
+// and a --url fetch could not parse was reported as an unreachable server
+describe('client command arguments', () => {
+  it('query --body-file of a file it cannot read is invalid_request, as import says it', async () => {
+    const missing = await braid(['query', '--body-file', path.join(work, 'no-such-query.json'), '--url', s.url]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^braid: invalid_request: cannot read .*no-such-query\.json: ENOENT/);
+    const dir = await braid(['query', '--body-file', work, '--url', s.url]);
+    expect(dir.code).toBe(1);
+    expect(dir.stderr).toMatch(/^braid: invalid_request: cannot read .*: EISDIR/);
+  });
+
+  it('a --url or BRAID_URL that is not an http(s) URL is invalid_request naming it', async () => {
+    const flag = await braid(['import', 'articles', '--url', 'notaurl'], ndjson(articles.slice(0, 1)));
+    expect(flag.code).toBe(1);
+    expect(flag.stderr).toBe('braid: invalid_request: --url must be an absolute http(s) URL, got "notaurl"\n');
+    const env = await braid(['branches'], undefined, { BRAID_URL: 'ftp://127.0.0.1' });
+    expect(env.code).toBe(1);
+    expect(env.stderr).toBe('braid: invalid_request: BRAID_URL must use http or https, got "ftp://127.0.0.1"\n');
+  });
+});

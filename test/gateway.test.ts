@@ -9,7 +9,7 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
-import { GatewayConfigError, parsePutBody, resolveGatewayConfig, Router, TokenSet } from '../src/gateway/index.js';
+import { GatewayConfigError, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
 import { request, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
@@ -86,6 +86,59 @@ describe('gateway configuration (pure)', () => {
     // a misspelt scope key would leave the default, admin
     expect(() => resolveGatewayConfig({ config: write('e.json', { tokens: [{ token: 'ro', scop: 'read' }] }) }, {})).toThrow(/unknown key "scop"/);
     expect(resolveGatewayConfig({ token: ['ok-Token_1.~+/=:read'] }, {}).tokens).toEqual([{ token: 'ok-Token_1.~+/=', scope: 'read' }]);
+  });
+
+  // found by a black-box test: a misspelt scope had made an admin token, an empty BRAID_RATE_LIMIT had
+  // turned the limiter off, and a window of 1e20 ms had been taken (its 429 said "retry in -1126158515 years")
+  it('refuses a misspelt scope, a variable that names no token, and numbers that are not plain digits in range', () => {
+    const dir = tempDir('braid-gw-conf-');
+    dirs.push(dir);
+    for (const spec of ['app:wirte', 'x:superuser', 'ro:READ', 'trailing:']) {
+      expect(() => resolveGatewayConfig({ token: [spec] }, {}), spec).toThrow(GatewayConfigError);
+      expect(() => resolveGatewayConfig({ token: [spec] }, {}), spec).toThrow(/^--token\[0\] ends in the scope "[^"]*", which is not one of read, write, admin/);
+    }
+    expect(() => resolveGatewayConfig({}, { BRAID_GATEWAY_TOKENS: 'good,app:wirte' })).toThrow(/^BRAID_GATEWAY_TOKENS\[1\] ends in the scope "wirte"/);
+    // a secret that holds a colon takes its scope after it
+    expect(resolveGatewayConfig({ token: ['a:b:admin', 'c:d:read'] }, {}).tokens).toEqual([{ token: 'a:b', scope: 'admin' }, { token: 'c:d', scope: 'read' }]);
+    expect(() => resolveGatewayConfig({ token: ['good'] }, { BRAID_GATEWAY_TOKENS: ' , ' })).toThrow(/^BRAID_GATEWAY_TOKENS is set but names no token/);
+    expect(() => resolveGatewayConfig({ token: ['good'] }, { BRAID_RATE_LIMIT: '' })).toThrow(/^BRAID_RATE_LIMIT is set but empty/);
+    for (const bad of ['0', '1e20', '86400001', '-1', '0x10', ' 5', '1.5']) {
+      expect(() => resolveGatewayConfig({ token: ['good'], rateWindow: bad }, {}), bad).toThrow(
+        `--rate-window must be a whole number from 1 to 86400000 in decimal digits, got ${JSON.stringify(bad)}`,
+      );
+    }
+    expect(resolveGatewayConfig({ token: ['good'], rateWindow: '86400000' }, {}).rateWindowMs).toBe(86_400_000);
+    // a bad variable is refused even where a flag overrides it
+    expect(() => resolveGatewayConfig({ token: ['good'], rateLimit: '5' }, { BRAID_RATE_LIMIT: '5x' })).toThrow(/^BRAID_RATE_LIMIT must be a whole number/);
+    expect(() => resolveGatewayConfig({ token: ['good'] }, { BRAID_ENGINE_URL: 'notaurl' })).toThrow('BRAID_ENGINE_URL must be an absolute http(s) URL, got "notaurl"');
+    expect(() => resolveGatewayConfig({ token: ['good'] }, { BRAID_LOG_LEVEL: 'loud' })).toThrow(/^BRAID_LOG_LEVEL must be one of silent, fatal, error, warn, info, debug, trace, got "loud"/);
+    // a file's 0 had silently meant the default
+    const file = path.join(dir, 'zero.json');
+    writeFileSync(file, JSON.stringify({ tokens: ['good'], ready_interval_ms: 0 }));
+    expect(() => resolveGatewayConfig({ config: file }, {})).toThrow(/^ready_interval_ms must be a whole number from 1 to 2147483647/);
+    writeFileSync(file, JSON.stringify({ tokens: [] }));
+    expect(() => resolveGatewayConfig({ config: file, token: ['good'] }, {})).toThrow(/^tokens is set but names no token/);
+  });
+
+  it('a window at its longest (24 h) answers 429 with Retry-After and x-ratelimit-reset as whole seconds within it', async () => {
+    // no engine behind it: the limiter answers before any proxying
+    const gateway = await startGateway(
+      resolveGatewayConfig({ engine: 'http://127.0.0.1:9', token: ['good'], rateLimit: 1, rateWindow: '86400000', authFailureLimit: 0, port: 0, logLevel: 'error' }, {}),
+    );
+    try {
+      const first = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
+      const second = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
+      expect(second.status).toBe(429);
+      expect(second.body.code).toBe('rate_limited');
+      for (const value of [first.headers.get('x-ratelimit-reset'), second.headers.get('x-ratelimit-reset'), second.headers.get('retry-after')]) {
+        expect(value).toMatch(/^[0-9]+$/);
+        expect(Number(value)).toBeGreaterThan(0);
+        expect(Number(value)).toBeLessThanOrEqual(86_400);
+      }
+      expect(second.body.error).toMatch(/retry in (1 day|24 hours)$/);
+    } finally {
+      await gateway.close();
+    }
   });
 
   it('routes by catalog names and wraps a bare put body', () => {

@@ -140,3 +140,43 @@ describe('SIGTERM', () => {
     expect(await again.exited).toBe(0);
   });
 });
+
+// found by a black-box test: SIGHUP (a closed terminal, a supervisor's
+// hang-up) killed the process at once, status 129, with no drain and no
+// close checkpoint
+describe('SIGHUP', () => {
+  it('drains braid serve like SIGTERM: exit 0 after the close checkpoint', async () => {
+    const hupDir = tempDir('braid-sighup-');
+    try {
+      const server = await spawnServer(['serve', '--port', '0', '--data-dir', hupDir], { BRAID_LOG_LEVEL: 'info' });
+      children.push(server);
+      const put = await request(`${server.url}/v1/records/put`, 'POST', { table: 'hup', tenant_id: 't', id: 'a', fields: { body: 'kept' } });
+      expect(put.status).toBe(200);
+      server.child.kill('SIGHUP');
+      expect(await server.exited).toBe(0);
+      expect(server.output()).toContain('"signal":"SIGHUP"');
+      expect(server.output()).toMatch(/"event":"checkpoint"[^\n]*"trigger":"close"/);
+
+      // the close checkpoint holds the write: nothing is replayed from the log
+      const again = await spawnServer(['serve', '--port', '0', '--data-dir', hupDir], { BRAID_LOG_LEVEL: 'info' });
+      children.push(again);
+      const got = await request(`${again.url}/v1/records/get`, 'POST', { table: 'hup', tenant_id: 't', id: 'a' });
+      expect(got.body.record).toMatchObject({ fields: { body: 'kept' } });
+      await waitFor('the recovery event', () => /"event":"recovery"/.test(again.output()));
+      expect(again.output()).toMatch(/"event":"recovery"[^\n]*"commits_replayed":0/);
+      again.child.kill('SIGTERM');
+      expect(await again.exited).toBe(0);
+    } finally {
+      rmSync(hupDir, { recursive: true, force: true });
+    }
+  });
+
+  it('drains braid gateway like SIGTERM: exit 0', async () => {
+    // no engine behind it: the gateway starts and stops without one
+    const gateway = await spawnServer(['gateway', '--port', '0', '--engine', 'http://127.0.0.1:9', '--token', 'good'], { BRAID_LOG_LEVEL: 'info' });
+    children.push(gateway);
+    gateway.child.kill('SIGHUP');
+    expect(await gateway.exited).toBe(0);
+    expect(gateway.output()).toContain('"signal":"SIGHUP"');
+  });
+});

@@ -11,6 +11,7 @@ import { BraidClient, DEFAULT_URL, RemoteBraidError, type PutBatchResult, type R
 import { Braid, type BranchRef, type BranchSummary, type HybridQuery, type QueryResponse, type RecordInput, type RecordKey } from '../engine.js';
 import { BraidError } from '../errors.js';
 import { QlSyntaxError } from '../ql/index.js';
+import { urlSetting } from '../settings.js';
 
 /** What the client commands need, from a server or from an embedded engine. */
 export interface Backend {
@@ -88,7 +89,10 @@ function connect(flags: ConnectionFlags, command: Command): Backend {
     if (command.getOptionValueSource('url') === 'cli') throw new BraidError('invalid_request', 'give either --url or --data-dir, not both');
     return embeddedBackend(path.resolve(flags.dataDir), branch);
   }
-  return httpBackend(new BraidClient({ url: flags.url ?? DEFAULT_URL, token: flags.token, branch }));
+  const url = flags.url ?? DEFAULT_URL;
+  // a URL fetch cannot parse had been reported as an unreachable server
+  urlSetting(url, command.getOptionValueSource('url') === 'env' ? 'BRAID_URL' : '--url', 'invalid_request');
+  return httpBackend(new BraidClient({ url, token: flags.token, branch }));
 }
 
 /** Runs `body` against the backend the flags name, and closes it after. */
@@ -118,6 +122,11 @@ export function connectionOptions(command: Command, addressesBranch: boolean): C
       `${DEFAULT_URL}).\nWith --data-dir it opens that directory in this process instead, which works only while no\n` +
       'server holds the directory (a running `braid serve` locks it).',
   );
+}
+
+/** A file a command cannot read (missing, a directory, no permission), as the `invalid_request` it prints. */
+export function unreadable(file: string, err: unknown): BraidError {
+  return new BraidError('invalid_request', `cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`);
 }
 
 /** Runs a command: prints `braid: <code>: <message>` and exits 1 on failure. */

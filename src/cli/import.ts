@@ -5,7 +5,7 @@ import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
 import type { RecordInput } from '../engine.js';
 import { BraidError } from '../errors.js';
-import { connectionOptions, integerOption, run, withBackend, type Backend, type ConnectionFlags } from './backend.js';
+import { connectionOptions, integerOption, run, unreadable, withBackend, type Backend, type ConnectionFlags } from './backend.js';
 
 interface ImportFlags extends ConnectionFlags {
   batch: number;
@@ -111,7 +111,7 @@ function inputBytes(file: string): number {
     if (!stat.isFile() && !stat.isFIFO()) throw new Error(`${file} is not a file`);
     return stat.size;
   } catch (err) {
-    throw new BraidError('invalid_request', `cannot read ${file}: ${(err as Error).message}`);
+    throw unreadable(file, err);
   }
 }
 
@@ -208,7 +208,7 @@ async function importRecords(backend: Backend, table: string, file: string | und
     if (pending.length > 0) await flush(pending);
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
-    summary.aborted = err instanceof BraidError || typeof e?.code !== 'string' || !e.syscall ? err : new BraidError('invalid_request', `cannot read ${file}: ${e.message}`);
+    summary.aborted = err instanceof BraidError || typeof e?.code !== 'string' || !e.syscall ? err : unreadable(fromStdin ? 'stdin' : file, e);
   } finally {
     if ('destroy' in input && input !== process.stdin) input.destroy();
     bar?.stop();

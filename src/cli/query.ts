@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { HybridQuery } from '../engine.js';
 import { BraidError } from '../errors.js';
-import { connectionOptions, integerOption, run, withBackend, type ConnectionFlags } from './backend.js';
+import { connectionOptions, integerOption, run, unreadable, withBackend, type ConnectionFlags } from './backend.js';
 import { formatQueryTable } from './format.js';
 
 interface QuerySource {
@@ -27,8 +27,12 @@ async function readQueryBody(source: QuerySource): Promise<HybridQuery> {
   } else {
     const file = source.bodyFile!;
     if (file === '-' && process.stdin.isTTY) throw new BraidError('invalid_request', 'no input: give --body-file a file or pipe the JSON query on stdin');
-    text = file === '-' ? await readStdin() : readFileSync(file, 'utf8');
     where = file === '-' ? 'stdin' : file;
+    try {
+      text = file === '-' ? await readStdin() : readFileSync(file, 'utf8');
+    } catch (err) {
+      throw unreadable(where, err);
+    }
   }
   try {
     // an object or not, the query service checks its shape, on the server and in-process alike

@@ -6,6 +6,22 @@
 import { BraidError } from '../errors.js';
 import { readFileSync } from 'node:fs';
 import { allows, parseTokenSpec, type TokenSpec } from '../auth.js';
+import {
+  choiceSetting,
+  LOG_LEVELS,
+  MAX_BODY_BYTES,
+  MAX_PORT,
+  MAX_TIMER_MS,
+  MAX_WHOLE,
+  MAX_WINDOW_MS,
+  numberSetting,
+  textSetting,
+  tokensSetting,
+  urlSetting,
+} from '../settings.js';
+
+/** Keep-alive connections one engine pool may hold at most. */
+const MAX_CONNECTIONS = 65_535;
 
 /** One routable branch of the catalog. */
 export interface CatalogBranch {
@@ -90,16 +106,20 @@ export const GATEWAY_DEFAULTS: Omit<GatewayConfig, 'catalog' | 'tokens'> = {
 export const DEFAULT_DATABASE = 'default';
 export const DEFAULT_BRANCH = 'main';
 
-/** Settings given on the command line (commander has already merged its env fallbacks). */
+/**
+ * Settings given on the command line: text from `braid gateway`, numbers
+ * from a program. The environment's variables are read by
+ * {@link resolveGatewayConfig}, not by the command line parser.
+ */
 export interface GatewayFlags {
   host?: string;
-  port?: number;
+  port?: number | string;
   config?: string;
   engine?: string;
   token?: string[];
-  rateLimit?: number;
-  rateWindow?: number;
-  authFailureLimit?: number;
+  rateLimit?: number | string;
+  rateWindow?: number | string;
+  authFailureLimit?: number | string;
   logLevel?: string;
 }
 
@@ -115,36 +135,6 @@ function fail(message: string): never {
   throw new GatewayConfigError(message);
 }
 
-function int(value: unknown, name: string): number | undefined {
-  if (value === undefined || value === null || value === '') return undefined;
-  const n = typeof value === 'number' ? value : Number(value);
-  if (!Number.isInteger(n) || n < 0) fail(`${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
-  return n;
-}
-
-function str(value: unknown, name: string): string | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'string' || value === '') fail(`${name} must be a non-empty string`);
-  return value;
-}
-
-/** Tokens as `secret`, `secret:scope` or (in the config file) `{token, scope}`. */
-function tokenList(value: unknown, name: string): TokenSpec[] {
-  if (value === undefined || value === null) return [];
-  const raw = typeof value === 'string' ? value.split(',') : value;
-  if (!Array.isArray(raw)) fail(`${name} must be a list of tokens`);
-  const out: TokenSpec[] = [];
-  raw.forEach((t, i) => {
-    if (typeof t === 'string' && t.trim() === '') return;
-    try {
-      out.push(parseTokenSpec(typeof t === 'string' ? t.trim() : (t as { token?: unknown; scope?: unknown }), `${name}[${i}]`));
-    } catch (err) {
-      fail((err as Error).message);
-    }
-  });
-  return out;
-}
-
 /** One entry per token; a token listed twice keeps its widest scope. */
 function uniqueTokens(specs: TokenSpec[]): TokenSpec[] {
   const byToken = new Map<string, TokenSpec>();
@@ -157,19 +147,30 @@ function uniqueTokens(specs: TokenSpec[]): TokenSpec[] {
 
 /** Normalises an engine URL: http(s) only, no trailing slash, no query. */
 export function normalizeEndpoint(value: string, name = 'endpoint'): string {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    fail(`${name} must be an absolute http(s) URL, got ${JSON.stringify(value)}`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') fail(`${name} must use http or https, got ${JSON.stringify(value)}`);
-  if (url.search || url.hash) fail(`${name} must not have a query or fragment, got ${JSON.stringify(value)}`);
+  return endpointOf(checked(() => urlSetting(value, name) ?? fail(`${name} is required`)));
+}
+
+/** An engine URL as the catalog holds it: no trailing slash. */
+function endpointOf(url: URL): string {
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+}
+
+/** Runs `read`, turning a setting it refuses (src/settings.ts) into a GatewayConfigError. */
+function checked<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    if (err instanceof BraidError && err.code === 'invalid_config' && !(err instanceof GatewayConfigError)) fail(err.message);
+    throw err;
+  }
 }
 
 /** Checks a catalog and fills in endpoints from the default engine URL. */
 export function parseCatalog(value: unknown, engineUrl: string): Catalog {
+  return checked(() => readCatalog(value, engineUrl));
+}
+
+function readCatalog(value: unknown, engineUrl: string): Catalog {
   if (typeof value !== 'object' || value === null || !Array.isArray((value as Catalog).databases)) {
     fail('catalog must be an object with a "databases" list');
   }
@@ -181,7 +182,7 @@ export function parseCatalog(value: unknown, engineUrl: string): Catalog {
       const where = `databases[${i}]`;
       if (typeof d !== 'object' || d === null) fail(`${where} must be an object`);
       const db = d as Record<string, unknown>;
-      const database_id = str(db.database_id, `${where}.database_id`) ?? fail(`${where}.database_id is required`);
+      const database_id = textSetting(db.database_id, `${where}.database_id`) ?? fail(`${where}.database_id is required`);
       if (seenDb.has(database_id)) fail(`database ${database_id} appears twice in the catalog`);
       seenDb.add(database_id);
       if (!Array.isArray(db.branches) || db.branches.length === 0) fail(`${where}.branches must be a non-empty list`);
@@ -190,18 +191,18 @@ export function parseCatalog(value: unknown, engineUrl: string): Catalog {
         const bwhere = `${where}.branches[${j}]`;
         if (typeof b !== 'object' || b === null) fail(`${bwhere} must be an object`);
         const br = b as Record<string, unknown>;
-        const branch_id = str(br.branch_id, `${bwhere}.branch_id`) ?? fail(`${bwhere}.branch_id is required`);
+        const branch_id = textSetting(br.branch_id, `${bwhere}.branch_id`) ?? fail(`${bwhere}.branch_id is required`);
         if (seenBranch.has(branch_id)) fail(`branch ${database_id}/${branch_id} appears twice in the catalog`);
         seenBranch.add(branch_id);
-        const endpoint = normalizeEndpoint(str(br.endpoint, `${bwhere}.endpoint`) ?? engineUrl, `${bwhere}.endpoint`);
+        const endpoint = normalizeEndpoint(textSetting(br.endpoint, `${bwhere}.endpoint`) ?? engineUrl, `${bwhere}.endpoint`);
         const out: CatalogBranch = { branch_id, endpoint };
-        const upDb = str(br.upstream_database_id, `${bwhere}.upstream_database_id`);
-        const upBranch = str(br.upstream_branch_id, `${bwhere}.upstream_branch_id`);
+        const upDb = textSetting(br.upstream_database_id, `${bwhere}.upstream_database_id`);
+        const upBranch = textSetting(br.upstream_branch_id, `${bwhere}.upstream_branch_id`);
         if (upDb) out.upstream_database_id = upDb;
         if (upBranch) out.upstream_branch_id = upBranch;
         return out;
       });
-      const default_branch = str(db.default_branch, `${where}.default_branch`);
+      const default_branch = textSetting(db.default_branch, `${where}.default_branch`);
       if (default_branch && !seenBranch.has(default_branch)) fail(`${where}.default_branch ${default_branch} is not one of its branches`);
       const out: CatalogDatabase = { database_id, branches };
       if (default_branch) out.default_branch = default_branch;
@@ -242,12 +243,23 @@ const FILE_KEYS = new Set([
   'ready_interval_ms', 'connect_timeout_ms', 'upstream_timeout_ms', 'request_timeout_ms', 'body_limit_bytes', 'connections_per_engine', 'log_level',
 ]);
 
+/** The first of `values` that is set; each was checked when the list was built, the ones it overrides too. */
+function firstOf<T>(...values: Array<T | undefined>): T | undefined {
+  return values.find((v) => v !== undefined);
+}
+
 /**
  * Resolves the gateway configuration from a config file (flags.config or
- * BRAID_GATEWAY_CONFIG), the environment and flags.
+ * BRAID_GATEWAY_CONFIG), the environment and flags. Every setting given is
+ * checked (src/settings.ts), one a flag overrides too; a bad one is a
+ * GatewayConfigError naming it and its value.
  */
 export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
-  const configPath = flags.config ?? (env.BRAID_GATEWAY_CONFIG || undefined);
+  return checked(() => resolve(flags, env));
+}
+
+function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
+  const configPath = firstOf(textSetting(flags.config, '--config'), textSetting(env.BRAID_GATEWAY_CONFIG, 'BRAID_GATEWAY_CONFIG'));
   const file = configPath ? readConfigFile(configPath) : {};
   for (const key of Object.keys(file)) {
     if (!FILE_KEYS.has(key)) fail(`unknown key ${JSON.stringify(key)} in gateway config${configPath ? ` ${configPath}` : ''}`);
@@ -259,54 +271,67 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
   if (af !== undefined && (typeof af !== 'object' || af === null)) fail('auth_failures must be an object {max, window_ms}');
   const authFile = (af ?? {}) as Record<string, unknown>;
   const d = GATEWAY_DEFAULTS;
+  /** A whole number given by a flag, a variable or a file key, in that order of precedence. */
+  const number = (sources: { flag?: [unknown, string]; env?: string; file: [unknown, string] }, min: number, max: number, fallback: number): number =>
+    firstOf(
+      sources.flag ? numberSetting(sources.flag[0], sources.flag[1], min, max) : undefined,
+      sources.env ? numberSetting(env[sources.env], sources.env, min, max) : undefined,
+      numberSetting(sources.file[0], sources.file[1], min, max),
+    ) ?? fallback;
 
-  const engineUrl = normalizeEndpoint(
-    flags.engine ?? (env.BRAID_ENGINE_URL || undefined) ?? str(file.engine_url, 'engine_url') ?? d.engineUrl,
-    'engine URL',
+  const engineUrl = endpointOf(
+    firstOf(urlSetting(flags.engine, '--engine'), urlSetting(env.BRAID_ENGINE_URL, 'BRAID_ENGINE_URL'), urlSetting(file.engine_url, 'engine_url'))
+      ?? new URL(d.engineUrl),
   );
   const catalogSource = file.catalog ?? (file.databases !== undefined ? { databases: file.databases } : undefined);
   const catalog = catalogSource === undefined ? singleEngineCatalog(engineUrl) : parseCatalog(catalogSource, engineUrl);
 
   const tokens = uniqueTokens([
-    ...tokenList(file.tokens, 'tokens'),
-    ...tokenList(env.BRAID_GATEWAY_TOKENS, 'BRAID_GATEWAY_TOKENS'),
-    ...tokenList(flags.token, '--token'),
+    ...(tokensSetting(file.tokens, 'tokens') ?? []),
+    ...(tokensSetting(env.BRAID_GATEWAY_TOKENS, 'BRAID_GATEWAY_TOKENS') ?? []),
+    ...(tokensSetting(flags.token, '--token') ?? []),
   ]);
   if (tokens.length === 0) {
     fail('the gateway needs at least one bearer token: --token, BRAID_GATEWAY_TOKENS or "tokens" in the config file');
   }
 
-  const defaultDatabase = str(file.default_database, 'default_database')
+  const defaultDatabase = textSetting(file.default_database, 'default_database')
     ?? (catalog.databases.some((db) => db.database_id === DEFAULT_DATABASE) ? DEFAULT_DATABASE : catalog.databases[0]!.database_id);
   if (!catalog.databases.some((db) => db.database_id === defaultDatabase)) {
     fail(`default_database ${defaultDatabase} is not in the catalog`);
   }
 
-  const pick = (flag: number | undefined, envName: string, fileValue: unknown, fileName: string, fallback: number): number =>
-    flag ?? int(env[envName], envName) ?? int(fileValue, fileName) ?? fallback;
-
-  const rateWindowMs = pick(flags.rateWindow, 'BRAID_RATE_WINDOW_MS', rateFile.window_ms, 'rate_limit.window_ms', d.rateWindowMs);
-  if (rateWindowMs === 0) fail('the rate window must be at least 1 ms');
-
   return {
-    host: flags.host ?? (env.BRAID_GATEWAY_HOST || undefined) ?? str(file.host, 'host') ?? d.host,
-    port: pick(flags.port, 'BRAID_GATEWAY_PORT', file.port, 'port', d.port),
+    host: firstOf(textSetting(flags.host, '--host'), textSetting(env.BRAID_GATEWAY_HOST, 'BRAID_GATEWAY_HOST'), textSetting(file.host, 'host')) ?? d.host,
+    port: number({ flag: [flags.port, '--port'], env: 'BRAID_GATEWAY_PORT', file: [file.port, 'port'] }, 0, MAX_PORT, d.port),
     tokens,
-    authFailureMax: pick(flags.authFailureLimit, 'BRAID_AUTH_FAILURE_LIMIT', authFile.max, 'auth_failures.max', d.authFailureMax),
-    authFailureWindowMs: int(authFile.window_ms, 'auth_failures.window_ms') || d.authFailureWindowMs,
-    rateLimitMax: pick(flags.rateLimit, 'BRAID_RATE_LIMIT', rateFile.max, 'rate_limit.max', d.rateLimitMax),
-    rateWindowMs,
+    authFailureMax: number(
+      { flag: [flags.authFailureLimit, '--auth-failure-limit'], env: 'BRAID_AUTH_FAILURE_LIMIT', file: [authFile.max, 'auth_failures.max'] },
+      0,
+      MAX_WHOLE,
+      d.authFailureMax,
+    ),
+    authFailureWindowMs: number({ file: [authFile.window_ms, 'auth_failures.window_ms'] }, 1, MAX_WINDOW_MS, d.authFailureWindowMs),
+    rateLimitMax: number({ flag: [flags.rateLimit, '--rate-limit'], env: 'BRAID_RATE_LIMIT', file: [rateFile.max, 'rate_limit.max'] }, 0, MAX_WHOLE, d.rateLimitMax),
+    rateWindowMs: number(
+      { flag: [flags.rateWindow, '--rate-window'], env: 'BRAID_RATE_WINDOW_MS', file: [rateFile.window_ms, 'rate_limit.window_ms'] },
+      1,
+      MAX_WINDOW_MS,
+      d.rateWindowMs,
+    ),
     engineUrl,
-    engineToken: (env.BRAID_ENGINE_TOKEN || undefined) ?? str(file.engine_token, 'engine_token') ?? d.engineToken,
+    engineToken: firstOf(textSetting(env.BRAID_ENGINE_TOKEN, 'BRAID_ENGINE_TOKEN'), textSetting(file.engine_token, 'engine_token')) ?? d.engineToken,
     catalog,
     defaultDatabase,
-    readyIntervalMs: int(file.ready_interval_ms, 'ready_interval_ms') || d.readyIntervalMs,
-    connectTimeoutMs: int(file.connect_timeout_ms, 'connect_timeout_ms') || d.connectTimeoutMs,
-    upstreamTimeoutMs: int(file.upstream_timeout_ms, 'upstream_timeout_ms') || d.upstreamTimeoutMs,
-    requestTimeoutMs: int(file.request_timeout_ms, 'request_timeout_ms') ?? d.requestTimeoutMs,
-    bodyLimitBytes: int(file.body_limit_bytes, 'body_limit_bytes') || d.bodyLimitBytes,
-    connectionsPerEngine: int(file.connections_per_engine, 'connections_per_engine') || d.connectionsPerEngine,
-    logLevel: flags.logLevel ?? (env.BRAID_LOG_LEVEL || undefined) ?? str(file.log_level, 'log_level') ?? d.logLevel,
+    readyIntervalMs: number({ file: [file.ready_interval_ms, 'ready_interval_ms'] }, 1, MAX_TIMER_MS, d.readyIntervalMs),
+    connectTimeoutMs: number({ file: [file.connect_timeout_ms, 'connect_timeout_ms'] }, 1, MAX_TIMER_MS, d.connectTimeoutMs),
+    upstreamTimeoutMs: number({ file: [file.upstream_timeout_ms, 'upstream_timeout_ms'] }, 1, MAX_TIMER_MS, d.upstreamTimeoutMs),
+    requestTimeoutMs: number({ file: [file.request_timeout_ms, 'request_timeout_ms'] }, 0, MAX_TIMER_MS, d.requestTimeoutMs),
+    bodyLimitBytes: number({ file: [file.body_limit_bytes, 'body_limit_bytes'] }, 1, MAX_BODY_BYTES, d.bodyLimitBytes),
+    connectionsPerEngine: number({ file: [file.connections_per_engine, 'connections_per_engine'] }, 1, MAX_CONNECTIONS, d.connectionsPerEngine),
+    logLevel:
+      firstOf(choiceSetting(flags.logLevel, '--log-level', LOG_LEVELS), choiceSetting(env.BRAID_LOG_LEVEL, 'BRAID_LOG_LEVEL', LOG_LEVELS), choiceSetting(file.log_level, 'log_level', LOG_LEVELS))
+      ?? d.logLevel,
   };
 }
 

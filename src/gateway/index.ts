@@ -2,7 +2,7 @@
 export { buildGateway, type GatewayOptions, type GatewayState } from './app.js';
 export { GATEWAY_SERVICE_NAME } from './ops.js';
 export { startGateway, type RunningGateway } from './server.js';
-/** Drains and exits on SIGTERM / SIGINT (the same as `braid serve`'s). */
+/** Drains and exits on SIGTERM, SIGINT or SIGHUP (the same as `braid serve`'s). */
 export { exitOnSignals as exitGatewayOnSignals } from '../signals.js';
 export {
   GATEWAY_DEFAULTS,

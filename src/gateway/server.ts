@@ -1,10 +1,12 @@
 /**
- * Runs the gateway: builds it, listens, and on SIGTERM or SIGINT stops
- * accepting requests, lets in-flight ones finish and closes the engine pools.
+ * Runs the gateway: builds it, listens, and on SIGTERM, SIGINT or SIGHUP
+ * (src/signals.ts) stops accepting requests, lets in-flight ones finish and
+ * closes the engine pools.
  */
 import type { FastifyInstance } from 'fastify';
 import { buildGateway } from './app.js';
 import type { GatewayConfig } from './config.js';
+import { listenFailure } from '../settings.js';
 
 export interface RunningGateway {
   app: FastifyInstance;
@@ -20,7 +22,7 @@ export async function startGateway(config: GatewayConfig): Promise<RunningGatewa
     url = await app.listen({ host: config.host, port: config.port });
   } catch (err) {
     await app.close();
-    throw err;
+    throw listenFailure(err, config.host, config.port);
   }
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
