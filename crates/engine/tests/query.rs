@@ -579,6 +579,16 @@ fn validation_errors_have_codes() {
         // match (it answered an empty list; found by a black-box oracle test)
         (filter("body", json!(5)), Code::SchemaTypeMismatch),
         (filter("body", json!(true)), Code::SchemaTypeMismatch),
+        // a range is checked whether or not its path runs (graph_depth 9
+        // without a seed answered 200; found by a black-box docs test)
+        (
+            {
+                let mut x = q("docs", "t");
+                x.graph_depth = Some(9);
+                x
+            },
+            Code::InvalidQuery,
+        ),
         (q("missing", "t"), Code::UnknownTable),
         (
             {

@@ -66,6 +66,17 @@ pub const MAX_TEXT_DEPTH: usize = 1 << 20;
 /// `max_clause_count`); each term costs a posting-list walk.
 pub const MAX_QUERY_TERMS: usize = 1024;
 
+/// A query integer as an error message quotes it: one that saturated while
+/// it was read (past i64's range, see [`whole_number`]) is not quoted as
+/// the saturated value, which the client never sent.
+fn shown(v: i64) -> String {
+    match v {
+        i64::MAX => "a number of 2^63 or more".into(),
+        i64::MIN => "a number of -2^63 or less".into(),
+        v => v.to_string(),
+    }
+}
+
 /// An integer field of a query that also takes a whole number written as a
 /// float: a JSON number past 2^53 reaches the engine as a double (`1e20`,
 /// `9007199254740992`). Out of `i64`'s range it saturates, so the field's own
@@ -255,12 +266,12 @@ pub(super) fn validate(
     let Some(schema) = state.schemas.get(&table) else { bail!(UnknownTable, "table {table:?} does not exist") };
     let top_k = q.top_k.unwrap_or(DEFAULT_TOP_K);
     if !(1..=MAX_TOP_K).contains(&top_k) {
-        bail!(TopKOutOfRange, "top_k must be between 1 and {MAX_TOP_K}, got {top_k}");
+        bail!(TopKOutOfRange, "top_k must be between 1 and {MAX_TOP_K}, got {}", shown(top_k));
     }
     let top_k = top_k as usize;
     let budget = match q.candidate_budget {
         Some(b) if !(1..=MAX_BUDGET).contains(&b) => {
-            bail!(InvalidQuery, "candidate_budget must be between 1 and {MAX_BUDGET}, got {b}")
+            bail!(InvalidQuery, "candidate_budget must be between 1 and {MAX_BUDGET}, got {}", shown(b))
         }
         Some(b) => b as usize,
         None => (top_k * 10).max(100),
@@ -365,14 +376,16 @@ pub(super) fn validate(
         }
         scalar.push((col.clone(), key, format!("{col} = {value}"), value.clone()));
     }
+    // checked with or without a seed, as every other range is (the
+    // OpenAPI document calls 9 invalid either way)
+    let depth = q.graph_depth.unwrap_or(graph::DEFAULT_DEPTH as i64);
+    if !(1..=8).contains(&depth) {
+        bail!(InvalidQuery, "graph_depth must be between 1 and 8, got {}", shown(depth));
+    }
     let graph = match &q.graph_seed {
         None => None,
         Some(seed) => {
             names::check_key("graph_seed", seed)?;
-            let depth = q.graph_depth.unwrap_or(graph::DEFAULT_DEPTH as i64);
-            if !(1..=8).contains(&depth) {
-                bail!(InvalidQuery, "graph_depth must be between 1 and 8, got {depth}");
-            }
             let edges: Vec<String> = schema.edge_columns().map(str::to_string).collect();
             Some((seed.clone(), depth as u32, edges))
         }
@@ -412,7 +425,7 @@ pub(super) fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: O
     }
     match q.temporal_as_of {
         None => Ok(state.latest_epoch),
-        Some(e) if e < 0 => bail!(InvalidQuery, "temporal_as_of must be >= 0, got {e}"),
+        Some(e) if e < 0 => bail!(InvalidQuery, "temporal_as_of must be >= 0, got {}", shown(e)),
         Some(e) if (e as u64) > state.latest_epoch => {
             bail!(TemporalInFuture, "temporal_as_of {e} is after the latest epoch {}", state.latest_epoch)
         }
@@ -425,7 +438,7 @@ pub(super) fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: O
 
 #[cfg(test)]
 mod tests {
-    use super::HybridQuery;
+    use super::{shown, HybridQuery};
     use serde_json::json;
 
     fn top_k(v: serde_json::Value) -> Result<Option<i64>, String> {
@@ -476,6 +489,11 @@ mod tests {
         assert_eq!(top_k(json!(1e20)), Ok(Some(i64::MAX)));
         assert_eq!(top_k(json!(-1e300)), Ok(Some(i64::MIN)));
         assert_eq!(top_k(json!(u64::MAX)), Ok(Some(i64::MAX)));
+        // a saturated value is not quoted as if the client had sent it
+        assert_eq!(
+            (shown(i64::MAX).as_str(), shown(i64::MIN).as_str(), shown(7).as_str()),
+            ("a number of 2^63 or more", "a number of -2^63 or less", "7")
+        );
         assert!(top_k(json!(1.5)).unwrap_err().contains("expected an integer"));
         assert!(top_k(json!("5")).unwrap_err().contains("expected an integer"));
         let q: HybridQuery = serde_json::from_value(json!({})).unwrap();
