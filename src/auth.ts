@@ -53,12 +53,13 @@ export function parseTokenSpec(spec: string | { token?: unknown; scope?: unknown
   if (typeof spec === 'string') {
     const at = spec.lastIndexOf(':');
     if (at < 0) return checked(spec, 'admin', where);
-    // the part after the colon only: the secret is never printed
     const suffix = spec.slice(at + 1);
     if (!(SCOPES as readonly string[]).includes(suffix)) {
+      // not even the part after the colon is printed: in a secret that
+      // holds a colon (and no scope after it) it is part of the secret
       throw new BraidError(
         'invalid_config',
-        `${where} ends in the scope ${JSON.stringify(suffix)}, which is not one of ${SCOPES.join(', ')} (a secret with a colon in it takes a scope after it: secret:admin)`,
+        `${where} ends in ":" and a scope that is not one of ${SCOPES.join(', ')} (a secret with a colon in it takes a scope after it: secret:admin; the value is not printed, since it may be part of a secret)`,
       );
     }
     if (at === 0) throw new BraidError('invalid_config', `${where} ${JSON.stringify(spec)} names a scope but no secret before it`);

@@ -499,8 +499,8 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       [{ BRAID_HISTORY_EPOCHS: '1e30' }, [], 'BRAID_HISTORY_EPOCHS must be a whole number from 0 to 9007199254740991 in decimal digits, got "1e30"'],
       [{ BRAID_CHECKPOINT_ROWS: '99999999999999999999' }, [], 'BRAID_CHECKPOINT_ROWS must be a whole number from 1 to 9007199254740991 in decimal digits, got "99999999999999999999"'],
       [{}, ['--checkpoint-bytes', '0'], '--checkpoint-bytes must be a whole number from 1 to 9007199254740991 in decimal digits, got "0"'],
-      [{ BRAID_AUTH_TOKENS: 'x:superuser' }, [], 'BRAID_AUTH_TOKENS[0] ends in the scope "superuser", which is not one of read, write, admin'],
-      [{}, ['--auth-token', 'app:wirte'], '--auth-token[0] ends in the scope "wirte", which is not one of read, write, admin'],
+      [{ BRAID_AUTH_TOKENS: 'x:superuser' }, [], 'BRAID_AUTH_TOKENS[0] ends in ":" and a scope that is not one of read, write, admin'],
+      [{}, ['--auth-token', 'app:wirte'], '--auth-token[0] ends in ":" and a scope that is not one of read, write, admin'],
       [{ BRAID_AUTH_TOKENS: ',' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got ","'],
       [{ BRAID_AUTH_TOKENS: ' ' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got " "'],
     ];
@@ -516,7 +516,7 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
 
   it('braid gateway refuses each bad variable or flag with the same prefix', async () => {
     const cases: Array<[Record<string, string>, string[], string]> = [
-      [{}, ['--token', 'app:wirte'], '--token[0] ends in the scope "wirte", which is not one of read, write, admin'],
+      [{}, ['--token', 'app:wirte'], '--token[0] ends in ":" and a scope that is not one of read, write, admin'],
       [{ BRAID_GATEWAY_TOKENS: ',' }, ['--token', 'good'], 'BRAID_GATEWAY_TOKENS is set but names no token'],
       [{ BRAID_RATE_LIMIT: '' }, ['--token', 'good'], 'BRAID_RATE_LIMIT is set but empty'],
       [{}, ['--token', 'good', '--rate-window', '0'], '--rate-window must be a whole number from 1 to 86400000 in decimal digits, got "0"'],

@@ -154,6 +154,20 @@ describe('POST /v1/graphql: records', () => {
     expect(firstBody.data.a.changed).toBe(true);
     expect((again.body as { data: unknown }).data).toEqual(firstBody.data);
   });
+
+  // Regression (black-box regression test): a keyed delete of a record that
+  // is not there said changed: true (unkeyed, false), and its retry false.
+  it('a keyed delete of a missing record says changed: false, and so does its retry', async () => {
+    const query = `mutation {
+      f: delete(table: "notes", tenant_id: "t1", id: "never-there") { epoch record_count changed }
+      b: put(record: { table: "notes", tenant_id: "t1", id: "retry-bad-2", fields: { body: 1 } }) { epoch }
+    }`;
+    const first = await server.post('/v1/graphql', { query }, { 'idempotency-key': 'gql-noop-del' });
+    const again = await server.post('/v1/graphql', { query }, { 'idempotency-key': 'gql-noop-del' });
+    const firstBody = first.body as { data: { f: { record_count: number; changed: boolean } } };
+    expect(firstBody.data.f).toMatchObject({ record_count: 0, changed: false });
+    expect((again.body as { data: unknown }).data).toEqual(firstBody.data);
+  });
 });
 
 describe('POST /v1/graphql: search', () => {

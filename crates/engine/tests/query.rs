@@ -896,3 +896,52 @@ fn the_explain_names_only_paths_that_ran_and_streams_that_produced_candidates() 
     let resp = engine.query(None, None, &query).unwrap();
     assert!(resp.explain.opened_candidate_streams.contains(&"text".to_string()));
 }
+
+/// Regression (black-box regression test): a text-only list cut a run of
+/// equal scores by row, then ordered the run by record id, so a deeper
+/// list of it sorted rows past the first cut in among the rows already
+/// served: with 60 equal matches after the best one, a walk in pages of 4
+/// repeated rows and returned 11 of 61. Equal scores now keep row order.
+#[test]
+fn text_only_pages_through_a_run_of_equal_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let mut records: Vec<RecordInput> =
+        (0..60).map(|i| rec("d", "t", &format!("id{i}"), json!({"body": "alpha beta"}))).collect();
+    records.push(rec("d", "t", "best", json!({"body": "alpha alpha alpha"})));
+    engine.put(None, None, records, None).unwrap();
+    for fusion in ["relative_score", "rrf"] {
+        let mut base = q("d", "t");
+        base.text = Some("alpha".into());
+        base.fusion = Some(fusion.into());
+        base.top_k = Some(1000);
+        let whole = ids(&engine.query(None, None, &base).unwrap());
+        assert_eq!(whole.len(), 61);
+        base.candidate_budget = Some(1);
+        base.top_k = Some(4);
+        assert_eq!(all_pages(&engine, &base, |_| {}), whole, "{fusion}: the pages are the single page, in order");
+    }
+}
+
+/// Regression (black-box regression test): the graph path gave every row
+/// the walk reached, whatever the budget, while the other paths give their
+/// best `candidate_budget`.
+#[test]
+fn the_graph_path_contributes_its_budget_nearest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    // a star: the seed links to 30 rows, each of which links to one more
+    let mut records =
+        vec![rec("g", "t", "seed", json!({"links": (0..30).map(|i| format!("a{i}")).collect::<Vec<_>>()}))];
+    records.extend((0..30).map(|i| rec("g", "t", &format!("a{i}"), json!({"links": [format!("b{i}")]}))));
+    records.extend((0..30).map(|i| rec("g", "t", &format!("b{i}"), json!({"links": ["seed"]}))));
+    engine.put(None, None, records, None).unwrap();
+    let mut query = q("g", "t");
+    query.graph_seed = Some("seed".into());
+    query.candidate_budget = Some(5);
+    let page = engine.query(None, None, &query).unwrap();
+    assert_eq!(page.explain.deduped_candidate_count, 5);
+    assert!(page.results.iter().all(|r| r.record_id.starts_with('a')), "the nearest rows: {:?}", ids(&page));
+    query.candidate_budget = Some(100);
+    assert_eq!(engine.query(None, None, &query).unwrap().explain.deduped_candidate_count, 60);
+}

@@ -339,16 +339,23 @@ fn retention_keeps_up_with_writes_the_vector_graphs_lag() {
     let scenario = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path(), Some(1));
-    config.branch.text_commit_interval = Duration::from_millis(10);
+    // the text index commits as soon as it is handed rows
+    config.branch.text_commit_interval = Duration::ZERO;
+    // every version is written before the indexer starts, so its first
+    // round hands the text index all of them and then links all of them
+    config.branch.indexing = braid_engine::storage::IndexingGate::new(false);
     let engine = Engine::open(config).unwrap();
-    // linking one vector takes 2 ms: 4,000 take seconds
-    faults::configure("vector::insert", "sleep(2)").unwrap();
+    // linking one vector takes 5 ms: 4,000 take 10 s on two cores, a wide
+    // window for the text index to be seen caught up while they link (the
+    // fail point is cleared once it was, and the rest links at full speed)
+    faults::configure("vector::insert", "sleep(5)").unwrap();
     for round in 0..40 {
         let records = (0..100)
             .map(|k| rec(&format!("k{k}"), json!({"body": format!("round {round}"), "emb": [1.0, k as f64]})))
             .collect();
         engine.put(None, None, records, None).unwrap();
     }
+    engine.start_indexing();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while engine.metrics(None, None).unwrap().index_lag.text_rows > 0 {
         assert!(std::time::Instant::now() < deadline, "the text index never caught up");

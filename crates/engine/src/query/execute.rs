@@ -184,7 +184,17 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     let offset = match &pinned {
         None => 0,
         Some(p) if cache_hit => p.o,
-        Some(p) => seek(&ctx.branch.state.read(), &ranked.rows, p.s, &p.id),
+        Some(p) => {
+            let state = ctx.branch.state.read();
+            // a text-only list keeps equal scores in row order (rank.rs,
+            // order_rows): seek past the cursor's row, the version of its
+            // record at the pinned epoch
+            let after_row = match text_only {
+                true => state.visible_version(&plan.table, &plan.tenant, &p.id, epoch),
+                false => None,
+            };
+            seek(&state, &ranked.rows, p.s, &p.id, after_row)
+        }
     };
     let end = (offset + plan.top_k).min(ranked.rows.len());
     let page = &ranked.rows[offset.min(end)..end];
@@ -291,9 +301,16 @@ fn components(r: &RankedRow) -> ScoreComponents {
 }
 
 /// Position just after (score, id) in a list ordered by score desc, id asc.
-fn seek(state: &State, rows: &[RankedRow], score: f64, id: &str) -> usize {
+/// Where the page after a cursor's last row, (score, id), starts: past
+/// every row ranked before it, equal scores ordered by record id, or with
+/// `after_row` (a text-only list) by row.
+fn seek(state: &State, rows: &[RankedRow], score: f64, id: &str, after_row: Option<u32>) -> usize {
+    let after = |r: &RankedRow| match after_row {
+        Some(last) => r.row > last,
+        None => &*state.key_entry(r.row).id > id,
+    };
     rows.iter()
-        .position(|r| r.fused.final_score < score || (r.fused.final_score == score && &*state.key_entry(r.row).id > id))
+        .position(|r| r.fused.final_score < score || (r.fused.final_score == score && after(r)))
         .unwrap_or(rows.len())
 }
 

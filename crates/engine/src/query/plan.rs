@@ -427,7 +427,7 @@ pub(super) fn read_epoch(q: &HybridQuery, state: &State, horizon: u64, pinned: O
         None => Ok(state.latest_epoch),
         Some(e) if e < 0 => bail!(InvalidQuery, "temporal_as_of must be >= 0, got {}", shown(e)),
         Some(e) if (e as u64) > state.latest_epoch => {
-            bail!(TemporalInFuture, "temporal_as_of {e} is after the latest epoch {}", state.latest_epoch)
+            bail!(TemporalInFuture, "temporal_as_of {} is after the latest epoch {}", shown(e), state.latest_epoch)
         }
         Some(e) if (e as u64) < horizon => {
             bail!(TemporalBeforeHorizon, "temporal_as_of {e} is below the retained horizon {horizon}")

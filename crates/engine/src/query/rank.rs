@@ -409,11 +409,19 @@ fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, 
     let reached = graph::neighbourhood(state, &plan.table, &plan.tenant, seed, epoch, *depth, edges);
     let walk_ms = ms(t);
     let t = Instant::now();
-    let hits: Hits = reached
+    let mut hits: Hits = reached
         .into_iter()
         .filter(|(row, _)| eligible.contains(*row))
         .map(|(row, hops)| (row, graph::relational_score(hops)))
         .collect();
+    // like every path, the graph contributes its best `candidate_budget`
+    // rows (fewest hops, then lowest row)
+    if hits.len() > plan.budget {
+        hits.select_nth_unstable_by(plan.budget, hit_order);
+        hits.truncate(plan.budget);
+        ex.early_stop_reason = Some("candidate_budget".into());
+    }
+    sort_hits(&mut hits);
     // build: filtering and scoring what the walk (open) reached
     ex.path("graph", hits.len() as u64, true, ms(t), walk_ms);
     Some(hits)
@@ -522,7 +530,7 @@ fn fuse_and_order(
     let fuse_started = Instant::now();
     let mut paths = Vec::new();
     // a text-only list is the prefix of any deeper one a later page ranks
-    let text_only = lists.vector.is_none() && lists.graph.is_none();
+    let text_only = lists.text.is_some() && lists.vector.is_none() && lists.graph.is_none();
     for (path, name, hits) in [
         (Path::Lexical, "text", &lists.text),
         (Path::Vector, "vector", &lists.vector),
@@ -564,7 +572,7 @@ fn fuse_and_order(
             })
             .collect(),
     };
-    order_rows(&branch.state.read(), &mut rows);
+    order_rows(&branch.state.read(), &mut rows, text_only);
     ex.phase("fuse_and_rank", fuse_started);
     rows
 }
@@ -587,8 +595,17 @@ fn source_name(f: &fusion::Fused) -> &'static str {
 /// ids are read only for rows that tie on score (a fused list rarely has
 /// ties, a filter-only list is all one tie), so ordering the candidates of
 /// a path costs no lookups of their metadata.
-fn order_rows(state: &State, rows: &mut [RankedRow]) {
+///
+/// A text-only list (`by_row`) keeps equal scores in row order, the text
+/// path's own: paging ranks that list deeper, and the text path cuts a run
+/// of equal scores by row, so a deeper list begins with the rows a shallower
+/// one served only in that order (by id, rows of the run past the first cut
+/// would sort in among them, and pages repeated and skipped rows).
+fn order_rows(state: &State, rows: &mut [RankedRow], by_row: bool) {
     rows.sort_unstable_by(|a, b| b.fused.final_score.total_cmp(&a.fused.final_score).then(a.row.cmp(&b.row)));
+    if by_row {
+        return;
+    }
     let mut start = 0;
     while start < rows.len() {
         let score = rows[start].fused.final_score;

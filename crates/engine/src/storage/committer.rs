@@ -498,7 +498,10 @@ fn commit_group(
         timing.wal_fsync_ms = fsync_ms;
         timing.apply_ms = apply_ms;
         timing.group_size = group_size;
-        let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed: true, timing, receipt };
+        // a keyed delete of a record that is not there commits its receipt
+        // alone: it changed nothing, as the same delete without a key says
+        let changed = !commit.rows.is_empty() || !commit.schemas.is_empty();
+        let outcome = WriteOutcome { epoch: commit.epoch, record_count: count, changed, timing, receipt };
         job.reply.send(Ok(WriteResult::Committed(outcome)));
     }
     rows
