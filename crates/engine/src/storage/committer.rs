@@ -36,7 +36,7 @@ use crate::index::text::TextIndex;
 use crate::storage::admission::{Stage, Staged};
 use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, EncodedRows, Receipt, ReceiptDraft};
-use crate::storage::events::{CheckpointTrigger, Event, FaultStage};
+use crate::storage::events::{CheckpointPhases, CheckpointTrigger, Event, FaultStage};
 use crate::storage::pipeline::{
     ms, BranchConfig, CheckpointInfo, Reply, Shared, WriteOp, WriteOutcome, WriteResult, WriteTiming,
 };
@@ -151,6 +151,7 @@ fn take_checkpoint(
                 epoch: info.epoch,
                 bytes: info.bytes,
                 duration_ms: info.duration_ms,
+                phases: info.phases,
             });
         }
         Err(err) => {
@@ -196,12 +197,19 @@ impl Log {
     /// leaves the branch as it was, still writing to the current segment.
     fn checkpoint(&mut self, state: &RwLock<State>, shared: &Shared, export: Option<&Path>) -> Result<CheckpointInfo> {
         let started = Instant::now();
+        let mut phases = CheckpointPhases::default();
+        let mut phase = Instant::now();
+        let mut lap = |into: &mut f64| {
+            *into = ms(phase.elapsed());
+            phase = Instant::now();
+        };
         let next = self.gen + 1;
         // no vector column is rebuilt while this runs (pipeline.rs)
         let _columns_held = shared.checkpointing.lock();
         if let Some(n) = self.history_epochs {
             self.retain(state, shared, n);
         }
+        lap(&mut phases.retention_ms);
         let (record_file, sealed_gen) = {
             let mut st = state.write();
             st.records.flush()?;
@@ -209,7 +217,9 @@ impl Log {
         };
         crate::faults::check("checkpoint::records")?;
         record_file.sync_all()?;
+        lap(&mut phases.records_sync_ms);
         let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &state.read())?;
+        lap(&mut phases.vectors_ms);
         let new_path = self.dir.join(checkpoint::wal_name(next));
         let (new_wal, _) = Wal::open(&new_path)?;
         let written = (|| {
@@ -218,7 +228,9 @@ impl Log {
                 (checkpoint::capture(&self.dir, &st, next, &sealed)?, st.latest_epoch)
             };
             let bytes = image.bytes();
+            lap(&mut phases.image_ms);
             checkpoint::commit(image)?;
+            lap(&mut phases.image_sync_ms);
             Ok::<_, Error>((bytes, epoch))
         })();
         let (bytes, epoch) = match written {
@@ -236,6 +248,7 @@ impl Log {
             checkpoint::install_vectors(&mut st, &sealed)?;
             st.wal_end = new_wal.end();
         }
+        lap(&mut phases.switch_ms);
         self.wal = new_wal;
         self.gen = next;
         self.last_checkpoint = Instant::now();
@@ -264,7 +277,7 @@ impl Log {
             let _ = self.text.delete_rows(&self.removed, self.removed_below);
             self.removed = Vec::new();
         }
-        Ok(CheckpointInfo { gen: next, epoch, bytes, duration_ms: ms(started.elapsed()), exported })
+        Ok(CheckpointInfo { gen: next, epoch, bytes, duration_ms: ms(started.elapsed()), phases, exported })
     }
 }
 

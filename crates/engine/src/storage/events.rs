@@ -81,6 +81,8 @@ pub enum Event {
         epoch: u64,
         bytes: u64,
         duration_ms: f64,
+        /// Where the time went (writes wait for all of it).
+        phases: CheckpointPhases,
     },
     CheckpointFailed {
         trigger: CheckpointTrigger,
@@ -153,6 +155,25 @@ impl Event {
             Event::CheckpointFailed { .. } | Event::IndexerStopped { .. } | Event::StorageFailed { .. } => Level::Error,
         }
     }
+}
+
+/// Where a checkpoint's time went, in ms (every phase holds up the writes
+/// that arrive meanwhile: the committer takes the checkpoint between two
+/// write groups).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CheckpointPhases {
+    /// Retention's pass, when a horizon is set.
+    pub retention_ms: f64,
+    /// fsync of the record file the checkpoint seals.
+    pub records_sync_ms: f64,
+    /// Writing and fsyncing the vectors written since the last checkpoint.
+    pub vectors_ms: f64,
+    /// Creating the next WAL segment, capturing the image and writing it.
+    pub image_ms: f64,
+    /// fsync of the image, its rename and the directory's fsync.
+    pub image_sync_ms: f64,
+    /// Switching to the new generation (under the state's write lock).
+    pub switch_ms: f64,
 }
 
 /// An event with when it happened and its level.
@@ -232,12 +253,14 @@ mod tests {
             epoch: 40,
             bytes: 1234,
             duration_ms: 2.5,
+            phases: CheckpointPhases { records_sync_ms: 1.5, ..Default::default() },
         });
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["event"], "checkpoint");
         assert_eq!(v["level"], "info");
         assert_eq!(v["trigger"], "wal_bytes");
         assert_eq!(v["generation"], 3);
+        assert_eq!(v["phases"]["records_sync_ms"], 1.5);
         let torn = Event::Recovery {
             checkpoint_generation: None,
             checkpoint_epoch: None,

@@ -18,7 +18,7 @@ use crate::error::{Code, Error, Result};
 use crate::model::RecordInput;
 use crate::schema::Column;
 use crate::storage::commit::{Receipt, ReceiptDraft};
-use crate::storage::events::EventQueue;
+use crate::storage::events::{CheckpointPhases, EventQueue};
 use crate::storage::stats::BranchStats;
 #[derive(Debug, Clone)]
 pub struct BranchConfig {
@@ -187,6 +187,7 @@ pub struct CheckpointInfo {
     pub epoch: u64,
     pub bytes: u64,
     pub duration_ms: f64,
+    pub phases: CheckpointPhases,
     /// Files a copy of the branch at `epoch` needs, when asked to export.
     #[serde(skip)]
     pub exported: Vec<PathBuf>,
