@@ -1,7 +1,7 @@
 // The `braid` client commands (snapshot, restore, branches, query, import, version), run as child
 // processes of bin/braid.js against (a) a server in this process and (b) a data directory.
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -411,6 +411,13 @@ describe('against a data directory (--data-dir)', () => {
     const r = await braid(['doctor', '--data-dir', path.join(work, 'no-such-dir')]);
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^braid: invalid_request: no data directory at/);
+    // nor a directory Braid never wrote (black-box operations test: /etc was "healthy")
+    const other = path.join(work, 'not-braid');
+    mkdirSync(other, { recursive: true });
+    writeFileSync(path.join(other, 'notes.txt'), 'x');
+    const r2 = await braid(['doctor', '--data-dir', other]);
+    expect(r2.code).toBe(1);
+    expect(r2.stderr).toMatch(/^braid: invalid_request: .* is not a Braid data directory/);
   });
 
   it('query, table and json', async () => {

@@ -9,7 +9,8 @@
  * crates/node/src/types.rs): records and queries cross to the engine as
  * objects, vectors as numbers or a `Float32Array`, never as JSON text.
  */
-import { statSync, type Stats } from 'node:fs';
+import { existsSync, statSync, type Stats } from 'node:fs';
+import path from 'node:path';
 import { BraidError, isErrorCode } from '../errors.js';
 import { loadNative, type NativeEngine, type Native } from './index.js';
 
@@ -110,6 +111,10 @@ export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Na
     throw new BraidError('invalid_request', `no data directory at ${dataDir}: ${(err as Error).message}`);
   }
   if (!stat.isDirectory()) throw new BraidError('invalid_request', `${dataDir} is not a directory`);
+  // nor is a directory Braid never wrote (doctor on /etc had called it healthy)
+  if (!existsSync(path.join(dataDir, 'catalog.json')) && !existsSync(path.join(dataDir, 'db'))) {
+    throw new BraidError('invalid_request', `${dataDir} is not a Braid data directory (it has no catalog.json and no db/)`);
+  }
   return settleSync(() => loadNative().doctor(dataDir, options.salvage ?? false));
 }
 
