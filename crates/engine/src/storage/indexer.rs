@@ -47,17 +47,18 @@ pub(super) fn spawn(
         .spawn(move || run_indexer(state, shared, text, &config, &graphs_dir))
 }
 
-/// Work for one indexer round, copied out of the state under a read lock.
-struct IndexBatch {
-    /// The text documents are of rows below `text_upto`, the graphs are
-    /// linked below `vector_upto`.
-    text_upto: u32,
-    vector_upto: u32,
-    text: Vec<TextFeature>,
-    /// Graphs with rows below `upto` to link, by dump name (their vectors
-    /// are read from the column's arena, not copied).
-    vectors: Vec<(String, Arc<VectorIndex>)>,
-    /// Rows whose fields could not be read from the record files.
+/// Graphs with rows to link this round, by dump name (their vectors are
+/// read from the column's arena, not copied), and the row they are linked
+/// below.
+struct VectorBatch {
+    upto: u32,
+    graphs: Vec<(String, Arc<VectorIndex>)>,
+}
+
+/// Text documents of a run of rows, copied out of the state under a read
+/// lock, and the rows whose fields could not be read from the record files.
+struct TextBatch {
+    docs: Vec<TextFeature>,
     unreadable: u64,
 }
 
@@ -91,20 +92,24 @@ const INDEX_ROUND_ROWS: u32 = 4096;
 /// the text index was handed) keeps up with writes that the graphs lag.
 const TEXT_ROUND_ROWS: u32 = 4 * INDEX_ROUND_ROWS;
 
-fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
+fn collect_vectors(state: &State, from: u32) -> VectorBatch {
     let total = state.rows.len() as u32;
-    let text_upto = total.min(from_text.saturating_add(TEXT_ROUND_ROWS)).max(from_text);
-    let vector_upto = total.min(from_vec.saturating_add(INDEX_ROUND_ROWS)).max(from_vec);
-    let mut text = Vec::new();
-    let mut unreadable = 0;
-    let vectors = state
+    let upto = total.min(from.saturating_add(INDEX_ROUND_ROWS)).max(from);
+    let graphs = state
         .tables
         .iter()
         .flat_map(|(table, t)| t.vectors.iter().map(move |(column, vc)| (graph_name(table, column), vc)))
-        .filter(|(_, vc)| vc.index.watermark() < vector_upto && from_vec < vector_upto)
+        .filter(|(_, vc)| vc.index.watermark() < upto && from < upto)
         .map(|(name, vc)| (name, vc.index.clone()))
         .collect();
-    for row_id in from_text..text_upto {
+    VectorBatch { upto, graphs }
+}
+
+/// The text documents of rows `from..upto`.
+fn collect_text(state: &State, from: u32, upto: u32) -> TextBatch {
+    let mut docs = Vec::new();
+    let mut unreadable = 0;
+    for row_id in from..upto.min(state.rows.len() as u32) {
         let row = &state.rows[row_id as usize];
         if row.deleted || row.loc.is_purged() {
             // a version retention removed is in no index
@@ -122,7 +127,7 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
         };
         for col in columns {
             if let Some(Value::String(s)) = fields.get(&col) {
-                text.push(TextFeature {
+                docs.push(TextFeature {
                     row: row_id,
                     table: key.table.clone(),
                     tenant: key.tenant.clone(),
@@ -132,7 +137,7 @@ fn collect_batch(state: &State, from_text: u32, from_vec: u32) -> IndexBatch {
             }
         }
     }
-    IndexBatch { text_upto, vector_upto, text, vectors, unreadable }
+    TextBatch { docs, unreadable }
 }
 
 /// Marks the indexer stopped when its thread ends, however it ends.
@@ -256,30 +261,40 @@ fn run_indexer(
         let mut round_failed: Option<bool> = None;
         let mut text_commit_failed = false;
         if from_text < total || from_vec < total {
-            let batch = collect_batch(&state.read(), from_text, from_vec);
-            let mut failed = batch.unreadable;
-            // the text first: its round is short, and retention waits on it
-            for f in &batch.text {
-                if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
-                    // the row stays searchable through the hot overlay only
-                    failed += 1;
+            let mut failed = 0;
+            // the text first: its round is short, and retention waits on it;
+            // read a run of INDEX_ROUND_ROWS at a time, so the state's read
+            // lock (which writes wait for) is held no longer than before
+            let text_end = total.min(from_text.saturating_add(TEXT_ROUND_ROWS));
+            let mut text_from = from_text;
+            while text_from < text_end {
+                let upto = text_end.min(text_from.saturating_add(INDEX_ROUND_ROWS));
+                let batch = collect_text(&state.read(), text_from, upto);
+                failed += batch.unreadable;
+                for f in &batch.docs {
+                    if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
+                        // the row stays searchable through the hot overlay only
+                        failed += 1;
+                    }
                 }
+                text.mark_pending(upto);
+                text_from = upto;
             }
-            text.mark_pending(batch.text_upto);
             // and searchable before the graphs' longer round
             if let Some(committed) = commit_if_due(&text, &mut last_commit, interval) {
                 text_commit_failed = !committed;
                 round_failed = Some(!committed);
             }
-            for (_, index) in &batch.vectors {
+            let batch = collect_vectors(&state.read(), from_vec);
+            for (_, index) in &batch.graphs {
                 // a row the graph fails on (a panic while linking it) is
                 // counted in failed_feature_count; the others go in
-                failed += index.insert_below_row(batch.vector_upto);
+                failed += index.insert_below_row(batch.upto);
             }
             for vc in state.read().tables.values().flat_map(|t| t.vectors.values()) {
-                vc.index.set_watermark(batch.vector_upto);
+                vc.index.set_watermark(batch.upto);
             }
-            for (name, index) in &batch.vectors {
+            for (name, index) in &batch.graphs {
                 // this thread is the only inserter, so the graph holds still
                 let dumped = index.dumped();
                 // a quarter of its last dump, at least graph_dump_rows: dumps
@@ -290,7 +305,7 @@ fn run_indexer(
                     let _ = index.dump(graphs_dir, name);
                 }
             }
-            shared.vector_watermark.store(batch.vector_upto, Ordering::Release);
+            shared.vector_watermark.store(batch.upto, Ordering::Release);
             shared.failed_features.fetch_add(failed, Ordering::Relaxed);
             round_failed = Some(round_failed.unwrap_or(false) || failed > 0);
         }
