@@ -416,12 +416,9 @@ fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, 
         .collect();
     // like every path, the graph contributes its best `candidate_budget`
     // rows (fewest hops, then lowest row)
-    if hits.len() > plan.budget {
-        hits.select_nth_unstable_by(plan.budget, hit_order);
-        hits.truncate(plan.budget);
+    if keep_best(&mut hits, plan.budget) {
         ex.early_stop_reason = Some("candidate_budget".into());
     }
-    sort_hits(&mut hits);
     // build: filtering and scoring what the walk (open) reached
     ex.path("graph", hits.len() as u64, true, ms(t), walk_ms);
     Some(hits)
@@ -463,12 +460,9 @@ fn search_text(
     ex.lexical_indexed_documents = branch.text.scope_documents(&plan.table, &plan.tenant);
     // the index's best rows and the overlay's (disjoint: the index reads
     // rows below the watermark the overlay started from)
-    if hits.len() > text_depth {
-        hits.select_nth_unstable_by(text_depth, hit_order);
-        hits.truncate(text_depth);
+    if keep_best(&mut hits, text_depth) {
         *truncated = true;
     }
-    sort_hits(&mut hits);
     if *truncated {
         ex.early_stop_reason = Some("candidate_budget".into());
     }
@@ -659,4 +653,16 @@ fn hit_order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
 
 fn sort_hits(hits: &mut [(u32, f32)]) {
     hits.sort_by(hit_order);
+}
+
+/// Keeps the best `n` hits, sorted (selected in linear time, then only
+/// those sorted); true when some were dropped.
+fn keep_best(hits: &mut Hits, n: usize) -> bool {
+    let cut = hits.len() > n;
+    if cut {
+        hits.select_nth_unstable_by(n, hit_order);
+        hits.truncate(n);
+    }
+    sort_hits(hits);
+    cut
 }
