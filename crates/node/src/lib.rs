@@ -656,6 +656,13 @@ fn is_name_path(path: &str) -> bool {
 /// Reads a JavaScript value into an engine type: `code` when its shape is
 /// wrong, the reader's own reasons otherwise (js.rs).
 fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<T> {
+    let json = read_json(env, value, what, code)?;
+    serde_json::from_value(json).map_err(|e| EngineError::new(code, format!("{what}: {e}")))
+}
+
+/// Reads a JavaScript value as JSON (`null` for `undefined`), each refusal
+/// with the code it gets (js.rs).
+fn read_json(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<Value> {
     // SAFETY: both handles belong to this call on the JS thread
     let json = unsafe { js::read(env.raw(), value.raw()) }.map_err(|e| {
         let code = match e.reason {
@@ -673,7 +680,7 @@ fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) 
         err.index = record_index(&e.path);
         err
     })?;
-    serde_json::from_value(json.unwrap_or(Value::Null)).map_err(|e| EngineError::new(code, format!("{what}: {e}")))
+    Ok(json.unwrap_or(Value::Null))
 }
 
 /// The list position a reader's path (`[3].fields.t`) starts with.
@@ -683,13 +690,20 @@ fn record_index(path: &str) -> Option<usize> {
 
 /// A batch's records, each refusal naming its record (`err.index`), as the
 /// engine's own refusals do: a record of the wrong shape (a number for
-/// `tenant_id`, no `id`) as well as a value that cannot be read.
+/// `tenant_id`, no `id`) as well as a value that cannot be read. The values
+/// read are moved into the records, not deserialised again
+/// (`RecordInput::from_json`): a batch's vectors are built once.
 fn read_records(env: &Env, records: Unknown) -> EngineResult<Vec<braid_engine::RecordInput>> {
-    let list: Vec<Value> = read(env, records, "records", Code::InvalidRecord)?;
+    let list = match read_json(env, records, "records", Code::InvalidRecord)? {
+        Value::Array(list) => list,
+        // not a list: serde's refusal, as for any other argument
+        other => serde_json::from_value::<Vec<Value>>(other)
+            .map_err(|e| EngineError::new(Code::InvalidRecord, format!("records: {e}")))?,
+    };
     list.into_iter()
         .enumerate()
         .map(|(i, record)| {
-            serde_json::from_value(record).map_err(|e| {
+            braid_engine::RecordInput::from_json(record).map_err(|e| {
                 let mut err = EngineError::new(Code::InvalidRecord, format!("records[{i}]: {e}"));
                 err.index = Some(i);
                 err
