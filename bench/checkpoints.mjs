@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Where a checkpoint's time goes while records are loaded: the embedded
-// engine (release addon in target/bench-native) takes --records WordNet
+// engine (release addon in target/bench-native, or BRAID_NATIVE_DIR) takes --records WordNet
 // records (the 100,000 of bench/.cache, repeated under new ids past that)
 // with 256-d vectors in put-batches of 5,000, with the default checkpoint
 // settings (or --checkpoint-bytes), and prints every checkpoint event: its
@@ -22,7 +22,7 @@ const arg = (name, dflt) => {
 const RECORDS = arg('records', 300_000);
 const CHECKPOINT_BYTES = arg('checkpoint-bytes', undefined);
 
-process.env.BRAID_NATIVE_DIR = path.join(root, 'target', 'bench-native');
+process.env.BRAID_NATIVE_DIR ??= path.join(root, 'target', 'bench-native');
 const { ensureCorpus, loadCorpus } = await import('./corpus.mjs');
 const { TABLE, columns } = await import('./braid-schema.mjs');
 const { Braid } = await import(path.join(root, 'dist', 'index.js'));

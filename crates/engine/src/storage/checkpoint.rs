@@ -410,6 +410,7 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
     faults::check("checkpoint::vectors")?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, wal::create_private(&path, true)?);
     let mut offset = 0u64;
+    let mut written_back = 0u64;
     let mut bytes: Vec<u8> = Vec::new();
     for (table, column, vc) in columns {
         // zeros up to the file offset whose page offset is the first vector's
@@ -427,6 +428,12 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
             bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
             out.write_all(&bytes)?;
             offset += bytes.len() as u64;
+            // the device writes what is written while the rest is encoded
+            if offset - written_back >= fsutil::WRITEBACK_BYTES {
+                out.flush()?;
+                fsutil::start_writeback(out.get_ref(), written_back, offset - written_back);
+                written_back = offset;
+            }
         }
     }
     let file = out.into_inner().map_err(|e| Error::from(e.into_error()))?;

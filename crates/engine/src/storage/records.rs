@@ -65,6 +65,9 @@ pub struct RecordFiles {
     files: BTreeMap<u32, Arc<File>>,
     open_gen: u32,
     open_len: u64,
+    /// Where the open file's writeback was last started
+    /// ([`fsutil::start_writeback`]).
+    written_back: u64,
     /// Encoded entries not yet written to the open file.
     buffer: Vec<u8>,
     /// A failed write could not be cut back: the open file's end is unknown,
@@ -83,8 +86,15 @@ impl RecordFiles {
                 .map_err(|e| Error::storage(format!("record file {} is missing: {e}", path.display())))?;
             files.insert(*gen, Arc::new(file));
         }
-        let mut out =
-            RecordFiles { dir: dir.to_path_buf(), files, open_gen, open_len: 0, buffer: Vec::new(), damaged: false };
+        let mut out = RecordFiles {
+            dir: dir.to_path_buf(),
+            files,
+            open_gen,
+            open_len: 0,
+            written_back: 0,
+            buffer: Vec::new(),
+            damaged: false,
+        };
         out.start(open_gen)?;
         Ok(out)
     }
@@ -101,6 +111,7 @@ impl RecordFiles {
         self.files.insert(gen, Arc::new(file));
         self.open_gen = gen;
         self.open_len = HEADER_LEN;
+        self.written_back = 0;
         self.damaged = false;
         Ok(())
     }
@@ -139,7 +150,13 @@ impl RecordFiles {
             self.damaged = file.set_len(self.open_len).is_err();
         }
         self.buffer.clear();
-        Ok(written?)
+        written?;
+        // the checkpoint's fsync then waits for the last few MiB only
+        if self.open_len - self.written_back >= fsutil::WRITEBACK_BYTES {
+            fsutil::start_writeback(file, self.written_back, self.open_len - self.written_back);
+            self.written_back = self.open_len;
+        }
+        Ok(())
     }
 
     /// Reads a version's entry bytes (checksum verified).
