@@ -174,6 +174,12 @@ pub struct CheckpointPhases {
     pub image_sync_ms: f64,
     /// Switching to the new generation (under the state's write lock).
     pub switch_ms: f64,
+    /// Deleting the WAL segments, images and files the new image covers
+    /// (and a snapshot's links).
+    pub cleanup_ms: f64,
+    /// Handing memory freed since the last checkpoint back to the system
+    /// (`memory::release_freed`).
+    pub release_ms: f64,
 }
 
 /// An event with when it happened and its level.
