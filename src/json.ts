@@ -31,21 +31,51 @@ const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F][0-9a-fA-F]{2}/;
 /** A lone surrogate: in a `u` regex a well-formed pair is one code point, which this does not match. */
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
-/** Where in `value` a string or key holds a lone surrogate, or undefined. */
-function loneSurrogateAt(value: unknown, at: string): string | undefined {
-  if (typeof value === 'string') return LONE_SURROGATE.test(value) ? at : undefined;
+/** A list or object met on the way down, and how it was reached (for the message). */
+interface Level {
+  value: object;
+  parent: Level | undefined;
+  /** `body`, `[3]` or `.key`. */
+  step: string;
+}
+
+function pathOf(level: Level | undefined): string {
+  let path = '';
+  for (let at = level; at; at = at.parent) path = at.step + path;
+  return path;
+}
+
+/**
+ * Where in `value` a string or key holds a lone surrogate, or undefined.
+ * Walked with a stack of its own, not by recursion: a body nested some
+ * thousands of levels deep (which JSON.parse reads) overflowed the call
+ * stack here, a 500 for what is the request's doing.
+ */
+function loneSurrogateAt(value: unknown): string | undefined {
+  if (typeof value === 'string') return LONE_SURROGATE.test(value) ? 'body' : undefined;
   if (typeof value !== 'object' || value === null) return undefined;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const found = loneSurrogateAt(value[i], `${at}[${i}]`);
-      if (found) return found;
+  const stack: Level[] = [{ value, parent: undefined, step: 'body' }];
+  for (let level = stack.pop(); level; level = stack.pop()) {
+    const container = level.value;
+    if (Array.isArray(container)) {
+      for (let i = 0; i < container.length; i++) {
+        const item: unknown = container[i];
+        if (typeof item === 'string') {
+          if (LONE_SURROGATE.test(item)) return `${pathOf(level)}[${i}]`;
+        } else if (typeof item === 'object' && item !== null) {
+          stack.push({ value: item, parent: level, step: `[${i}]` });
+        }
+      }
+      continue;
     }
-    return undefined;
-  }
-  for (const [key, v] of Object.entries(value)) {
-    if (LONE_SURROGATE.test(key)) return `a key of ${at}`;
-    const found = loneSurrogateAt(v, `${at}.${key}`);
-    if (found) return found;
+    for (const [key, item] of Object.entries(container)) {
+      if (LONE_SURROGATE.test(key)) return `a key of ${pathOf(level)}`;
+      if (typeof item === 'string') {
+        if (LONE_SURROGATE.test(item)) return `${pathOf(level)}.${key}`;
+      } else if (typeof item === 'object' && item !== null) {
+        stack.push({ value: item, parent: level, step: `.${key}` });
+      }
+    }
   }
   return undefined;
 }
@@ -69,7 +99,7 @@ export function parseRequestJson(body: string | Buffer): unknown {
     throw new BraidError('invalid_json', `body is not valid json: ${(err as Error).message.toLowerCase()}`);
   }
   // only a surrogate escape can make a lone surrogate (decoded UTF-8 has none)
-  const lone = SURROGATE_ESCAPE.test(raw) ? loneSurrogateAt(value, 'body') : undefined;
+  const lone = SURROGATE_ESCAPE.test(raw) ? loneSurrogateAt(value) : undefined;
   if (lone) throw new BraidError('invalid_json', `${lone} holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), which is not Unicode text`);
   return value;
 }

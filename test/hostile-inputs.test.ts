@@ -70,6 +70,19 @@ describe('text that is not Unicode', () => {
     }
   });
 
+  it('a surrogate escape in a body nested 10,000 levels deep is a 400, not a stack overflow (found by a fuzz)', async () => {
+    const deep = `${'['.repeat(10_000)}${']'.repeat(10_000)}`;
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    for (const route of ['/v1/records/get', '/v1/records/put', '/v1/records/put-batch', '/v1/query', '/v1/nativeql', '/v1/graphql']) {
+      for (const text of ['\\ud83d\\ude00', '\\\\ud83d', '\\ud800']) {
+        const res = await s.post(route, `["${text}",${deep}]`);
+        expect(res.status, `${route} ${text}`).toBe(400);
+        expect(res.body.code, `${route} ${text}`).toMatch(/^(invalid_json|invalid_request|invalid_record|graphql_bad_request)$/);
+      }
+    }
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+  });
+
   it('the embedded API refuses an unpaired surrogate too: invalid_name for a name, invalid_record for a field', async () => {
     await expect(s.engine.put({ table: 'uni', tenant_id: 't', id: '\ud800', fields: {} })).rejects.toMatchObject({ code: 'invalid_name' });
     await expect(s.engine.put({ table: 'uni', tenant_id: 't', id: 'b', fields: { body: 'x\udfff' } })).rejects.toMatchObject({
