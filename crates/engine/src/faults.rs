@@ -16,6 +16,7 @@
 //! | `records::write` | writing a commit group's fields to the open record file |
 //! | `checkpoint::records`, `checkpoint::vectors`, `checkpoint::write`, `checkpoint::rename` | the steps of a checkpoint |
 //! | `vector::insert` | linking one row into an HNSW graph (use `panic` to test the indexer) |
+//! | `vector::walk` | an HNSW search, which then finds nothing (`return`; tests the exact fallback) |
 //! | `indexer::round` | one indexer round, outside its guards (`panic` ends the thread) |
 //!
 //! Arguments: `eio` (default), `enospc`, `erofs`, `short`.

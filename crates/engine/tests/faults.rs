@@ -286,3 +286,50 @@ fn closing_does_not_wait_for_the_indexes_to_catch_up() {
     assert_eq!(engine.metrics(None, None).unwrap().vector_graphs.points, rows);
     scenario.teardown();
 }
+
+/// A graph walk that comes back short while the graph holds more eligible
+/// rows is replaced by an exact scan: the query still gets its full page,
+/// the same rows an exact scan gives, with and without a filter.
+#[test]
+fn a_graph_walk_that_comes_back_short_is_replaced_by_an_exact_scan() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    // enough rows that the planner walks the graph rather than scanning
+    let records: Vec<RecordInput> = (0..8000)
+        .map(|i| {
+            let v: Vec<f64> = (0..8).map(|d| (((i * 31 + d * 17) % 97) as f64 / 97.0) - 0.5).collect();
+            rec(&format!("r{i}"), json!({"emb": v, "kind": format!("k{}", i % 4)}))
+        })
+        .collect();
+    engine.put(None, None, records, None).unwrap();
+    assert!(engine.wait_indexed(Duration::from_secs(120)));
+    let ask = |filter: bool, fresh: bool| {
+        let mut q = json!({"table": "docs", "tenant_id": "acme", "vector": [0.3, -0.2, 0.1, 0.4, -0.1, 0.2, 0.0, 0.3],
+                           "top_k": 50, "candidate_budget": 200, "return_fields": []});
+        if filter {
+            q["scalar_eq"] = json!({"kind": "k1"});
+        }
+        if fresh {
+            // every eligible row scored exactly: the answer to compare with
+            q["freshness"] = json!("latest");
+            q["candidate_budget"] = json!(8000);
+        }
+        let q: braid_engine::query::HybridQuery = serde_json::from_value(q).unwrap();
+        let res = serde_json::to_value(engine.query(None, None, &q).unwrap()).unwrap();
+        let rows = res["results"].as_array().unwrap().iter().map(|r| r["record_id"].as_str().unwrap().to_string());
+        (rows.collect::<Vec<_>>(), res["explain"]["selected_strategy"].clone())
+    };
+    for filter in [false, true] {
+        let (exact, _) = ask(filter, true);
+        faults::configure("vector::walk", "return").unwrap();
+        let (walked, strategy) = ask(filter, false);
+        faults::clear();
+        assert_eq!(walked.len(), 50, "filter {filter}: a full page");
+        assert_eq!(walked, exact, "filter {filter}: the exact rows");
+        if !filter {
+            assert!(strategy.to_string().contains("vector_hnsw"), "the planner chose the graph: {strategy}");
+        }
+    }
+    scenario.teardown();
+}

@@ -531,11 +531,20 @@ impl VectorIndex {
     }
 
     /// Approximate top-`k` among eligible rows: (row, similarity), best first.
+    ///
+    /// A walk that finds fewer than `k` rows while the graph holds more
+    /// eligible ones (a region the links do not reach, such as thousands of
+    /// copies of one vector) is replaced by an exact scan of the eligible
+    /// linked rows: a query gets as many rows as there are, never a short
+    /// list because of the graph's shape.
     pub fn search(&self, query: &[f32], k: usize, ef: usize, eligible: &RoaringBitmap) -> Vec<(u32, f32)> {
         let arena = &self.arena;
+        let linked = self.graph_slots();
         let accept = |slot: u32| arena.row(slot).is_some_and(|row| eligible.contains(row));
-        let hits = self.graph.search(query, k, ef.max(k), &accept);
-        hits.into_iter()
+        let hits: Vec<(u32, f32)> = self
+            .graph
+            .search(query, k, ef.max(k), &accept)
+            .into_iter()
             .filter_map(|(slot, d)| {
                 let score = match arena.vector(slot) {
                     Some(v) if self.metric == Metric::L2 && d >= f32::MAX => l2_similarity_wide(query, v),
@@ -543,7 +552,45 @@ impl VectorIndex {
                 };
                 Some((arena.row(slot)?, score))
             })
-            .collect()
+            .collect();
+        if hits.len() >= k {
+            return hits;
+        }
+        let Some(last) = linked.checked_sub(1).and_then(|slot| arena.row(slot)) else { return hits };
+        let reachable = eligible.range_cardinality(..=last);
+        if hits.len() as u64 >= reachable.min(k as u64) {
+            return hits;
+        }
+        let scan = self.linked_slots(eligible, last, linked);
+        let mut exact = exact_top(arena, self.metric, query, &scan, k);
+        exact.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        exact.truncate(k);
+        exact
+    }
+
+    /// (row, slot) of each row of `eligible` up to `last` in the first
+    /// `linked` slots. Slots are given in row order, so each row's slot is
+    /// found by a binary search from the previous one's.
+    fn linked_slots(&self, eligible: &RoaringBitmap, last: u32, linked: u32) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut from = 0u32;
+        for row in eligible.range(..=last) {
+            let (mut lo, mut hi) = (from, linked);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match self.arena.row(mid) {
+                    Some(r) if r < row => lo = mid + 1,
+                    _ => hi = mid,
+                }
+            }
+            if lo < linked && self.arena.row(lo) == Some(row) {
+                out.push((row, lo));
+                from = lo + 1;
+            } else {
+                from = lo;
+            }
+        }
+        out
     }
 }
 
