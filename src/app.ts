@@ -146,6 +146,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setErrorHandler((err, request, reply) => {
     const braidErr = httpError(err);
     if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
+    // A body over the limit is refused while its client may still be sending
+    // it. fastify would close the connection, and a close with the upload
+    // unread resets it, which can destroy the answer before the client reads
+    // it (the gateway, streaming a body, saw only the reset: 502). Without
+    // the close Node reads the rest and drops it, bounded by the request
+    // timeout, and the client gets its 400.
+    if (braidErr.code === 'body_too_large' && !state.closing) reply.removeHeader('connection');
     return reply.status(braidErr.status).send(braidErr.toBody());
   });
 

@@ -5,12 +5,12 @@
  * engine where the test needs to see exactly what the engine receives.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
-import { GatewayConfigError, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
-import { request, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
+import { GatewayConfigError, gatewayConfig, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
+import { request, spawnServer, startTestServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
 const OTHER = { authorization: 'Bearer other' };
@@ -175,10 +175,15 @@ describe('gateway configuration (pure)', () => {
     learning.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'main' }]);
     expect(() => learning.resolve('default', 'restored')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
 
-    const bare = parsePutBody(Buffer.from(JSON.stringify(record('a'))))!;
-    expect(JSON.parse(bare.rewrite(alias).toString())).toEqual({ record: record('a'), database_id: 'default', branch_id: 'dev' });
+    // the client's bytes go on as they are; only a wrapper naming an alias gets the engine's names
+    const bareBytes = Buffer.from(JSON.stringify(record('a')));
+    expect(parsePutBody(bareBytes)!.forRoute(alias)).toBe(bareBytes);
     const wrapped = parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), branch_id: 'x' })))!;
     expect(wrapped.branchId).toBe('x');
+    const named = parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), database_id: 'alias', branch_id: 'main' })))!;
+    expect(JSON.parse(named.forRoute(alias).toString())).toEqual({ record: record('a'), database_id: 'default', branch_id: 'dev' });
+    const own = Buffer.from(JSON.stringify({ record: record('a'), database_id: 'default' }));
+    expect(parsePutBody(own)!.forRoute(alias)).toBe(own);
     expect(parsePutBody(Buffer.from('{"id":'))).toBeUndefined();
     expect(parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), database_id: 5 })))).toBeUndefined();
 
@@ -276,7 +281,7 @@ describe('gateway in front of a real engine', () => {
     const invalid = await post(gateway.url, '/v1/records/put', '{"id":', GOOD);
     expect(invalid.status).toBe(400);
     expect(invalid.body.code).toBe('invalid_json');
-    // a put larger than the gateway's in-memory fast path is still wrapped and routed
+    // a put larger than the gateway's in-memory fast path is still routed
     const long = await post(gateway.url, '/v1/records/put', record('long', { text: 'z'.repeat(100_000) }), GOOD);
     expect(long.status).toBe(200);
     expect((await post(engineUrl, '/v1/records/get', key('long'))).body.record.fields.text).toHaveLength(100_000);
@@ -660,7 +665,7 @@ describe('gateway against a scripted engine', () => {
     await new Promise((resolve) => upstream.close(resolve));
   });
 
-  it('forwards Idempotency-Key and the route headers, wraps the put body and relays response headers', async () => {
+  it('forwards Idempotency-Key, the route headers and the put body as sent, and relays response headers', async () => {
     seen.length = 0;
     const res: HttpResult = await post(gateway.url, '/v1/records/put?x=1', record('k'), {
       ...GOOD,
@@ -681,7 +686,8 @@ describe('gateway against a scripted engine', () => {
     expect(sent.headers['x-braid-branch']).toBe('main');
     expect(sent.headers.authorization).toBe('Bearer good');
     expect(sent.headers['content-type']).toBe('application/json');
-    expect(JSON.parse(sent.body)).toEqual({ record: record('k'), database_id: 'default', branch_id: 'main' });
+    // the client's bytes, routed by the headers (the engine takes every body the gateway takes)
+    expect(sent.body).toBe(JSON.stringify(record('k')));
     expect(Number(sent.headers['content-length'])).toBe(Buffer.byteLength(sent.body));
 
     // other routes stream the body unchanged; the env token works too
@@ -861,6 +867,126 @@ describe('gateway readiness with a catalog branch the engine lacks (found by a b
       // the missing branch itself is the engine's own answer
       const later = await post(gateway.url, '/v1/records/get', key('m0'), { ...GOOD, 'x-braid-branch': 'later' });
       expect(later.body.code).toBe('branch_not_found');
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+});
+
+/**
+ * POSTs `body` with Node's client, which reports the answer as soon as it
+ * arrives even while the body is still being sent (a server may refuse a
+ * body before reading it all); `chunked` sends it without a Content-Length.
+ */
+function upload(base: string, route: string, body: Buffer, options: { chunked?: boolean; headers?: Record<string, string> } = {}): Promise<{ status: number; body: any }> {
+  const url = new URL(base + route);
+  const headers: Record<string, string> = { ...JSON_HEADERS, ...options.headers };
+  if (!options.chunked) headers['content-length'] = String(body.length);
+  return new Promise((resolve, reject) => {
+    let answered = false;
+    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
+      answered = true;
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : null }));
+      res.on('error', reject);
+    });
+    // a server that answered early may close before the upload ends; the answer is what counts
+    req.on('error', () => undefined);
+    req.on('close', () => {
+      if (!answered) reject(new Error(`${route}: the connection closed without an answer`));
+    });
+    if (options.chunked) {
+      for (let at = 0; at < body.length; at += 256 * 1024) req.write(body.subarray(at, at + 256 * 1024));
+      req.end();
+    } else {
+      req.end(body);
+    }
+  });
+}
+
+/** A JSON body of exactly `size` bytes: `template` with its "PAD" string grown to fit. */
+function bodyOfSize(template: unknown, size: number): Buffer {
+  const text = JSON.stringify(template);
+  const pad = size - Buffer.byteLength(text) + 'PAD'.length;
+  expect(pad).toBeGreaterThan(0);
+  const out = Buffer.from(text.replace('PAD', 'p'.repeat(pad)));
+  expect(out.length).toBe(size);
+  return out;
+}
+
+describe('gateway body limits (found by a black-box test)', () => {
+  const putBody = (size: number) => bodyOfSize({ ...record('sized'), fields: { text: 'PAD' } }, size);
+  const batchBody = (size: number) => bodyOfSize({ records: [{ ...record('batched'), fields: { text: 'PAD' } }] }, size);
+  const queryBody = (size: number) => bodyOfSize({ query: 'FROM notes TENANT "t1" WHERE text MATCHES "PAD" LIMIT 1' }, size);
+
+  // bug: a body the engine refused mid-stream reached the client as 502 upstream_unreachable (write EPIPE)
+  it('a body over the engine\'s limit gets the engine\'s 400 body_too_large, with a Content-Length or chunked', async () => {
+    const engine = await startTestServer({ config: { bodyLimitBytes: 100_000 } });
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, logLevel: 'silent' }));
+    try {
+      for (const [route, body] of [['/v1/records/put-batch', batchBody], ['/v1/nativeql', queryBody], ['/v1/records/put', putBody]] as const) {
+        for (const chunked of [false, true]) {
+          const res = await upload(gateway.url, route, body(3_000_000), { chunked, headers: GOOD });
+          expect(res, `${route} chunked ${chunked}`).toEqual({ status: 400, body: { code: 'body_too_large', error: expect.any(String) } });
+        }
+      }
+      // and the gateway and engine go on serving
+      expect((await post(gateway.url, '/v1/records/put', record('after'), GOOD)).status).toBe(200);
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+
+  // bug: the gateway buffered a put of up to 64 KiB without checking body_limit_bytes, and streamed other bodies unchecked
+  it('the gateway holds body_limit_bytes on every route: Content-Length up front, chunked bodies counted', async () => {
+    const engine = await startTestServer();
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, bodyLimitBytes: 2000, logLevel: 'silent' }));
+    try {
+      for (const size of [2001, 5000, 65_536, 300_000]) {
+        for (const [route, body] of [['/v1/records/put', putBody], ['/v1/records/put-batch', batchBody], ['/v1/nativeql', queryBody]] as const) {
+          for (const chunked of [false, true]) {
+            const res = await upload(gateway.url, route, body(size), { chunked, headers: GOOD });
+            expect(res, `${route} ${size} chunked ${chunked}`).toEqual({ status: 400, body: { code: 'body_too_large', error: 'request body is larger than the limit of 2000 bytes' } });
+          }
+        }
+      }
+      expect((await post(engine.url, '/v1/records/get', key('sized'))).body.record).toBeNull();
+      // at the limit, it passes
+      for (const chunked of [false, true]) {
+        expect((await upload(gateway.url, '/v1/records/put', putBody(2000), { chunked, headers: GOOD })).status).toBe(200);
+        expect((await upload(gateway.url, '/v1/records/put-batch', batchBody(2000), { chunked, headers: GOOD })).status).toBe(200);
+      }
+      // refused before the body is read, whatever the route
+      const unknown = await upload(gateway.url, '/v1/nope', Buffer.alloc(5000, 0x20), { headers: GOOD });
+      expect(unknown.body.code).toBe('body_too_large');
+      // the token comes first
+      expect((await upload(gateway.url, '/v1/records/put', putBody(5000))).status).toBe(401);
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+
+  // bug: the gateway re-wrapped a put in {record, database_id, branch_id}, ~53 bytes more: a body at the limit got 502
+  it('forwards a put body as the client sent it, so the engine takes every body the gateway takes', async () => {
+    const engine = await startTestServer({ config: { bodyLimitBytes: 50_000 } });
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, bodyLimitBytes: 50_000, logLevel: 'silent' }));
+    try {
+      const bare = putBody(50_000);
+      expect(await upload(gateway.url, '/v1/records/put', bare, { headers: GOOD })).toEqual({ status: 200, body: { epoch: expect.any(Number) } });
+      const wrapper = bodyOfSize({ record: { ...record('wrapped'), fields: { text: 'PAD' } }, database_id: 'default', branch_id: 'main' }, 50_000);
+      expect((await upload(gateway.url, '/v1/records/put', wrapper, { headers: GOOD })).status).toBe(200);
+      expect((await post(engine.url, '/v1/records/get', key('sized'))).body.record.fields.text).toHaveLength(JSON.parse(bare.toString()).fields.text.length);
+      // an Idempotency-Key hashes the client's own bytes, as at the engine: other whitespace is another body
+      const keyed = { ...GOOD, 'idempotency-key': 'raw-bytes' };
+      expect((await post(gateway.url, '/v1/records/put', JSON.stringify(record('k')), keyed)).status).toBe(200);
+      const replayed = await post(gateway.url, '/v1/records/put', JSON.stringify(record('k')), keyed);
+      expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+      expect((await post(gateway.url, '/v1/records/put', JSON.stringify(record('k'), null, 1), keyed)).body.code).toBe('idempotency_key_reused');
     } finally {
       await gateway.close();
       await engine.destroy();

@@ -16,7 +16,8 @@ import type { GatewayConfig } from './config.js';
 import { Engines } from './engines.js';
 import { gatewayMetrics } from './metrics.js';
 import { gatewayOpsRoutes } from './ops.js';
-import { bufferSmallBodies, proxyRoutes } from './proxy.js';
+import { bufferSmallBodies, checkDeclaredLength } from './body.js';
+import { proxyRoutes } from './proxy.js';
 import { checkRequestTarget, pathOf } from '../request-target.js';
 import type { GatewayState } from './state.js';
 
@@ -96,6 +97,11 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     });
   }
   authorizeRequests(app);
+  // every route's body, before it is read: a streamed one is counted as it goes (./body.ts)
+  app.addHook('preParsing', async (request, _reply, payload) => {
+    checkDeclaredLength(request.headers, config.bodyLimitBytes);
+    return payload;
+  });
 
   app.setErrorHandler((err, request, reply) => {
     const braidErr = httpError(err);

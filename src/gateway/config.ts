@@ -77,7 +77,7 @@ export interface GatewayConfig {
   upstreamTimeoutMs: number;
   /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
   requestTimeoutMs: number;
-  /** Largest put body the gateway buffers to inject routing fields; other bodies are streamed. */
+  /** Largest request body on any route (400 body_too_large past it; ./body.ts). */
   bodyLimitBytes: number;
   /** Keep-alive connections per engine endpoint. */
   connectionsPerEngine: number;
