@@ -37,11 +37,16 @@ export interface TokenSpec {
  */
 const SENDABLE_TOKEN = /^[\x21-\x7e]+$/;
 
-function checked(token: string, scope: Scope, where: string): TokenSpec {
+/** `token` when a bearer header can carry it, else invalid_config naming `where` (never the token). */
+export function sendableToken(token: string, where: string): string {
   if (!SENDABLE_TOKEN.test(token)) {
     throw new BraidError('invalid_config', `${where} must be visible ASCII characters without spaces, which is all a bearer header can carry`);
   }
-  return { token, scope };
+  return token;
+}
+
+function checked(token: string, scope: Scope, where: string): TokenSpec {
+  return { token: sendableToken(token, where), scope };
 }
 
 /**

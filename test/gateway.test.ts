@@ -120,6 +120,46 @@ describe('gateway configuration (pure)', () => {
     expect(() => resolveGatewayConfig({ config: file, token: ['good'] }, {})).toThrow(/^tokens is set but names no token/);
   });
 
+  // found by a black-box test: nested misspelt keys, numbers as strings, null, names the engine refuses, both
+  // catalog and databases, and an engine token no header can carry had all been taken
+  it('refuses an unknown key at any depth, a number given as a string, null, a catalog name that is not a name, both catalog forms, and an unsendable engine token', () => {
+    const dir = tempDir('braid-gw-conf-');
+    dirs.push(dir);
+    const file = path.join(dir, 'gateway.json');
+    const refuse = (config: unknown, message: string | RegExp) => {
+      writeFileSync(file, JSON.stringify({ tokens: ['good'], ...(config as object) }));
+      const attempt = () => resolveGatewayConfig({ config: file }, {});
+      expect(attempt, JSON.stringify(config)).toThrow(GatewayConfigError);
+      expect(attempt, JSON.stringify(config)).toThrow(message);
+    };
+    const branches = [{ branch_id: 'main', endpoint: 'http://127.0.0.1:9' }];
+    refuse({ rate_limit: { max: 5, windw_ms: 10 } }, `unknown key "rate_limit.windw_ms" in gateway config ${file}`);
+    refuse({ auth_failures: { maxx: 1 } }, /^unknown key "auth_failures\.maxx"/);
+    refuse({ discover_branch: false }, /^unknown key "discover_branch"/);
+    refuse({ databases: [{ database_id: 'd', discover_branch: false, branches }] }, /^unknown key "databases\[0\]\.discover_branch"/);
+    refuse({ databases: [{ database_id: 'd', branches: [{ branch_id: 'main', endpont: 'http://x' }] }] }, /^unknown key "databases\[0\]\.branches\[0\]\.endpont"/);
+    refuse({ catalog: { databases: [{ database_id: 'd', branches }], extra: 1 } }, /^unknown key "catalog\.extra"/);
+    refuse({ rate_limit: { max: '2' } }, /^rate_limit\.max must be a JSON number, got "2"/);
+    refuse({ port: '0' }, /^port must be a JSON number, got "0"/);
+    refuse({ body_limit_bytes: '2000' }, /^body_limit_bytes must be a JSON number/);
+    refuse({ port: null }, /^port is null; leave the key out/);
+    refuse({ rate_limit: { max: null } }, /^rate_limit\.max is null/);
+    refuse({ databases: [{ database_id: 'd', default_branch: null, branches }] }, /^databases\[0\]\.default_branch is null/);
+    refuse({ databases: [{ database_id: 'd', discover_branches: 'no', branches }] }, /^databases\[0\]\.discover_branches must be a JSON boolean/);
+    refuse({ databases: [{ database_id: 'a b', branches }] }, /^databases\[0\]\.database_id "a b" must be a name matching/);
+    refuse({ databases: [{ database_id: 'd', branches: [{ branch_id: 'main', upstream_database_id: 'x y' }] }] }, /^databases\[0\]\.branches\[0\]\.upstream_database_id "x y" must be a name/);
+    refuse({ databases: [{ database_id: 'd', branches: [{ branch_id: 'main', upstream_branch_id: '-' }] }] }, /upstream_branch_id "-" must be a name/);
+    refuse({ catalog: { databases: [{ database_id: 'd', branches: [{ branch_id: 'ma in' }] }] } }, /^catalog\.databases\[0\]\.branches\[0\]\.branch_id "ma in" must be a name/);
+    refuse({ catalog: { databases: [{ database_id: 'a', branches }] }, databases: [{ database_id: 'b', branches }] }, /gives both "catalog" and "databases"/);
+    refuse({ engine_token: 'has space' }, /^engine_token must be visible ASCII characters without spaces/);
+    refuse({ engine_token: 'tab\there' }, /^engine_token must be visible ASCII/);
+    expect(() => resolveGatewayConfig({ token: ['good'] }, { BRAID_ENGINE_TOKEN: 'bell\u0007' })).toThrow(/^BRAID_ENGINE_TOKEN must be visible ASCII/);
+    // what is right still starts
+    writeFileSync(file, JSON.stringify({ tokens: ['good'], port: 0, rate_limit: { max: 2 }, engine_token: 'e-tok:en', catalog: { databases: [{ database_id: 'd', discover_branches: false, branches }] } }));
+    const config = resolveGatewayConfig({ config: file }, {});
+    expect(config).toMatchObject({ port: 0, rateLimitMax: 2, engineToken: 'e-tok:en', defaultDatabase: 'd' });
+  });
+
   it('a window at its longest (24 h) answers 429 with Retry-After and x-ratelimit-reset as whole seconds within it', async () => {
     // no engine behind it: the limiter answers before any proxying
     const gateway = await startGateway(
