@@ -874,6 +874,38 @@ describe('gateway token scopes and failed authentications (issue 16 item 6)', ()
     expect((await get(gateway.url, '/v1/ready', as('reader'))).status).toBe(200);
   });
 
+  // found by a black-box test: a write token's put inside a fragment was refused as needing admin
+  it('GraphQL scopes see through fragments, inline and named, nested; one that cannot be resolved needs admin', async () => {
+    const put = (id: string) => `put(record: {table: "docs", tenant_id: "t", id: "${id}", fields: {title: "x"}}) { epoch }`;
+    const writes = [
+      `mutation { ... on Mutation { ${put('f1')} } }`,
+      `mutation { ...P } fragment P on Mutation { ${put('f2')} }`,
+      `mutation { ... on Mutation { ...P } } fragment P on Mutation { ... on Mutation { ...Q } } fragment Q on Mutation { ${put('f3')} }`,
+      `mutation W { ...P } fragment P on Mutation { ${put('f4')} } mutation S { snapshot(target: "never") { snapshot } }`,
+    ];
+    for (const query of writes) {
+      const body = query.includes('mutation W') ? { query, operationName: 'W' } : { query };
+      const res = await post(gateway.url, '/v1/graphql', body, as('writer'));
+      expect(res.status, query).toBe(200);
+      expect(res.body.errors, query).toBeUndefined();
+      expect((await post(gateway.url, '/v1/graphql', body, as('reader'))).status, query).toBe(403);
+    }
+    const admins = [
+      'mutation { ...S } fragment S on Mutation { snapshot(target: "frag_snap") { snapshot } }',
+      'mutation { ... on Mutation { ... on Mutation { declare_table(table: "t3", columns: {a: {type: "string"}}) { epoch } } } }',
+      `mutation { ${put('f5')} ...S } fragment S on Mutation { restore(source: "s_boss", target: "frag_restored") { restored } }`,
+      // undefined or cyclic: cannot be resolved, needs the strictest scope (and then fails validation)
+      'mutation { ...Nowhere }',
+      'mutation { ...A } fragment A on Mutation { ...B } fragment B on Mutation { ...A }',
+    ];
+    for (const query of admins) {
+      const res = await post(gateway.url, '/v1/graphql', { query }, as('writer'));
+      expect(res.status, query).toBe(403);
+      expect(res.body.code, query).toBe('forbidden');
+    }
+    expect((await post(gateway.url, '/v1/graphql', { query: 'mutation { ...Nowhere }' }, as('boss'))).body.errors[0].message).toMatch(/Unknown fragment/);
+  });
+
   it('rate-limits failed authentications per address', async () => {
     for (let i = 0; i < 3; i++) expect((await get(gateway.url, '/v1/branches', as(`guess-${i}`))).status).toBe(401);
     const blocked = await get(gateway.url, '/v1/branches', as('guess-3'));
