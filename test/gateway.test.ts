@@ -396,6 +396,19 @@ describe('gateway in front of a real engine', () => {
     });
     expect(ready.body.metered_requests).toBeGreaterThan(0);
     expect(ready.body.code).toBeUndefined();
+
+    // found by a black-box test: a branch nobody has was a bare 404; the engine answers 503 with its readiness body
+    const engineMissing = await get(engineUrl, '/v1/ready', { 'x-braid-branch': 'nosuch' });
+    for (const headers of [{ 'x-braid-branch': 'nosuch' }, { 'x-braid-database': 'nosuch' }] as Record<string, string>[]) {
+      const missing = await get(gateway.url, '/v1/ready', { ...GOOD, ...headers });
+      expect(missing.status).toBe(engineMissing.status);
+      expect(missing.body.code).toBe(engineMissing.body.code);
+      expect(missing.body).toEqual({
+        catalog_databases: 1, durable_epoch: 0, engine_health_checked: false, engine_status_code: 0, engine_url: '',
+        error: expect.stringContaining('nosuch'), latest_epoch: 0, metered_requests: expect.any(Number), ok: false, ready: false,
+        recovery_state: 'unknown', service: 'braid-gateway', code: 'branch_not_found',
+      });
+    }
   });
 
   it('limits each token: a burst gets 429 with Retry-After, other tokens pass, and the next window passes', async () => {
