@@ -66,6 +66,17 @@ async function routePut(engines: Engines, request: FastifyRequest, bytes: Buffer
   return { route, body };
 }
 
+/** The `code` of an engine's error body read whole, for the log; undefined when streamed or not one. */
+function engineCode(payload: unknown): string | undefined {
+  if (!Buffer.isBuffer(payload)) return undefined;
+  try {
+    const body: unknown = JSON.parse(payload.toString('utf8'));
+    return isObject(body) && typeof body.code === 'string' ? body.code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export interface ProxyOptions {
   metrics: GatewayMetrics;
 }
@@ -134,6 +145,7 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
         throw upstreamFailure(route.endpoint, err);
       }
     }
+    if (res.statusCode >= 500) request.log.error({ engine: route.endpoint, status: res.statusCode, code: engineCode(payload) }, 'engine answered with a server error');
     reply.status(res.statusCode);
     for (const [name, value] of responseHeaders(res.headers)) reply.header(name, value);
     // Every Braid body is JSON: label an unlabelled one so, rather than fastify's octet-stream default.
