@@ -28,7 +28,7 @@ import { adminRoutes } from './routes/admin.js';
 import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import swagger from '@fastify/swagger';
-import { TokenSet, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
+import { TokenSet, WWW_AUTHENTICATE, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
 import { checkRequestTarget, pathOf } from './request-target.js';
 
 export interface AppOptions {
@@ -177,7 +177,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     request.principal = principalOf(request);
     // the console's files hold no data; the page sends its token with each API call
     if (tokens && !isConsoleRequest(request)) {
-      const auth = tokens.check(request.headers.authorization);
+      let auth: { token: string; scope: Scope };
+      try {
+        auth = tokens.check(request.headers.authorization);
+      } catch (err) {
+        reply.header('www-authenticate', WWW_AUTHENTICATE);
+        throw err;
+      }
       request.scope = auth.scope;
       // the gateway (an admin token) names the client it serves; others are who their token says
       request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);

@@ -93,6 +93,9 @@ export function requireScope(have: Scope, need: Scope, what: string): void {
   }
 }
 
+/** The challenge a 401 carries (RFC 9110 11.6.1: a 401 must say how to authenticate), at the engine and the gateway. */
+export const WWW_AUTHENTICATE = 'Bearer realm="braid"';
+
 const digest = (token: string): Buffer => createHash('sha256').update(token, 'utf8').digest();
 
 /** A short, stable, non-reversible name of a token (idempotency scoping, logs). */
