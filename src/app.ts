@@ -28,7 +28,7 @@ import { adminRoutes } from './routes/admin.js';
 import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import swagger from '@fastify/swagger';
-import { TokenSet, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
+import { TokenSet, WWW_AUTHENTICATE, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
 import { checkRequestTarget, pathOf } from './request-target.js';
 
 export interface AppOptions {
@@ -146,6 +146,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setErrorHandler((err, request, reply) => {
     const braidErr = httpError(err);
     if (braidErr.status >= 500) request.log.error({ err }, 'request failed');
+    // A body over the limit is refused while its client may still be sending
+    // it. fastify would close the connection, and a close with the upload
+    // unread resets it, which can destroy the answer before the client reads
+    // it (the gateway, streaming a body, saw only the reset: 502). Without
+    // the close Node reads the rest and drops it, bounded by the request
+    // timeout, and the client gets its 400.
+    if (braidErr.code === 'body_too_large' && !state.closing) reply.removeHeader('connection');
     return reply.status(braidErr.status).send(braidErr.toBody());
   });
 
@@ -170,7 +177,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     request.principal = principalOf(request);
     // the console's files hold no data; the page sends its token with each API call
     if (tokens && !isConsoleRequest(request)) {
-      const auth = tokens.check(request.headers.authorization);
+      let auth: { token: string; scope: Scope };
+      try {
+        auth = tokens.check(request.headers.authorization);
+      } catch (err) {
+        reply.header('www-authenticate', WWW_AUTHENTICATE);
+        throw err;
+      }
       request.scope = auth.scope;
       // the gateway (an admin token) names the client it serves; others are who their token says
       request.principal = auth.scope === 'admin' && request.principal ? request.principal : tokenId(auth.token);

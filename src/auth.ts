@@ -16,7 +16,7 @@
  *   `timingSafeEqual`, against every configured token).
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { Kind, type DocumentNode, type OperationDefinitionNode } from 'graphql';
+import { Kind, type DocumentNode, type FragmentDefinitionNode, type OperationDefinitionNode, type SelectionSetNode } from 'graphql';
 import { BraidError } from './errors.js';
 
 export const SCOPES = ['read', 'write', 'admin'] as const;
@@ -37,11 +37,16 @@ export interface TokenSpec {
  */
 const SENDABLE_TOKEN = /^[\x21-\x7e]+$/;
 
-function checked(token: string, scope: Scope, where: string): TokenSpec {
+/** `token` when a bearer header can carry it, else invalid_config naming `where` (never the token). */
+export function sendableToken(token: string, where: string): string {
   if (!SENDABLE_TOKEN.test(token)) {
     throw new BraidError('invalid_config', `${where} must be visible ASCII characters without spaces, which is all a bearer header can carry`);
   }
-  return { token, scope };
+  return token;
+}
+
+function checked(token: string, scope: Scope, where: string): TokenSpec {
+  return { token: sendableToken(token, where), scope };
 }
 
 /**
@@ -87,6 +92,9 @@ export function requireScope(have: Scope, need: Scope, what: string): void {
     throw new BraidError('forbidden', `${what} needs a token with the ${need} scope; this token has ${have}`);
   }
 }
+
+/** The challenge a 401 carries (RFC 9110 11.6.1: a 401 must say how to authenticate), at the engine and the gateway. */
+export const WWW_AUTHENTICATE = 'Bearer realm="braid"';
 
 const digest = (token: string): Buffer => createHash('sha256').update(token, 'utf8').digest();
 
@@ -163,20 +171,63 @@ const ADMIN_MUTATIONS = new Set(['snapshot', 'restore', 'declare_table']);
  * The scope a GraphQL document needs: the operation it runs (by name, or
  * every operation when the name does not pick one): `admin` for snapshot,
  * restore or declare_table, `write` for any other mutation, else `read`.
+ * A mutation's root fields are found through its fragments, inline
+ * (`... on Mutation { put }`) and named (`...F`), nested: a write token's
+ * put inside a fragment had been refused as if it could be anything. A
+ * spread of a fragment the document does not define, or one that spreads
+ * itself, cannot be resolved and needs `admin`, the strictest.
  */
 export function graphqlScope(document: DocumentNode, operationName?: string | null): Scope {
   const ops = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === Kind.OPERATION_DEFINITION);
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const d of document.definitions) if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d);
   const picked = operationName ? ops.filter((o) => o.name?.value === operationName) : ops;
+  const resolved = new Map<string, ReadonlySet<string | undefined>>();
   let need: Scope = 'read';
   for (const op of picked.length ? picked : ops) {
     if (op.operation !== 'mutation') continue;
-    for (const sel of op.selectionSet.selections) {
-      // a fragment spread at the root of a mutation may hold anything
-      const name = sel.kind === Kind.FIELD ? sel.name.value : undefined;
-      const fieldNeed: Scope = name === undefined || ADMIN_MUTATIONS.has(name) ? 'admin' : 'write';
-      if (RANK[fieldNeed] > RANK[need]) need = fieldNeed;
-    }
     if (RANK.write > RANK[need]) need = 'write';
+    for (const name of rootFields(op.selectionSet, fragments, resolved)) {
+      if (name === undefined || ADMIN_MUTATIONS.has(name)) return 'admin';
+    }
   }
   return need;
+}
+
+/**
+ * The names of the fields a selection set selects at its own level, through
+ * its fragments; undefined stands for a spread that cannot be resolved. Each
+ * named fragment is resolved once, so fragments that spread each other many
+ * times over cost no more than their count.
+ */
+function rootFields(
+  set: SelectionSetNode,
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+  resolved: Map<string, ReadonlySet<string | undefined>>,
+  spreading: ReadonlySet<string> = new Set(),
+): Set<string | undefined> {
+  const out = new Set<string | undefined>();
+  for (const sel of set.selections) {
+    if (sel.kind === Kind.FIELD) {
+      out.add(sel.name.value);
+      continue;
+    }
+    if (sel.kind === Kind.INLINE_FRAGMENT) {
+      for (const name of rootFields(sel.selectionSet, fragments, resolved, spreading)) out.add(name);
+      continue;
+    }
+    const name = sel.name.value;
+    const fragment = fragments.get(name);
+    if (!fragment || spreading.has(name)) {
+      out.add(undefined);
+      continue;
+    }
+    let names = resolved.get(name);
+    if (!names) {
+      names = rootFields(fragment.selectionSet, fragments, resolved, new Set([...spreading, name]));
+      resolved.set(name, names);
+    }
+    for (const n of names) out.add(n);
+  }
+  return out;
 }

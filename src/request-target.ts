@@ -20,8 +20,15 @@ export function pathOf(url: string): string {
   return url.split('?', 1)[0]!;
 }
 
-/** Throws `400 invalid_request` for a target that is not a plain path, or an HTTP/1.1 request without `Host`. */
-export function checkRequestTarget(request: { url: string; headers: IncomingHttpHeaders; raw: { httpVersion: string } }): void {
+/** How many `Host` lines a request's raw headers (name, value, name, value, ...) hold. */
+function hostLines(rawHeaders: string[]): number {
+  let count = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]!.toLowerCase() === 'host') count += 1;
+  return count;
+}
+
+/** Throws `400 invalid_request` for a target that is not a plain path, or an HTTP/1.1 request without exactly one `Host`. */
+export function checkRequestTarget(request: { url: string; headers: IncomingHttpHeaders; raw: { httpVersion: string; rawHeaders: string[] } }): void {
   const pathname = pathOf(request.url);
   if (!pathname.startsWith('/')) {
     throw new BraidError('invalid_request', `the request target must be a path starting with /, not ${JSON.stringify(request.url.slice(0, 200))}`);
@@ -38,5 +45,10 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   // (Node would, with an empty body; it is told not to, so the answer has a code)
   if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
     throw new BraidError('invalid_request', 'an HTTP/1.1 request must carry a Host header');
+  }
+  // and to one with more than one Host line: Node keeps the first and drops
+  // the others, so which host was meant would be a guess
+  if (hostLines(request.raw.rawHeaders) > 1) {
+    throw new BraidError('invalid_request', 'the request carries more than one Host header; send one');
   }
 }

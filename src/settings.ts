@@ -4,9 +4,11 @@
  * here and refused with `invalid_config` naming where it came from and the
  * value given. docs/operations.md, "Settings are checked".
  *
- * - Absent (undefined, or null in a config file) is unset: the next source
- *   or the default applies. Set but empty (`BRAID_PORT=`) is refused, never
- *   taken as unset: a variable set to nothing is a script that lost a value.
+ * - Absent (undefined) is unset: the next source or the default applies.
+ *   Set but empty (`BRAID_PORT=`) is refused, never taken as unset: a
+ *   variable set to nothing is a script that lost a value. A gateway config
+ *   file is checked as a whole first (src/gateway/config.ts): no unknown
+ *   key at any depth, numbers as JSON numbers, no null.
  * - Whole numbers are plain decimal digits within a range: Number() had read
  *   `0x50` as port 80, `1e30` as history epochs and an empty string as 0.
  */

@@ -5,12 +5,12 @@
  * engine where the test needs to see exactly what the engine receives.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
-import { GatewayConfigError, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
-import { request, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
+import { GatewayConfigError, gatewayConfig, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
+import { request, spawnServer, startTestServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
 const OTHER = { authorization: 'Bearer other' };
@@ -120,10 +120,50 @@ describe('gateway configuration (pure)', () => {
     expect(() => resolveGatewayConfig({ config: file, token: ['good'] }, {})).toThrow(/^tokens is set but names no token/);
   });
 
+  // found by a black-box test: nested misspelt keys, numbers as strings, null, names the engine refuses, both
+  // catalog and databases, and an engine token no header can carry had all been taken
+  it('refuses an unknown key at any depth, a number given as a string, null, a catalog name that is not a name, both catalog forms, and an unsendable engine token', () => {
+    const dir = tempDir('braid-gw-conf-');
+    dirs.push(dir);
+    const file = path.join(dir, 'gateway.json');
+    const refuse = (config: unknown, message: string | RegExp) => {
+      writeFileSync(file, JSON.stringify({ tokens: ['good'], ...(config as object) }));
+      const attempt = () => resolveGatewayConfig({ config: file }, {});
+      expect(attempt, JSON.stringify(config)).toThrow(GatewayConfigError);
+      expect(attempt, JSON.stringify(config)).toThrow(message);
+    };
+    const branches = [{ branch_id: 'main', endpoint: 'http://127.0.0.1:9' }];
+    refuse({ rate_limit: { max: 5, windw_ms: 10 } }, `unknown key "rate_limit.windw_ms" in gateway config ${file}`);
+    refuse({ auth_failures: { maxx: 1 } }, /^unknown key "auth_failures\.maxx"/);
+    refuse({ discover_branch: false }, /^unknown key "discover_branch"/);
+    refuse({ databases: [{ database_id: 'd', discover_branch: false, branches }] }, /^unknown key "databases\[0\]\.discover_branch"/);
+    refuse({ databases: [{ database_id: 'd', branches: [{ branch_id: 'main', endpont: 'http://x' }] }] }, /^unknown key "databases\[0\]\.branches\[0\]\.endpont"/);
+    refuse({ catalog: { databases: [{ database_id: 'd', branches }], extra: 1 } }, /^unknown key "catalog\.extra"/);
+    refuse({ rate_limit: { max: '2' } }, /^rate_limit\.max must be a JSON number, got "2"/);
+    refuse({ port: '0' }, /^port must be a JSON number, got "0"/);
+    refuse({ body_limit_bytes: '2000' }, /^body_limit_bytes must be a JSON number/);
+    refuse({ port: null }, /^port is null; leave the key out/);
+    refuse({ rate_limit: { max: null } }, /^rate_limit\.max is null/);
+    refuse({ databases: [{ database_id: 'd', default_branch: null, branches }] }, /^databases\[0\]\.default_branch is null/);
+    refuse({ databases: [{ database_id: 'd', discover_branches: 'no', branches }] }, /^databases\[0\]\.discover_branches must be a JSON boolean/);
+    refuse({ databases: [{ database_id: 'a b', branches }] }, /^databases\[0\]\.database_id "a b" must be a name matching/);
+    refuse({ databases: [{ database_id: 'd', branches: [{ branch_id: 'main', upstream_database_id: 'x y' }] }] }, /^databases\[0\]\.branches\[0\]\.upstream_database_id "x y" must be a name/);
+    refuse({ databases: [{ database_id: 'd', branches: [{ branch_id: 'main', upstream_branch_id: '-' }] }] }, /upstream_branch_id "-" must be a name/);
+    refuse({ catalog: { databases: [{ database_id: 'd', branches: [{ branch_id: 'ma in' }] }] } }, /^catalog\.databases\[0\]\.branches\[0\]\.branch_id "ma in" must be a name/);
+    refuse({ catalog: { databases: [{ database_id: 'a', branches }] }, databases: [{ database_id: 'b', branches }] }, /gives both "catalog" and "databases"/);
+    refuse({ engine_token: 'has space' }, /^engine_token must be visible ASCII characters without spaces/);
+    refuse({ engine_token: 'tab\there' }, /^engine_token must be visible ASCII/);
+    expect(() => resolveGatewayConfig({ token: ['good'] }, { BRAID_ENGINE_TOKEN: 'bell\u0007' })).toThrow(/^BRAID_ENGINE_TOKEN must be visible ASCII/);
+    // what is right still starts
+    writeFileSync(file, JSON.stringify({ tokens: ['good'], port: 0, rate_limit: { max: 2 }, engine_token: 'e-tok:en', catalog: { databases: [{ database_id: 'd', discover_branches: false, branches }] } }));
+    const config = resolveGatewayConfig({ config: file }, {});
+    expect(config).toMatchObject({ port: 0, rateLimitMax: 2, engineToken: 'e-tok:en', defaultDatabase: 'd' });
+  });
+
   it('a window at its longest (24 h) answers 429 with Retry-After and x-ratelimit-reset as whole seconds within it', async () => {
     // no engine behind it: the limiter answers before any proxying
     const gateway = await startGateway(
-      resolveGatewayConfig({ engine: 'http://127.0.0.1:9', token: ['good'], rateLimit: 1, rateWindow: '86400000', authFailureLimit: 0, port: 0, logLevel: 'error' }, {}),
+      resolveGatewayConfig({ engine: 'http://127.0.0.1:9', token: ['good'], rateLimit: 1, rateWindow: '86400000', authFailureLimit: 0, port: 0, logLevel: 'silent' }, {}),
     );
     try {
       const first = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
@@ -175,10 +215,15 @@ describe('gateway configuration (pure)', () => {
     learning.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'main' }]);
     expect(() => learning.resolve('default', 'restored')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
 
-    const bare = parsePutBody(Buffer.from(JSON.stringify(record('a'))))!;
-    expect(JSON.parse(bare.rewrite(alias).toString())).toEqual({ record: record('a'), database_id: 'default', branch_id: 'dev' });
+    // the client's bytes go on as they are; only a wrapper naming an alias gets the engine's names
+    const bareBytes = Buffer.from(JSON.stringify(record('a')));
+    expect(parsePutBody(bareBytes)!.forRoute(alias)).toBe(bareBytes);
     const wrapped = parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), branch_id: 'x' })))!;
     expect(wrapped.branchId).toBe('x');
+    const named = parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), database_id: 'alias', branch_id: 'main' })))!;
+    expect(JSON.parse(named.forRoute(alias).toString())).toEqual({ record: record('a'), database_id: 'default', branch_id: 'dev' });
+    const own = Buffer.from(JSON.stringify({ record: record('a'), database_id: 'default' }));
+    expect(parsePutBody(own)!.forRoute(alias)).toBe(own);
     expect(parsePutBody(Buffer.from('{"id":'))).toBeUndefined();
     expect(parsePutBody(Buffer.from(JSON.stringify({ record: record('a'), database_id: 5 })))).toBeUndefined();
 
@@ -273,10 +318,18 @@ describe('gateway in front of a real engine', () => {
     expect(insert.status).toBe(200);
     expect(insert.headers.get('deprecation')).toBe('true');
     expect(insert.headers.get('link')).toContain('/v1/records/put');
+    // and a keyed insert's replay (found by a black-box test: it had lost both), through the
+    // managed gateway, whose budget the tests after this one do not count on
+    for (let i = 0; i < 2; i++) {
+      const keyed = await post(managed.url, '/v1/insert', record('e2'), { authorization: 'Bearer managed', 'idempotency-key': 'insert-replay' });
+      expect(keyed.headers.get('idempotent-replayed')).toBe(i === 0 ? null : 'true');
+      expect(keyed.headers.get('deprecation')).toBe('true');
+      expect(keyed.headers.get('link')).toContain('/v1/records/put');
+    }
     const invalid = await post(gateway.url, '/v1/records/put', '{"id":', GOOD);
     expect(invalid.status).toBe(400);
     expect(invalid.body.code).toBe('invalid_json');
-    // a put larger than the gateway's in-memory fast path is still wrapped and routed
+    // a put larger than the gateway's in-memory fast path is still routed
     const long = await post(gateway.url, '/v1/records/put', record('long', { text: 'z'.repeat(100_000) }), GOOD);
     expect(long.status).toBe(200);
     expect((await post(engineUrl, '/v1/records/get', key('long'))).body.record.fields.text).toHaveLength(100_000);
@@ -351,6 +404,19 @@ describe('gateway in front of a real engine', () => {
     });
     expect(ready.body.metered_requests).toBeGreaterThan(0);
     expect(ready.body.code).toBeUndefined();
+
+    // found by a black-box test: a branch nobody has was a bare 404; the engine answers 503 with its readiness body
+    const engineMissing = await get(engineUrl, '/v1/ready', { 'x-braid-branch': 'nosuch' });
+    for (const headers of [{ 'x-braid-branch': 'nosuch' }, { 'x-braid-database': 'nosuch' }] as Record<string, string>[]) {
+      const missing = await get(gateway.url, '/v1/ready', { ...GOOD, ...headers });
+      expect(missing.status).toBe(engineMissing.status);
+      expect(missing.body.code).toBe(engineMissing.body.code);
+      expect(missing.body).toEqual({
+        catalog_databases: 1, durable_epoch: 0, engine_health_checked: false, engine_status_code: 0, engine_url: '',
+        error: expect.stringContaining('nosuch'), latest_epoch: 0, metered_requests: expect.any(Number), ok: false, ready: false,
+        recovery_state: 'unknown', service: 'braid-gateway', code: 'branch_not_found',
+      });
+    }
   });
 
   it('limits each token: a burst gets 429 with Retry-After, other tokens pass, and the next window passes', async () => {
@@ -660,7 +726,7 @@ describe('gateway against a scripted engine', () => {
     await new Promise((resolve) => upstream.close(resolve));
   });
 
-  it('forwards Idempotency-Key and the route headers, wraps the put body and relays response headers', async () => {
+  it('forwards Idempotency-Key, the route headers and the put body as sent, and relays response headers', async () => {
     seen.length = 0;
     const res: HttpResult = await post(gateway.url, '/v1/records/put?x=1', record('k'), {
       ...GOOD,
@@ -681,7 +747,8 @@ describe('gateway against a scripted engine', () => {
     expect(sent.headers['x-braid-branch']).toBe('main');
     expect(sent.headers.authorization).toBe('Bearer good');
     expect(sent.headers['content-type']).toBe('application/json');
-    expect(JSON.parse(sent.body)).toEqual({ record: record('k'), database_id: 'default', branch_id: 'main' });
+    // the client's bytes, routed by the headers (the engine takes every body the gateway takes)
+    expect(sent.body).toBe(JSON.stringify(record('k')));
     expect(Number(sent.headers['content-length'])).toBe(Buffer.byteLength(sent.body));
 
     // other routes stream the body unchanged; the env token works too
@@ -828,6 +895,38 @@ describe('gateway token scopes and failed authentications (issue 16 item 6)', ()
     expect((await get(gateway.url, '/v1/ready', as('reader'))).status).toBe(200);
   });
 
+  // found by a black-box test: a write token's put inside a fragment was refused as needing admin
+  it('GraphQL scopes see through fragments, inline and named, nested; one that cannot be resolved needs admin', async () => {
+    const put = (id: string) => `put(record: {table: "docs", tenant_id: "t", id: "${id}", fields: {title: "x"}}) { epoch }`;
+    const writes = [
+      `mutation { ... on Mutation { ${put('f1')} } }`,
+      `mutation { ...P } fragment P on Mutation { ${put('f2')} }`,
+      `mutation { ... on Mutation { ...P } } fragment P on Mutation { ... on Mutation { ...Q } } fragment Q on Mutation { ${put('f3')} }`,
+      `mutation W { ...P } fragment P on Mutation { ${put('f4')} } mutation S { snapshot(target: "never") { snapshot } }`,
+    ];
+    for (const query of writes) {
+      const body = query.includes('mutation W') ? { query, operationName: 'W' } : { query };
+      const res = await post(gateway.url, '/v1/graphql', body, as('writer'));
+      expect(res.status, query).toBe(200);
+      expect(res.body.errors, query).toBeUndefined();
+      expect((await post(gateway.url, '/v1/graphql', body, as('reader'))).status, query).toBe(403);
+    }
+    const admins = [
+      'mutation { ...S } fragment S on Mutation { snapshot(target: "frag_snap") { snapshot } }',
+      'mutation { ... on Mutation { ... on Mutation { declare_table(table: "t3", columns: {a: {type: "string"}}) { epoch } } } }',
+      `mutation { ${put('f5')} ...S } fragment S on Mutation { restore(source: "s_boss", target: "frag_restored") { restored } }`,
+      // undefined or cyclic: cannot be resolved, needs the strictest scope (and then fails validation)
+      'mutation { ...Nowhere }',
+      'mutation { ...A } fragment A on Mutation { ...B } fragment B on Mutation { ...A }',
+    ];
+    for (const query of admins) {
+      const res = await post(gateway.url, '/v1/graphql', { query }, as('writer'));
+      expect(res.status, query).toBe(403);
+      expect(res.body.code, query).toBe('forbidden');
+    }
+    expect((await post(gateway.url, '/v1/graphql', { query: 'mutation { ...Nowhere }' }, as('boss'))).body.errors[0].message).toMatch(/Unknown fragment/);
+  });
+
   it('rate-limits failed authentications per address', async () => {
     for (let i = 0; i < 3; i++) expect((await get(gateway.url, '/v1/branches', as(`guess-${i}`))).status).toBe(401);
     const blocked = await get(gateway.url, '/v1/branches', as('guess-3'));
@@ -861,6 +960,126 @@ describe('gateway readiness with a catalog branch the engine lacks (found by a b
       // the missing branch itself is the engine's own answer
       const later = await post(gateway.url, '/v1/records/get', key('m0'), { ...GOOD, 'x-braid-branch': 'later' });
       expect(later.body.code).toBe('branch_not_found');
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+});
+
+/**
+ * POSTs `body` with Node's client, which reports the answer as soon as it
+ * arrives even while the body is still being sent (a server may refuse a
+ * body before reading it all); `chunked` sends it without a Content-Length.
+ */
+function upload(base: string, route: string, body: Buffer, options: { chunked?: boolean; headers?: Record<string, string> } = {}): Promise<{ status: number; body: any }> {
+  const url = new URL(base + route);
+  const headers: Record<string, string> = { ...JSON_HEADERS, ...options.headers };
+  if (!options.chunked) headers['content-length'] = String(body.length);
+  return new Promise((resolve, reject) => {
+    let answered = false;
+    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
+      answered = true;
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : null }));
+      res.on('error', reject);
+    });
+    // a server that answered early may close before the upload ends; the answer is what counts
+    req.on('error', () => undefined);
+    req.on('close', () => {
+      if (!answered) reject(new Error(`${route}: the connection closed without an answer`));
+    });
+    if (options.chunked) {
+      for (let at = 0; at < body.length; at += 256 * 1024) req.write(body.subarray(at, at + 256 * 1024));
+      req.end();
+    } else {
+      req.end(body);
+    }
+  });
+}
+
+/** A JSON body of exactly `size` bytes: `template` with its "PAD" string grown to fit. */
+function bodyOfSize(template: unknown, size: number): Buffer {
+  const text = JSON.stringify(template);
+  const pad = size - Buffer.byteLength(text) + 'PAD'.length;
+  expect(pad).toBeGreaterThan(0);
+  const out = Buffer.from(text.replace('PAD', 'p'.repeat(pad)));
+  expect(out.length).toBe(size);
+  return out;
+}
+
+describe('gateway body limits (found by a black-box test)', () => {
+  const putBody = (size: number) => bodyOfSize({ ...record('sized'), fields: { text: 'PAD' } }, size);
+  const batchBody = (size: number) => bodyOfSize({ records: [{ ...record('batched'), fields: { text: 'PAD' } }] }, size);
+  const queryBody = (size: number) => bodyOfSize({ query: 'FROM notes TENANT "t1" WHERE text MATCHES "PAD" LIMIT 1' }, size);
+
+  // bug: a body the engine refused mid-stream reached the client as 502 upstream_unreachable (write EPIPE)
+  it('a body over the engine\'s limit gets the engine\'s 400 body_too_large, with a Content-Length or chunked', async () => {
+    const engine = await startTestServer({ config: { bodyLimitBytes: 100_000 } });
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, logLevel: 'silent' }));
+    try {
+      for (const [route, body] of [['/v1/records/put-batch', batchBody], ['/v1/nativeql', queryBody], ['/v1/records/put', putBody]] as const) {
+        for (const chunked of [false, true]) {
+          const res = await upload(gateway.url, route, body(3_000_000), { chunked, headers: GOOD });
+          expect(res, `${route} chunked ${chunked}`).toEqual({ status: 400, body: { code: 'body_too_large', error: expect.any(String) } });
+        }
+      }
+      // and the gateway and engine go on serving
+      expect((await post(gateway.url, '/v1/records/put', record('after'), GOOD)).status).toBe(200);
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+
+  // bug: the gateway buffered a put of up to 64 KiB without checking body_limit_bytes, and streamed other bodies unchecked
+  it('the gateway holds body_limit_bytes on every route: Content-Length up front, chunked bodies counted', async () => {
+    const engine = await startTestServer();
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, bodyLimitBytes: 2000, logLevel: 'silent' }));
+    try {
+      for (const size of [2001, 5000, 65_536, 300_000]) {
+        for (const [route, body] of [['/v1/records/put', putBody], ['/v1/records/put-batch', batchBody], ['/v1/nativeql', queryBody]] as const) {
+          for (const chunked of [false, true]) {
+            const res = await upload(gateway.url, route, body(size), { chunked, headers: GOOD });
+            expect(res, `${route} ${size} chunked ${chunked}`).toEqual({ status: 400, body: { code: 'body_too_large', error: 'request body is larger than the limit of 2000 bytes' } });
+          }
+        }
+      }
+      expect((await post(engine.url, '/v1/records/get', key('sized'))).body.record).toBeNull();
+      // at the limit, it passes
+      for (const chunked of [false, true]) {
+        expect((await upload(gateway.url, '/v1/records/put', putBody(2000), { chunked, headers: GOOD })).status).toBe(200);
+        expect((await upload(gateway.url, '/v1/records/put-batch', batchBody(2000), { chunked, headers: GOOD })).status).toBe(200);
+      }
+      // refused before the body is read, whatever the route
+      const unknown = await upload(gateway.url, '/v1/nope', Buffer.alloc(5000, 0x20), { headers: GOOD });
+      expect(unknown.body.code).toBe('body_too_large');
+      // the token comes first
+      expect((await upload(gateway.url, '/v1/records/put', putBody(5000))).status).toBe(401);
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+
+  // bug: the gateway re-wrapped a put in {record, database_id, branch_id}, ~53 bytes more: a body at the limit got 502
+  it('forwards a put body as the client sent it, so the engine takes every body the gateway takes', async () => {
+    const engine = await startTestServer({ config: { bodyLimitBytes: 50_000 } });
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, bodyLimitBytes: 50_000, logLevel: 'silent' }));
+    try {
+      const bare = putBody(50_000);
+      expect(await upload(gateway.url, '/v1/records/put', bare, { headers: GOOD })).toEqual({ status: 200, body: { epoch: expect.any(Number) } });
+      const wrapper = bodyOfSize({ record: { ...record('wrapped'), fields: { text: 'PAD' } }, database_id: 'default', branch_id: 'main' }, 50_000);
+      expect((await upload(gateway.url, '/v1/records/put', wrapper, { headers: GOOD })).status).toBe(200);
+      expect((await post(engine.url, '/v1/records/get', key('sized'))).body.record.fields.text).toHaveLength(JSON.parse(bare.toString()).fields.text.length);
+      // an Idempotency-Key hashes the client's own bytes, as at the engine: other whitespace is another body
+      const keyed = { ...GOOD, 'idempotency-key': 'raw-bytes' };
+      expect((await post(gateway.url, '/v1/records/put', JSON.stringify(record('k')), keyed)).status).toBe(200);
+      const replayed = await post(gateway.url, '/v1/records/put', JSON.stringify(record('k')), keyed);
+      expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+      expect((await post(gateway.url, '/v1/records/put', JSON.stringify(record('k'), null, 1), keyed)).body.code).toBe('idempotency_key_reused');
     } finally {
       await gateway.close();
       await engine.destroy();

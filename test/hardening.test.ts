@@ -427,6 +427,16 @@ describe('token scopes on the engine', () => {
     expect(refused.body.code).toBe('forbidden');
     const snapshot = 'mutation { snapshot(target: "gql_snap") { snapshot } }';
     expect((await s.post('/v1/graphql', { query: snapshot }, auth('wr'))).status).toBe(403);
+    // found by a black-box test: through a fragment, a write token's put had needed admin
+    const inline = 'mutation { ... on Mutation { put(record: {table: "scoped", tenant_id: "t", id: "h", fields: {title: "h"}}) { epoch } } }';
+    expect((await s.post('/v1/graphql', { query: inline }, auth('wr'))).body.data.put.epoch).toBeGreaterThan(0);
+    const named = 'mutation { ...P } fragment P on Mutation { put(record: {table: "scoped", tenant_id: "t", id: "i", fields: {title: "i"}}) { epoch } }';
+    expect((await s.post('/v1/graphql', { query: named }, auth('wr'))).body.data.put.epoch).toBeGreaterThan(0);
+    expect((await s.post('/v1/graphql', { query: named }, auth('rd'))).status).toBe(403);
+    const hidden = 'mutation { ... on Mutation { ...S } } fragment S on Mutation { snapshot(target: "gql_snap") { snapshot } }';
+    expect((await s.post('/v1/graphql', { query: hidden }, auth('wr'))).status).toBe(403);
+    // a spread of no fragment is refused before any scope is needed: nothing runs
+    expect((await s.post('/v1/graphql', { query: 'mutation { ...Nowhere }' }, auth('wr'))).body).toEqual({ errors: [expect.objectContaining({ message: expect.stringMatching(/Unknown fragment/) })] });
   });
 
   it('Idempotency keys are scoped by token', async () => {

@@ -30,6 +30,19 @@ describe('Idempotency-Key', () => {
     expect(got.body.record.version_id).toBe(1);
   });
 
+  // found by a black-box test: a replayed insert lost the Deprecation and Link headers of its first answer
+  it('a replayed insert carries Deprecation and Link as its first answer did', async () => {
+    const first = await s.post('/v1/insert', rec('ins1'), { 'idempotency-key': 'insert-1' });
+    const again = await s.post('/v1/insert', rec('ins1'), { 'idempotency-key': 'insert-1' });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    for (const res of [first, again]) {
+      expect(res.status).toBe(200);
+      expect(res.headers.get('deprecation')).toBe('true');
+      expect(res.headers.get('link')).toBe('</v1/records/put>; rel="successor-version"');
+    }
+    expect(again.body).toEqual(first.body);
+  });
+
   it('a different body with the same key is 409 idempotency_key_reused', async () => {
     await s.post('/v1/records/put', { record: rec('k2', { n: 1 }) }, { 'idempotency-key': 'key-2' });
     const r = await s.post('/v1/records/put', { record: rec('k2', { n: 2 }) }, { 'idempotency-key': 'key-2' });

@@ -137,3 +137,64 @@ describe('engine events in the log', () => {
     expect(JSON.stringify([...first, ...second])).not.toContain('do-not-log-body');
   });
 });
+
+// found by a black-box test: the gateway's request lines had no `route`, and its 5xx answers
+// (an engine it cannot reach, an engine's own 500 passed through) were not logged at error
+describe('the gateway\'s request log lines', () => {
+  it('name the route, and every 5xx answer is also logged at error', async () => {
+    const { createServer } = await import('node:http');
+    const { buildGateway } = await import('../src/gateway/app.js');
+    const { gatewayConfig } = await import('../src/gateway/config.js');
+    const failing = createServer((req, res) => {
+      const ready = req.url === '/v1/ready';
+      const body = JSON.stringify(ready ? { ready: true } : { code: 'internal_error', error: 'scripted failure' });
+      res.writeHead(ready ? 200 : 500, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    });
+    await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
+    const failingUrl = `http://127.0.0.1:${(failing.address() as { port: number }).port}`;
+    const gatewayLines: Line[] = [];
+    const gateway = await buildGateway({
+      config: gatewayConfig({
+        tokens: ['gw-token'],
+        engineUrl: url,
+        engineToken: 's3cret-token',
+        catalog: {
+          databases: [
+            { database_id: 'default', branches: [{ branch_id: 'main', endpoint: url }] },
+            { database_id: 'failing', branches: [{ branch_id: 'main', endpoint: failingUrl }] },
+            { database_id: 'down', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:9' }] },
+          ],
+        },
+      }),
+      logger: { level: 'info', stream: sinkInto(gatewayLines) },
+    });
+    const gatewayUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const gwAuth = { authorization: 'Bearer gw-token' };
+      const put = await request(`${gatewayUrl}/v1/records/put`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'g', fields: {} }, { ...gwAuth, 'x-request-id': 'gw-put' });
+      expect(put.status).toBe(200);
+      expect((await request(`${gatewayUrl}/v1/nope`, 'GET', undefined, { ...gwAuth, 'x-request-id': 'gw-nope' })).status).toBe(404);
+      const engineError = await request(`${gatewayUrl}/v1/records/get`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'g' }, { ...gwAuth, 'x-braid-database': 'failing', 'x-request-id': 'gw-500' });
+      expect(engineError.status).toBe(500);
+      const unreachable = await request(`${gatewayUrl}/v1/records/get`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'g' }, { ...gwAuth, 'x-braid-database': 'down', 'x-request-id': 'gw-502' });
+      expect(unreachable.status).toBe(502);
+      const requestLine = (id: string) => gatewayLines.find((l) => l.msg === 'request' && l.request_id === id);
+      await waitFor('the gateway\'s request lines', () => ['gw-put', 'gw-nope', 'gw-500', 'gw-502'].every((id) => requestLine(id) !== undefined));
+      expect(requestLine('gw-put')).toMatchObject({ method: 'POST', route: '/v1/records/put', status: 200, duration_ms: expect.any(Number) });
+      expect(requestLine('gw-nope')).toMatchObject({ route: 'other', status: 404 });
+      expect(requestLine('gw-500')).toMatchObject({ route: '/v1/records/get', status: 500 });
+      const errorLine = (id: string) => gatewayLines.find((l) => l.level === 50 && l.request_id === id);
+      expect(errorLine('gw-500')).toMatchObject({ status: 500, code: 'internal_error', engine: failingUrl });
+      expect(errorLine('gw-502')).toMatchObject({ code: 'upstream_unreachable', err: expect.objectContaining({ message: expect.stringContaining('unreachable') }) });
+      expect(errorLine('gw-put')).toBeUndefined();
+      const all = JSON.stringify(gatewayLines);
+      expect(all).not.toContain('gw-token');
+      expect(all).not.toContain('s3cret-token');
+    } finally {
+      await gateway.close();
+      failing.closeAllConnections();
+      await new Promise((resolve) => failing.close(resolve));
+    }
+  });
+});

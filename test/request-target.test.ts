@@ -81,6 +81,24 @@ describe.each([
     const answer = await rawHttp(base(), `GET /v1/branches HTTP/1.1\r\nAuthorization: Bearer ${reader}\r\nConnection: close\r\n\r\n`);
     expect(parseRawAnswer(answer)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.stringContaining('Host') } });
   });
+
+  // found by a black-box test: the gateway took a request with two Host lines (RFC 9112 3.2: 400)
+  it('a request with two Host headers is 400 invalid_request with a code', async () => {
+    const { host } = new URL(base());
+    const answer = await rawHttp(base(), `GET /v1/branches HTTP/1.1\r\nHost: ${host}\r\nHost: elsewhere.example\r\nAuthorization: Bearer ${reader}\r\nConnection: close\r\n\r\n`);
+    expect(parseRawAnswer(answer)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.stringContaining('more than one Host') } });
+    const one = await rawHttp(base(), `GET /v1/branches HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${reader}\r\nConnection: close\r\n\r\n`);
+    expect(parseRawAnswer(one).status).toBe(200);
+  });
+
+  // found by a black-box test: the engine's 401 had no challenge, the gateway's had
+  it('a 401 carries WWW-Authenticate: Bearer realm="braid"', async () => {
+    for (const headers of [{}, bearer('nope')]) {
+      const res = await request(`${base()}/v1/branches`, 'GET', undefined, headers);
+      expect(res.status).toBe(401);
+      expect(res.headers.get('www-authenticate')).toBe('Bearer realm="braid"');
+    }
+  });
 });
 
 describe('GET /metrics on the engine', () => {

@@ -14,9 +14,10 @@ import { consoleRoutes } from '../routes/console.js';
 import { authOf, authenticateRequests, authorizeRequests } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import { Engines } from './engines.js';
-import { gatewayMetrics } from './metrics.js';
+import { gatewayMetrics, routeOf } from './metrics.js';
 import { gatewayOpsRoutes } from './ops.js';
-import { bufferSmallBodies, proxyRoutes } from './proxy.js';
+import { bufferSmallBodies, checkDeclaredLength } from './body.js';
+import { proxyRoutes } from './proxy.js';
 import { checkRequestTarget, pathOf } from '../request-target.js';
 import type { GatewayState } from './state.js';
 
@@ -27,9 +28,6 @@ export interface GatewayOptions {
   /** Pino logger options; off by default. */
   logger?: boolean | object;
 }
-
-/** Errors that say what state an engine or the gateway is in, not that something broke: not logged. */
-const EXPECTED_5XX = new Set(['upstream_unreachable', 'not_ready', 'shutting_down']);
 
 export async function buildGateway(options: GatewayOptions): Promise<FastifyInstance> {
   const { config } = options;
@@ -59,8 +57,12 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     reply.header(REQUEST_ID_HEADER, request.id);
     return payload;
   });
+  // the request log line (level info), as the engine's: no bodies, headers or tokens
   app.addHook('onResponse', async (request, reply) => {
-    request.log.info({ method: request.method, status: reply.statusCode, duration_ms: Number(reply.elapsedTime.toFixed(3)) }, 'request');
+    request.log.info(
+      { method: request.method, route: routeOf(request), status: reply.statusCode, duration_ms: Number(reply.elapsedTime.toFixed(3)) },
+      'request',
+    );
   });
   app.addHook('onReady', async () => engines.start());
   app.addHook('preClose', async () => {
@@ -96,10 +98,17 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     });
   }
   authorizeRequests(app);
+  // every route's body, before it is read: a streamed one is counted as it goes (./body.ts)
+  app.addHook('preParsing', async (request, _reply, payload) => {
+    checkDeclaredLength(request.headers, config.bodyLimitBytes);
+    return payload;
+  });
 
   app.setErrorHandler((err, request, reply) => {
     const braidErr = httpError(err);
-    if (braidErr.status >= 500 && !EXPECTED_5XX.has(braidErr.code)) request.log.error({ err }, 'gateway request failed');
+    // every 5xx, as the engine logs its own (docs/operations.md, "Logs and request ids"); an engine's
+    // own 5xx answer, passed through, is logged by the proxy
+    if (braidErr.status >= 500) request.log.error({ err, code: braidErr.code }, 'gateway request failed');
     return reply.status(braidErr.status).send(errorBody(braidErr));
   });
 

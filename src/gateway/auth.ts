@@ -9,7 +9,7 @@
  * (guessing tokens).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { TokenSet, requireScope, routeScope, type Scope } from '../auth.js';
+import { TokenSet, WWW_AUTHENTICATE, requireScope, routeScope, type Scope } from '../auth.js';
 import { BraidError } from '../errors.js';
 import { checkBranchHeaders } from '../names.js';
 import { isConsoleRequest } from '../routes/console.js';
@@ -57,7 +57,7 @@ export function authenticateRequests(app: FastifyInstance, state: { readonly con
       entry.count += 1;
       failures.set(request.ip, entry);
       if (failures.size > MAX_FAILING_ADDRESSES) failures.delete(failures.keys().next().value as string);
-      reply.header('www-authenticate', 'Bearer realm="braid"');
+      reply.header('www-authenticate', WWW_AUTHENTICATE);
       throw err;
     }
     authenticated.set(request, auth);

@@ -5,7 +5,8 @@
  */
 import { BraidError } from '../errors.js';
 import { readFileSync } from 'node:fs';
-import { allows, parseTokenSpec, type TokenSpec } from '../auth.js';
+import { allows, parseTokenSpec, sendableToken, type TokenSpec } from '../auth.js';
+import { NAME_PATTERN, isName } from '../names.js';
 import {
   choiceSetting,
   LOG_LEVELS,
@@ -77,7 +78,7 @@ export interface GatewayConfig {
   upstreamTimeoutMs: number;
   /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
   requestTimeoutMs: number;
-  /** Largest put body the gateway buffers to inject routing fields; other bodies are streamed. */
+  /** Largest request body on any route (400 body_too_large past it; ./body.ts). */
   bodyLimitBytes: number;
   /** Keep-alive connections per engine endpoint. */
   connectionsPerEngine: number;
@@ -165,54 +166,101 @@ function checked<T>(read: () => T): T {
   }
 }
 
-/** Checks a catalog and fills in endpoints from the default engine URL. */
-export function parseCatalog(value: unknown, engineUrl: string): Catalog {
-  return checked(() => readCatalog(value, engineUrl));
+/** Checks a catalog and fills in endpoints from the default engine URL; `at` is where it was given (`catalog`). */
+export function parseCatalog(value: unknown, engineUrl: string, at = 'catalog'): Catalog {
+  return checked(() => {
+    checkShape(value, CATALOG_SHAPE, at);
+    return readCatalog(value as { databases: unknown[] }, engineUrl, `${at}.databases`);
+  });
 }
 
-function readCatalog(value: unknown, engineUrl: string): Catalog {
-  if (typeof value !== 'object' || value === null || !Array.isArray((value as Catalog).databases)) {
-    fail('catalog must be an object with a "databases" list');
-  }
-  const databases = (value as { databases: unknown[] }).databases;
-  if (databases.length === 0) fail('catalog.databases must not be empty');
+/** A name of the catalog (a database or branch, the catalog's or the engine's): the engine's name rule. */
+function catalogName(value: unknown, where: string): string | undefined {
+  const name = textSetting(value, where);
+  if (name !== undefined && !isName(name)) fail(`${where} ${JSON.stringify(name)} must be a name matching ${NAME_PATTERN}`);
+  return name;
+}
+
+function readCatalog(value: { databases: unknown[] }, engineUrl: string, at: string): Catalog {
+  const { databases } = value;
+  if (!Array.isArray(databases)) fail(`${at} must be a list of databases`);
+  if (databases.length === 0) fail(`${at} must not be empty`);
   const seenDb = new Set<string>();
   return {
     databases: databases.map((d, i) => {
-      const where = `databases[${i}]`;
-      if (typeof d !== 'object' || d === null) fail(`${where} must be an object`);
+      const where = `${at}[${i}]`;
       const db = d as Record<string, unknown>;
-      const database_id = textSetting(db.database_id, `${where}.database_id`) ?? fail(`${where}.database_id is required`);
+      const database_id = catalogName(db.database_id, `${where}.database_id`) ?? fail(`${where}.database_id is required`);
       if (seenDb.has(database_id)) fail(`database ${database_id} appears twice in the catalog`);
       seenDb.add(database_id);
       if (!Array.isArray(db.branches) || db.branches.length === 0) fail(`${where}.branches must be a non-empty list`);
       const seenBranch = new Set<string>();
       const branches = (db.branches as unknown[]).map((b, j) => {
         const bwhere = `${where}.branches[${j}]`;
-        if (typeof b !== 'object' || b === null) fail(`${bwhere} must be an object`);
         const br = b as Record<string, unknown>;
-        const branch_id = textSetting(br.branch_id, `${bwhere}.branch_id`) ?? fail(`${bwhere}.branch_id is required`);
+        const branch_id = catalogName(br.branch_id, `${bwhere}.branch_id`) ?? fail(`${bwhere}.branch_id is required`);
         if (seenBranch.has(branch_id)) fail(`branch ${database_id}/${branch_id} appears twice in the catalog`);
         seenBranch.add(branch_id);
         const endpoint = normalizeEndpoint(textSetting(br.endpoint, `${bwhere}.endpoint`) ?? engineUrl, `${bwhere}.endpoint`);
         const out: CatalogBranch = { branch_id, endpoint };
-        const upDb = textSetting(br.upstream_database_id, `${bwhere}.upstream_database_id`);
-        const upBranch = textSetting(br.upstream_branch_id, `${bwhere}.upstream_branch_id`);
+        const upDb = catalogName(br.upstream_database_id, `${bwhere}.upstream_database_id`);
+        const upBranch = catalogName(br.upstream_branch_id, `${bwhere}.upstream_branch_id`);
         if (upDb) out.upstream_database_id = upDb;
         if (upBranch) out.upstream_branch_id = upBranch;
         return out;
       });
-      const default_branch = textSetting(db.default_branch, `${where}.default_branch`);
+      const default_branch = catalogName(db.default_branch, `${where}.default_branch`);
       if (default_branch && !seenBranch.has(default_branch)) fail(`${where}.default_branch ${default_branch} is not one of its branches`);
       const out: CatalogDatabase = { database_id, branches };
       if (default_branch) out.default_branch = default_branch;
-      if (db.discover_branches !== undefined) {
-        if (typeof db.discover_branches !== 'boolean') fail(`${where}.discover_branches must be true or false`);
-        out.discover_branches = db.discover_branches;
-      }
+      if (db.discover_branches !== undefined) out.discover_branches = db.discover_branches as boolean;
       return out;
     }),
   };
+}
+
+/**
+ * What a config file may hold: its keys, nested ones included, and the JSON
+ * type of each value. Ranges and formats are checked where each setting is
+ * read (src/settings.ts); this refuses what those would not see: a
+ * misspelt key anywhere (`rate_limit.windw_ms` had been ignored, leaving the
+ * default), a number written as a string, or null.
+ */
+type Shape = 'string' | 'number' | 'boolean' | 'tokens' | readonly [Shape] | { readonly [key: string]: Shape };
+
+const BRANCH_SHAPE: Shape = { branch_id: 'string', endpoint: 'string', upstream_database_id: 'string', upstream_branch_id: 'string' };
+const DATABASE_SHAPE: Shape = { database_id: 'string', default_branch: 'string', discover_branches: 'boolean', branches: [BRANCH_SHAPE] };
+const CATALOG_SHAPE: Shape = { databases: [DATABASE_SHAPE] };
+const WINDOW_SHAPE: Shape = { max: 'number', window_ms: 'number' };
+const FILE_SHAPE: Shape = {
+  host: 'string', port: 'number', tokens: 'tokens', rate_limit: WINDOW_SHAPE, auth_failures: WINDOW_SHAPE, engine_url: 'string',
+  engine_token: 'string', default_database: 'string', databases: [DATABASE_SHAPE], catalog: CATALOG_SHAPE, ready_interval_ms: 'number',
+  connect_timeout_ms: 'number', upstream_timeout_ms: 'number', request_timeout_ms: 'number', body_limit_bytes: 'number',
+  connections_per_engine: 'number', log_level: 'string',
+};
+
+/** Checks `value` against `shape`; `at` is its path in the file (`databases[0].branches[1]`). */
+function checkShape(value: unknown, shape: Shape, at: string): void {
+  if (value === null) fail(`${at} is null; leave the key out to take its default`);
+  if (shape === 'tokens') return; // a string or a list of them and {token, scope}: tokensSetting reads it
+  if (typeof shape === 'string') {
+    if (typeof value !== shape) fail(`${at} must be a JSON ${shape}, got ${JSON.stringify(value)}`);
+    return;
+  }
+  if (Array.isArray(shape)) {
+    if (!Array.isArray(value)) fail(`${at} must be a list`);
+    for (const [i, item] of value.entries()) checkShape(item, shape[0], `${at}[${i}]`);
+    return;
+  }
+  if (typeof value !== 'object' || Array.isArray(value)) fail(`${at} must be an object`);
+  const fields = shape as { readonly [key: string]: Shape };
+  for (const [key, item] of Object.entries(value as Record<string, unknown>)) {
+    const path = at ? `${at}.${key}` : key;
+    const inner = Object.hasOwn(fields, key) ? fields[key] : undefined;
+    if (inner === undefined) fail(`unknown key ${JSON.stringify(path)}`);
+    // unset (a programmatic catalog's optional field); JSON has no undefined
+    if (item !== undefined) checkShape(item, inner, path);
+  }
 }
 
 /** The catalog of a single engine: database "default", branch "main". */
@@ -238,10 +286,15 @@ export function readConfigFile(file: string): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-const FILE_KEYS = new Set([
-  'host', 'port', 'tokens', 'rate_limit', 'auth_failures', 'engine_url', 'engine_token', 'default_database', 'databases', 'catalog',
-  'ready_interval_ms', 'connect_timeout_ms', 'upstream_timeout_ms', 'request_timeout_ms', 'body_limit_bytes', 'connections_per_engine', 'log_level',
-]);
+/**
+ * The token the gateway sends to engines: a bearer token by the rules of
+ * every other (src/auth.ts), the secret alone -- a control character or a
+ * space had been taken, and every proxied request then failed with 502.
+ */
+function engineTokenSetting(value: unknown, name: string): string | undefined {
+  const token = textSetting(value, name);
+  return token === undefined ? undefined : sendableToken(token, name);
+}
 
 /** The first of `values` that is set; each was checked when the list was built, the ones it overrides too. */
 function firstOf<T>(...values: Array<T | undefined>): T | undefined {
@@ -261,15 +314,17 @@ export function resolveGatewayConfig(flags: GatewayFlags = {}, env: NodeJS.Proce
 function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
   const configPath = firstOf(textSetting(flags.config, '--config'), textSetting(env.BRAID_GATEWAY_CONFIG, 'BRAID_GATEWAY_CONFIG'));
   const file = configPath ? readConfigFile(configPath) : {};
-  for (const key of Object.keys(file)) {
-    if (!FILE_KEYS.has(key)) fail(`unknown key ${JSON.stringify(key)} in gateway config${configPath ? ` ${configPath}` : ''}`);
+  try {
+    checkShape(file, FILE_SHAPE, '');
+  } catch (err) {
+    if (err instanceof GatewayConfigError) fail(`${err.message} in gateway config ${configPath}`);
+    throw err;
   }
-  const rl = file.rate_limit;
-  if (rl !== undefined && (typeof rl !== 'object' || rl === null)) fail('rate_limit must be an object {max, window_ms}');
-  const rateFile = (rl ?? {}) as Record<string, unknown>;
-  const af = file.auth_failures;
-  if (af !== undefined && (typeof af !== 'object' || af === null)) fail('auth_failures must be an object {max, window_ms}');
-  const authFile = (af ?? {}) as Record<string, unknown>;
+  if (file.catalog !== undefined && file.databases !== undefined) {
+    fail(`gateway config ${configPath} gives both "catalog" and "databases"; give the catalog once`);
+  }
+  const rateFile = (file.rate_limit ?? {}) as Record<string, unknown>;
+  const authFile = (file.auth_failures ?? {}) as Record<string, unknown>;
   const d = GATEWAY_DEFAULTS;
   /** A whole number given by a flag, a variable or a file key, in that order of precedence. */
   const number = (sources: { flag?: [unknown, string]; env?: string; file: [unknown, string] }, min: number, max: number, fallback: number): number =>
@@ -283,8 +338,11 @@ function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
     firstOf(urlSetting(flags.engine, '--engine'), urlSetting(env.BRAID_ENGINE_URL, 'BRAID_ENGINE_URL'), urlSetting(file.engine_url, 'engine_url'))
       ?? new URL(d.engineUrl),
   );
-  const catalogSource = file.catalog ?? (file.databases !== undefined ? { databases: file.databases } : undefined);
-  const catalog = catalogSource === undefined ? singleEngineCatalog(engineUrl) : parseCatalog(catalogSource, engineUrl);
+  const catalog = file.catalog !== undefined
+    ? parseCatalog(file.catalog, engineUrl, 'catalog')
+    : file.databases !== undefined
+      ? readCatalog({ databases: file.databases as unknown[] }, engineUrl, 'databases')
+      : singleEngineCatalog(engineUrl);
 
   const tokens = uniqueTokens([
     ...(tokensSetting(file.tokens, 'tokens') ?? []),
@@ -295,7 +353,7 @@ function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
     fail('the gateway needs at least one bearer token: --token, BRAID_GATEWAY_TOKENS or "tokens" in the config file');
   }
 
-  const defaultDatabase = textSetting(file.default_database, 'default_database')
+  const defaultDatabase = catalogName(file.default_database, 'default_database')
     ?? (catalog.databases.some((db) => db.database_id === DEFAULT_DATABASE) ? DEFAULT_DATABASE : catalog.databases[0]!.database_id);
   if (!catalog.databases.some((db) => db.database_id === defaultDatabase)) {
     fail(`default_database ${defaultDatabase} is not in the catalog`);
@@ -320,7 +378,7 @@ function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
       d.rateWindowMs,
     ),
     engineUrl,
-    engineToken: firstOf(textSetting(env.BRAID_ENGINE_TOKEN, 'BRAID_ENGINE_TOKEN'), textSetting(file.engine_token, 'engine_token')) ?? d.engineToken,
+    engineToken: firstOf(engineTokenSetting(env.BRAID_ENGINE_TOKEN, 'BRAID_ENGINE_TOKEN'), engineTokenSetting(file.engine_token, 'engine_token')) ?? d.engineToken,
     catalog,
     defaultDatabase,
     readyIntervalMs: number({ file: [file.ready_interval_ms, 'ready_interval_ms'] }, 1, MAX_TIMER_MS, d.readyIntervalMs),

@@ -5,7 +5,7 @@
  * proxied, so the route label is the path when it is one Braid has, else
  * "other".
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import client from 'prom-client';
 import { HTTP_BUCKETS, createRegistry, instrumentHttp } from '../prometheus.js';
 import { CONSOLE_PATH, isConsoleRequest } from '../routes/console.js';
@@ -22,14 +22,17 @@ export interface GatewayMetrics {
   upstreamErrors: client.Counter<'engine' | 'code'>;
 }
 
+/** A request's route, as metrics and the request log name it: a path Braid serves, `/console`, else `other`. */
+export function routeOf(request: FastifyRequest): string {
+  if (isConsoleRequest(request)) return CONSOLE_PATH;
+  const pathname = pathOf(request.url);
+  return API_METHODS.has(pathname) ? pathname : 'other';
+}
+
 /** Instruments `app`'s requests; call it first, so refused requests (401, 403, 429) are counted too. */
 export function gatewayMetrics(app: FastifyInstance, engines: Engines): GatewayMetrics {
   const registry = createRegistry(PREFIX);
-  instrumentHttp(app, registry, PREFIX, (request) => {
-    if (isConsoleRequest(request)) return CONSOLE_PATH;
-    const pathname = pathOf(request.url);
-    return API_METHODS.has(pathname) ? pathname : 'other';
-  });
+  instrumentHttp(app, registry, PREFIX, routeOf);
   const upstreamDuration = new client.Histogram({
     name: `${PREFIX}upstream_request_duration_seconds`,
     help: 'Proxied requests: time until the engine answered with its status line and headers, by engine and status',

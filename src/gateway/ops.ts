@@ -26,6 +26,25 @@ function relayError(reply: FastifyReply, route: Route, res: { status: number; bo
   throw new BraidError('upstream_error', `engine ${route.endpoint} answered ${res.status} without a JSON body`);
 }
 
+/** The readiness of a branch neither the catalog nor its engines have: no engine was asked. */
+function unroutedReadiness(err: BraidError, catalogDatabases: number, metered: number) {
+  return {
+    catalog_databases: catalogDatabases,
+    durable_epoch: 0,
+    engine_health_checked: false,
+    engine_status_code: 0,
+    engine_url: '',
+    error: err.message,
+    latest_epoch: 0,
+    metered_requests: metered,
+    ok: false,
+    ready: false,
+    recovery_state: 'unknown',
+    service: GATEWAY_SERVICE_NAME,
+    code: err.code,
+  };
+}
+
 export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions): Promise<void> {
   const state = app.gateway;
   const { config, engines } = state;
@@ -69,7 +88,14 @@ export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions
   app.get('/v1/ready', {
     schema: { response: { 200: ReadyResponse, 503: ReadyResponse } },
   }, async (request, reply) => {
-    const route = await engines.route(request);
+    let route: Route;
+    try {
+      route = await engines.route(request);
+    } catch (err) {
+      if (!(err instanceof BraidError && err.code === 'branch_not_found')) throw err;
+      // as the engine answers a branch it lacks: not ready, with the readiness body and the code
+      return reply.status(503).send(unroutedReadiness(err, engines.router.databaseCount, state.metered));
+    }
     const up = engines.upstreamOf(route);
     // draining: not ready, whatever the engine says (its last known state, no new check)
     const r = state.closing

@@ -7,7 +7,6 @@
  * engine. A put is routed by its body, a GraphQL document needs the scope of
  * what it runs.
  */
-import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { graphqlScope, requireScope, type Scope } from '../auth.js';
@@ -16,6 +15,7 @@ import { parseRequestJson } from '../json.js';
 import { checkBranchNames } from '../names.js';
 import { parseDocument } from '../graphql/bounds.js';
 import { authOf } from './auth.js';
+import { LimitedBody, SMALL_BODY_BYTES, hasBody, readBody } from './body.js';
 import { isObject, type Engines } from './engines.js';
 import { responseHeaders } from './headers.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -25,47 +25,6 @@ import { upstreamFailure } from './upstream.js';
 
 const PUT_PATH = '/v1/records/put';
 const GRAPHQL_PATH = '/v1/graphql';
-/** Bodies and engine answers up to this size are buffered and sent in one write instead of streamed. */
-const SMALL_BODY_BYTES = 64 * 1024;
-
-/** The gateway's one content-type parser: small bodies of a known length become a Buffer, others stay a stream. */
-export function bufferSmallBodies(request: FastifyRequest, payload: IncomingMessage, done: (err: Error | null, body?: unknown) => void): void {
-  const length = Number(request.headers['content-length']);
-  if (!Number.isInteger(length) || length > SMALL_BODY_BYTES) {
-    done(null);
-    return;
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  payload.on('data', (chunk: Buffer) => {
-    size += chunk.length;
-    chunks.push(chunk);
-  });
-  payload.on('end', () => done(null, Buffer.concat(chunks, size)));
-  payload.on('error', (err) => done(err));
-}
-
-/** Reads a request body up to `limit` bytes. */
-async function readBody(raw: IncomingMessage, limit: number): Promise<Buffer> {
-  const declared = Number(raw.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) {
-    throw new BraidError('body_too_large', `request body is larger than the limit of ${limit} bytes`);
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of raw) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new BraidError('body_too_large', `request body is larger than the limit of ${limit} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks, size);
-}
-
-function hasBody(headers: IncomingHttpHeaders): boolean {
-  if (headers['transfer-encoding'] !== undefined) return true;
-  const length = headers['content-length'];
-  return length !== undefined && length !== '0';
-}
 
 /**
  * The scope a GraphQL request body needs. A body that is not JSON is
@@ -88,17 +47,34 @@ function graphqlDocumentScope(bytes: Buffer): Scope {
 
 /**
  * A put's route: the branch its body names (SDKs inject it), which must
- * agree with the headers, else the headers'; the body rewritten with the
- * engine's names of that branch.
+ * agree with the headers, else the headers'; the body as the engine of that
+ * branch takes it (routing.ts, ParsedPut): the client's bytes, or a wrapper
+ * naming an alias rewritten with the engine's names, which must still be
+ * within the limit the engine holds it to.
  */
-async function routePut(engines: Engines, request: FastifyRequest, bytes: Buffer): Promise<{ route: Route; body: Buffer }> {
+async function routePut(engines: Engines, request: FastifyRequest, bytes: Buffer, limit: number): Promise<{ route: Route; body: Buffer }> {
   const parsed = parsePutBody(bytes);
   // the one branch rule of every front door (src/services/branch.ts): a body's names must agree with the headers
   const headers = { databaseId: headerValue(request.headers[DATABASE_HEADER]), branchId: headerValue(request.headers[BRANCH_HEADER]) };
   checkBranchNames({ database_id: parsed?.databaseId, branch_id: parsed?.branchId });
   resolveBranch(headers, { database_id: parsed?.databaseId, branch_id: parsed?.branchId });
   const route = await engines.route(request, parsed?.databaseId, parsed?.branchId);
-  return { route, body: parsed ? parsed.rewrite(route) : bytes };
+  const body = parsed ? parsed.forRoute(route) : bytes;
+  if (body.length > limit) {
+    throw new BraidError('body_too_large', `request body is ${body.length} bytes once its database_id / branch_id are rewritten with the engine's names, over the limit of ${limit} bytes`);
+  }
+  return { route, body };
+}
+
+/** The `code` of an engine's error body read whole, for the log; undefined when streamed or not one. */
+function engineCode(payload: unknown): string | undefined {
+  if (!Buffer.isBuffer(payload)) return undefined;
+  try {
+    const body: unknown = JSON.parse(payload.toString('utf8'));
+    return isObject(body) && typeof body.code === 'string' ? body.code : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export interface ProxyOptions {
@@ -119,32 +95,37 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
       throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding} is not accepted: send the body uncompressed`);
     }
+    const limit = config.bodyLimitBytes;
     let route: Route;
-    let body: Buffer | IncomingMessage | undefined;
+    let body: Buffer | undefined;
     const buffered = Buffer.isBuffer(request.body) ? request.body : undefined;
     if (request.method === 'POST' && pathname === PUT_PATH) {
-      ({ route, body } = await routePut(engines, request, buffered ?? await readBody(raw, config.bodyLimitBytes)));
+      ({ route, body } = await routePut(engines, request, buffered ?? await readBody(raw, limit), limit));
     } else if (request.method === 'POST' && pathname === GRAPHQL_PATH) {
-      const bytes = buffered ?? await readBody(raw, config.bodyLimitBytes);
+      const bytes = buffered ?? await readBody(raw, limit);
       requireScope(authOf(request)!.scope, graphqlDocumentScope(bytes), 'this GraphQL operation');
       route = await engines.route(request);
       body = bytes;
     } else {
       route = await engines.route(request);
-      body = buffered ?? (hasBody(request.headers) ? raw : undefined);
+      body = buffered;
     }
     const up = engines.upstreamOf(route);
     if (up.notReady) throw new BraidError('not_ready', up.readiness.error);
 
     const headers = engines.headers(request, route);
-    if (Buffer.isBuffer(body)) headers['content-length'] = String(body.length);
-    else if (body === undefined) delete headers['content-length'];
+    // a body not read yet streams from the client, counted against the limit
+    const streamed = body === undefined && hasBody(request.headers) ? new LimitedBody(raw, limit) : undefined;
+    if (body) headers['content-length'] = String(body.length);
+    else if (!streamed) delete headers['content-length'];
 
     let res: Dispatcher.ResponseData;
     const sent = process.hrtime.bigint();
     try {
-      res = await up.request({ method: request.method as Dispatcher.HttpMethod, path: request.url, headers, body });
+      res = await up.request({ method: request.method as Dispatcher.HttpMethod, path: request.url, headers, body: body ?? streamed });
     } catch (err) {
+      // a streamed body over the limit: the gateway's own answer, not the engine's failure
+      if (streamed?.exceeded) throw streamed.error;
       void up.check();
       const failure = upstreamFailure(route.endpoint, err);
       upstreamErrors.inc({ engine: route.endpoint, code: failure.code });
@@ -164,6 +145,7 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
         throw upstreamFailure(route.endpoint, err);
       }
     }
+    if (res.statusCode >= 500) request.log.error({ engine: route.endpoint, status: res.statusCode, code: engineCode(payload) }, 'engine answered with a server error');
     reply.status(res.statusCode);
     for (const [name, value] of responseHeaders(res.headers)) reply.header(name, value);
     // Every Braid body is JSON: label an unlabelled one so, rather than fastify's octet-stream default.

@@ -1,7 +1,7 @@
 /**
  * Managed routing: picks the catalog branch a request addresses (headers
  * x-braid-database / x-braid-branch, or the put body's database_id /
- * branch_id) and rewrites what the engine receives.
+ * branch_id), and what the engine receives of a put body.
  */
 import { BraidError } from '../errors.js';
 import { encodeRequestJson } from '../json.js';
@@ -132,18 +132,25 @@ export function headerValue(value: string | string[] | undefined): string | unde
 }
 
 /**
- * The put body (route 11) as the gateway forwards it. A JSON object body is
- * rewritten into the wrapper `{record, database_id, branch_id}` with the
- * engine's names of the routed branch; anything else (invalid JSON, not an
- * object, or a body JSON.stringify would not write back as it was read) is
- * returned as undefined so the raw bytes go to the engine, which answers with
- * its own validation error.
+ * The put body (route 11) as the gateway reads it: the branch its wrapper
+ * names, if any, and the body to forward to the routed engine. The engine
+ * routes by the `x-braid-database` / `x-braid-branch` headers the gateway
+ * sets, so the bytes the client sent go on unchanged -- the engine then
+ * takes every body the gateway takes (the same limit) and an
+ * Idempotency-Key hashes the client's own bytes. Only a wrapper that names
+ * its branch by catalog names the engine knows by other names (an alias,
+ * `upstream_database_id` / `upstream_branch_id`) is rewritten with the
+ * engine's names, else the engine would refuse it as naming another branch
+ * than its headers. A body that is not a JSON object, or a wrapper with a
+ * malformed routing field, is returned as undefined: its bytes go to the
+ * engine, which answers with its own validation error.
  */
 export interface ParsedPut {
   /** database_id / branch_id the client put in the wrapper, if any. */
   databaseId: string | undefined;
   branchId: string | undefined;
-  rewrite(route: Route): Buffer;
+  /** The body to send to the engine of `route`: the client's bytes, or the wrapper with the engine's names. */
+  forRoute(route: Route): Buffer;
 }
 
 /**
@@ -175,7 +182,6 @@ export function parsePutBody(raw: Buffer): ParsedPut | undefined {
     return undefined;
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
-  if (OVERFLOWING_NUMBER.test(raw.toString('latin1')) && holdsNonFinite(body)) return undefined;
   const obj = body as Record<string, unknown>;
   const isWrapper = 'record' in obj;
   const asString = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
@@ -183,13 +189,19 @@ export function parsePutBody(raw: Buffer): ParsedPut | undefined {
   for (const key of ['database_id', 'branch_id']) {
     if (isWrapper && key in obj && asString(obj[key]) === undefined) return undefined;
   }
+  const databaseId = isWrapper ? asString(obj.database_id) : undefined;
+  const branchId = isWrapper ? asString(obj.branch_id) : undefined;
   return {
-    databaseId: isWrapper ? asString(obj.database_id) : undefined,
-    branchId: isWrapper ? asString(obj.branch_id) : undefined,
-    rewrite(route: Route): Buffer {
-      const wrapper: Record<string, unknown> = isWrapper ? { ...obj } : { record: obj };
-      wrapper.database_id = route.upstreamDatabaseId;
-      wrapper.branch_id = route.upstreamBranchId;
+    databaseId,
+    branchId,
+    forRoute(route: Route): Buffer {
+      const agrees = (named: string | undefined, upstream: string) => named === undefined || named === upstream;
+      if (agrees(databaseId, route.upstreamDatabaseId) && agrees(branchId, route.upstreamBranchId)) return raw;
+      // a body JSON.stringify would not write back as it was read goes as it is (the engine refuses it)
+      if (OVERFLOWING_NUMBER.test(raw.toString('latin1')) && holdsNonFinite(body)) return raw;
+      const wrapper: Record<string, unknown> = { ...obj };
+      if (databaseId !== undefined) wrapper.database_id = route.upstreamDatabaseId;
+      if (branchId !== undefined) wrapper.branch_id = route.upstreamBranchId;
       return Buffer.from(encodeRequestJson(wrapper), 'utf8');
     },
   };

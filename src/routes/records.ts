@@ -86,9 +86,14 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       body: RecordInput,
       response: { 200: EpochResponse, ...idemErrorResponses },
     },
+    // every answer says so, a replay of a keyed insert (answered before the
+    // handler runs) and a refusal included
+    onRequest: (_request, reply, done) => {
+      reply.header('Deprecation', 'true');
+      reply.header('Link', '</v1/records/put>; rel="successor-version"');
+      done();
+    },
   }, async (request, reply) => {
-    reply.header('Deprecation', 'true');
-    reply.header('Link', '</v1/records/put>; rel="successor-version"');
     const branch = headerBranch(request.headers);
     return epochReply(reply, await putRecords(engine, [request.body], { branch, requestKey: writeKeyOf(request), reply: EPOCH_REPLY }));
   });
