@@ -115,6 +115,32 @@ describe('text that is not Unicode', () => {
   });
 });
 
+describe('records that are not objects', () => {
+  it('a record given as a list of its members is 400 on put and put-batch and writes nothing', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    for (const [route, body] of [
+      ['/v1/records/put-batch', '{"records":[["listed","acme","a1",{"x":1}]]}'],
+      ['/v1/records/put', '["listed","acme","a1",{"x":1}]'],
+      ['/v1/records/put', '{"record":["listed","acme","a1",{"x":1}]}'],
+    ] as const) {
+      const res = await s.post(route, body);
+      expect(res.status, body).toBe(400);
+      expect(res.body.code, body).toBe('invalid_request');
+    }
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+    expect((await s.post('/v1/records/get', { table: 'listed', tenant_id: 'acme', id: 'a1' })).body.record).toBeNull();
+  });
+
+  it('a put of 800,000 fields is read off the JS thread and refused as too_many_columns', async () => {
+    const fields: Record<string, number> = {};
+    for (let i = 0; i < 800_000; i++) fields[`k${i}`] = i;
+    const res = await s.post('/v1/records/put', { record: { table: 'wide', tenant_id: 'acme', id: 'w', fields } });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('too_many_columns');
+    expect((await s.get('/v1/ready')).status).toBe(200);
+  });
+});
+
 describe('integers past 2^53 in a JSON query', () => {
   it('are judged by their field (top_k_out_of_range, temporal_in_future), not refused as a parse error', async () => {
     await s.post('/v1/records/put', { table: 'big', tenant_id: 't', id: 'r', fields: { n: 1 } });

@@ -184,6 +184,17 @@ export class Engine {
     return outcome && { result: writeResult(outcome.result), includeWriteTiming: outcome.includeWriteTiming };
   }
 
+  /**
+   * Writes the record of a `/v1/records/put` body, read by the engine from
+   * its bytes (off the JS thread when the body is large). Resolves null,
+   * having written nothing, when the body needs the service's own reading
+   * (crates/engine/src/wire.rs).
+   */
+  async putJson(body: Buffer, branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult | null> {
+    const outcome = await settle(() => this.engine.putJson(branch, body, receipt));
+    return outcome && writeResult(outcome);
+  }
+
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
   async delete(key: Native.RecordKey, branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult> {
     return writeResult(await settle(() => this.engine.delete(branch, key, receipt)));

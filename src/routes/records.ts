@@ -14,10 +14,10 @@ import {
   type PutBody as PutBodyT,
 } from '../schemas/records.js';
 import { compile, validationError } from '../validation.js';
-import type { Engine, WriteResult } from '../native/engine.js';
+import type { BranchRef, Engine, RequestKey, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
 import { headerBranch, resolveBranch } from '../services/branch.js';
-import { getRecord, putBatchJson, putRecords, type WriteOptions } from '../services/records.js';
+import { getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
 
 const wrapperValidator = compile(RecordPutRequest);
@@ -58,26 +58,25 @@ async function putBatchChecked(engine: Engine, bytes: Buffer, options: WriteOpti
   return { result: await putRecords(engine, records, options), includeWriteTiming: include_write_timing ?? false };
 }
 
+const checkPut = putValidator();
+
+/**
+ * A put body the engine could not read as it is (see putJson): the JSON
+ * parser, the schema, then the records service, as every other route reads
+ * its body. Its refusal is the request's answer.
+ */
+async function putChecked(engine: Engine, bytes: Buffer, headers: BranchRef, requestKey: RequestKey | undefined) {
+  const checked = checkPut(parseRequestJson(bytes));
+  if ('error' in checked) throw checked.error;
+  const body = checked.value as PutBodyT;
+  return 'record' in body
+    ? putRecords(engine, [body.record], { branch: resolveBranch(headers, body), requestKey, reply: EPOCH_REPLY })
+    : putRecords(engine, [body], { branch: headers, requestKey, reply: EPOCH_REPLY });
+}
+
 export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const { engine } = app.braid;
-
-  app.post('/v1/records/put', {
-    schema: {
-      summary: 'Full replacement write of one record',
-      body: PutBody,
-      response: { 200: EpochResponse, ...idemErrorResponses },
-    },
-    validatorCompiler: putValidator,
-  }, async (request, reply) => {
-    const body = request.body as PutBodyT;
-    const headers = headerBranch(request.headers);
-    const requestKey = writeKeyOf(request);
-    const result = 'record' in body
-      ? await putRecords(engine, [body.record], { branch: resolveBranch(headers, body), requestKey, reply: EPOCH_REPLY })
-      : await putRecords(engine, [body], { branch: headers, requestKey, reply: EPOCH_REPLY });
-    return epochReply(reply, result);
-  });
 
   app.post('/v1/insert', {
     schema: {
@@ -98,15 +97,33 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     return epochReply(reply, await putRecords(engine, [request.body], { branch, requestKey: writeKeyOf(request), reply: EPOCH_REPLY }));
   });
 
-  // put-batch bodies are megabytes of vectors: the route reads its body as
-  // bytes, which the engine parses off the JS thread (its own content-type
-  // parser, so only in this encapsulated context)
+  // put and put-batch bodies are read as bytes, which the engine parses
+  // (put-batch bodies, megabytes of vectors, and large put bodies off the JS
+  // thread; its own content-type parser, so only in this encapsulated
+  // context)
   await app.register(async (bytesContext) => {
     bytesContext.removeContentTypeParser('application/json');
     bytesContext.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
       request.rawBody = body as Buffer;
       done(null, body);
     });
+    bytesContext.post('/v1/records/put', {
+      schema: {
+        summary: 'Full replacement write of one record',
+        body: PutBody,
+        response: { 200: EpochResponse, ...idemErrorResponses },
+      },
+      // checked by the engine's reading, else by putChecked below
+      validatorCompiler: () => (value: unknown) => ({ value }),
+    }, async (request, reply) => {
+      const body = request.body as unknown as Buffer;
+      const headers = headerBranch(request.headers);
+      const requestKey = writeKeyOf(request);
+      const result = await putJson(engine, body, { branch: headers, requestKey, reply: EPOCH_REPLY })
+        ?? await putChecked(engine, body, headers, requestKey);
+      return epochReply(reply, result);
+    });
+
     bytesContext.post('/v1/records/put-batch', {
       schema: {
         summary: 'Atomic write of many records at one epoch',

@@ -48,6 +48,15 @@ export function putBatchJson(engine: Engine, body: Buffer, options?: WriteOption
   return engine.putBatchJson(body, options?.branch, writeReceipt(options));
 }
 
+/**
+ * Full replacement write of the record of a put request body (a record, or
+ * `{record}` without branch names), read by the engine from its bytes; null,
+ * having written nothing, when the body needs the service's own reading.
+ */
+export function putJson(engine: Engine, body: Buffer, options?: WriteOptions): Promise<WriteResult | null> {
+  return engine.putJson(body, options?.branch, writeReceipt(options));
+}
+
 /** Writes a tombstone version of the record. */
 export function deleteRecord(engine: Engine, key: RecordKey, options?: WriteOptions): Promise<WriteResult> {
   return engine.delete(key, options?.branch, writeReceipt(options));

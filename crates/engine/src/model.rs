@@ -6,14 +6,42 @@ use serde_json::{Map, Value};
 use crate::error::Result;
 use crate::names;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RecordInput {
     pub table: String,
     pub tenant_id: String,
     pub id: String,
-    #[serde(default)]
     pub fields: Map<String, Value>,
+}
+
+/// A record is read from a JSON object only: serde's derived reading also
+/// takes a struct from a list of its members in order, so a put-batch body
+/// whose record was `["docs", "acme", "a1", {...}]`, which the API's schema
+/// refuses, was written.
+impl<'de> Deserialize<'de> for RecordInput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Members {
+            table: String,
+            tenant_id: String,
+            id: String,
+            #[serde(default)]
+            fields: Map<String, Value>,
+        }
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a record object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> std::result::Result<Members, A::Error> {
+                Members::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        let Members { table, tenant_id, id, fields } = deserializer.deserialize_map(Object)?;
+        Ok(RecordInput { table, tenant_id, id, fields })
+    }
 }
 
 impl RecordInput {
@@ -70,6 +98,9 @@ mod tests {
         assert_eq!((record.table.as_str(), record.tenant_id.as_str(), record.id.as_str()), ("t", "x", "a"));
         assert_eq!(Value::Object(record.fields), json!({"v": [1.5, 2], "s": "b"}));
         assert!(RecordInput::from_json(json!({"table": "t", "tenant_id": "x", "id": "a"})).unwrap().fields.is_empty());
+        // an object only, not serde's list of members in order
+        let listed = RecordInput::from_json(json!(["t", "x", "a", {}])).unwrap_err().to_string();
+        assert!(listed.contains("expected a record object"), "{listed}");
         for other in [
             json!({"table": "t", "tenant_id": "x"}),
             json!({"table": "t", "tenant_id": "x", "id": 5}),

@@ -54,14 +54,36 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
 /// must read it itself (see the module docs).
 pub fn put_batch(bytes: &[u8]) -> Option<PutBatch> {
     let mut body: PutBatchBody = serde_json::from_slice(bytes).ok()?;
-    for record in &mut body.records {
-        for (key, value) in record.fields.iter_mut() {
-            if !names::is_identifier(key) || !plain_key(key) || !as_javascript_holds(value) {
-                return None;
-            }
-        }
+    if !body.records.iter_mut().all(as_the_service_reads) {
+        return None;
     }
     Some(PutBatch { records: body.records, include_write_timing: body.include_write_timing.unwrap_or(false) })
+}
+
+/// A `/v1/records/put` body (a record, or `{"record": ...}` without a
+/// `database_id` or `branch_id`) as the service would have read it, or
+/// `None` when the service must read it itself (see the module docs).
+pub fn put(bytes: &[u8]) -> Option<RecordInput> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wrapped {
+        record: RecordInput,
+    }
+    // a bare record fails the wrapper at its first member
+    let mut record = match serde_json::from_slice::<Wrapped>(bytes) {
+        Ok(wrapped) => wrapped.record,
+        Err(_) => serde_json::from_slice::<RecordInput>(bytes).ok()?,
+    };
+    as_the_service_reads(&mut record).then_some(record)
+}
+
+/// Whether the service would hand the engine `record` as it is, its
+/// numbers rewritten as JavaScript holds them.
+fn as_the_service_reads(record: &mut RecordInput) -> bool {
+    record
+        .fields
+        .iter_mut()
+        .all(|(key, value)| names::is_identifier(key) && plain_key(key) && as_javascript_holds(value))
 }
 
 /// A JSON number as JavaScript holds it: an integer when it is one within
@@ -159,6 +181,8 @@ mod tests {
             r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"o":[{"b":1,"2":1}]}}]}"#,
             r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"x":1e400}}]}"#,
             r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"x":"\ud800"}}]}"#,
+            // a record is an object, not its members listed in order
+            r#"{"records":[["t","a","1",{}]]}"#,
         ];
         for body in refused {
             assert!(read(body).is_none(), "{body} must go the service's way");
@@ -169,6 +193,28 @@ mod tests {
             "]".repeat(200)
         );
         assert!(read(&deep).is_none());
+    }
+
+    #[test]
+    fn reads_a_put_body_bare_or_wrapped_and_leaves_the_rest_to_the_service() {
+        let bare = put(br#"{"table":"t","tenant_id":"a","id":"1","fields":{"v":[1.0,0.5]}}"#).expect("a bare record");
+        assert_eq!((bare.table.as_str(), bare.id.as_str()), ("t", "1"));
+        assert!(bare.fields["v"][0].is_i64());
+        let wrapped = put(br#"{"record":{"table":"t","tenant_id":"a","id":"2"}}"#).expect("a wrapped record");
+        assert_eq!(wrapped.id, "2");
+        for body in [
+            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"branch_id":"b"}"#,
+            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"database_id":"d"}"#,
+            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"table":"t"}"#,
+            r#"{"table":"t","tenant_id":"a","id":"1","id":"2"}"#,
+            r#"["t","a","1",{}]"#,
+            r#"{"record":["t","a","1"]}"#,
+            r#"{"table":"t","tenant_id":"a","id":"1","fields":{"not a name":1}}"#,
+            r#"{"table":"t","tenant_id":"a","id":"1","fields":{"o":{"__proto__":{}}}}"#,
+            "",
+        ] {
+            assert!(put(body.as_bytes()).is_none(), "{body} must go the service's way");
+        }
     }
 
     #[test]
