@@ -4,7 +4,8 @@
  * errors (body parsing, schema validation, limits) are mapped here once, for
  * the engine's app and the gateway alike.
  */
-import { STATUS_CODES } from 'node:http';
+import { type IncomingMessage, type Server, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError, isErrorCode } from './errors.js';
@@ -62,14 +63,29 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? new BraidError('headers_too_large', 'the request headers are larger than the server accepts (16 KiB)')
         : new BraidError('invalid_request', `the request is not valid HTTP/1.1 (${err.code ?? 'parse error'})`);
-  if (socket.writable) {
-    const body = JSON.stringify(errorBody(braidErr));
-    socket.write(
-      `HTTP/1.1 ${braidErr.status} ${STATUS_CODES[braidErr.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
-  }
+  if (socket.writable) socket.write(rawAnswer(braidErr));
   socket.destroy(err);
+}
+
+/** An error answer written straight to a socket, which is then closed. */
+function rawAnswer(err: BraidError): string {
+  const body = JSON.stringify(errorBody(err));
+  return `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
+/**
+ * A `CONNECT` request, which Node hands to the server's `connect` event
+ * rather than to fastify, and with no listener there closed the connection
+ * without an answer: Braid is not a proxy, so it is `400 invalid_request`
+ * with the `{code, error}` body, and the connection closed.
+ */
+export function refuseConnect(server: Server): void {
+  server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
+    // a client that resets meanwhile is no error of the server's
+    socket.on('error', () => undefined);
+    socket.end(rawAnswer(new BraidError('invalid_request', 'CONNECT is not served: Braid is not a proxy (use GET or POST on a /v1 route)')));
+  });
 }
 
 /**

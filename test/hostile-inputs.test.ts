@@ -384,6 +384,21 @@ describe('what Node refuses before fastify', () => {
     expect(parseAnswer(nul)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.any(String) } });
   });
 
+  it('CONNECT is 400 invalid_request with a body, at the engine and the gateway, not a closed connection (found by a fuzz)', async () => {
+    const gateway = await startGateway(resolveGatewayConfig({ engine: s.url, token: ['good'], port: 0, logLevel: 'silent' }, {}));
+    try {
+      for (const url of [s.url, gateway.url]) {
+        for (const target of ['127.0.0.1:9', '/v1/records/get']) {
+          const answer = await raw(url, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
+          expect(parseAnswer(answer), `${url} ${target}`).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.stringContaining('CONNECT') } });
+        }
+      }
+      expect((await s.get('/v1/ready')).status).toBe(200);
+    } finally {
+      await gateway.close();
+    }
+  });
+
   it('an error quoting a huge input is cut to 2,048 characters and says how much was left out', async () => {
     const res = await s.post('/v1/records/put', { table: 'x'.repeat(100_000), tenant_id: 't', id: 'a', fields: {} });
     expect(res.status).toBe(400);
