@@ -350,10 +350,12 @@ impl Hnsw {
     /// candidates sorted nearest first, keep one only when it is nearer to
     /// the base point `base` than to every one kept, up to `m`.
     ///
-    /// Copies of the base vector are kept apart: at least half of `m` of
-    /// them when there are that many (more when too few others pass), not
-    /// compared with the others, and picked spread over the copies found
-    /// rather than nearest first. Each copy is as near to every candidate as
+    /// Copies of the base vector are kept apart: at most half of `m` of
+    /// them, so the other half stays for other neighbours (copies allowed
+    /// every free slot when few others passed, and a walk for another point
+    /// that entered the graph among 3,000 copies found 0.83-0.99 of its
+    /// true neighbours instead of 0.985-1), not compared with the others,
+    /// and picked spread over the copies found rather than nearest first. Each copy is as near to every candidate as
     /// the base itself, so compared with one no other candidate passes, and
     /// copies tie on distance, so nearest first (then lowest id) linked
     /// every copy to the same few: among thousands of copies of one vector,
@@ -380,7 +382,7 @@ impl Hnsw {
                 others.push(*c);
             }
         }
-        let keep_copies = copies.len().min((m / 2).max(m - others.len()));
+        let keep_copies = copies.len().min(m / 2);
         others.truncate(m - keep_copies);
         // a spread of the copies: ordered by a hash of (base, copy)
         let spread = |n: &Near| (u64::from(n.id) << 32 | u64::from(base)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -698,13 +700,17 @@ mod tests {
             total += 10;
         }
         let recall = hits as f64 / total as f64;
-        assert!(recall >= 0.9, "recall among the copies {recall}");
+        assert!(recall >= 0.95, "recall among the copies {recall}");
     }
 
     /// Groups of copies among many other points (found by a black-box
     /// test: 50 groups of 30 copies among 20,000 points, and a walk for a
     /// group's vector found as few as 10 of its 30 copies, the rest replaced
-    /// by rows of similarity 0.73).
+    /// by rows of similarity 0.73; the old linking found 3 of group 0's).
+    /// Linked on one thread the graph is the same every run and every copy
+    /// is found; linked on all cores, as the indexer links, copies inserted
+    /// at the same moment do not see each other and a walk may miss one in
+    /// a few hundred, as any approximate graph may.
     #[test]
     fn every_copy_of_a_group_is_found() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
@@ -717,13 +723,23 @@ mod tests {
                 all.insert(at.min(all.len()), v.clone());
             }
         }
+        let found = |graph: &Hnsw| -> Vec<usize> {
+            groups
+                .iter()
+                .map(|v| graph.search(v, 30, 256, &|_| true).iter().filter(|(id, _)| all[*id as usize] == *v).count())
+                .collect()
+        };
+        let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let graph = Hnsw::new(Metric::Cosine, arena_of(&all));
+        assert_eq!(one_thread.install(|| graph.insert_upto(all.len() as u32)), 0);
+        assert_eq!(found(&graph), vec![30; groups.len()], "linked on one thread");
         let graph = Hnsw::new(Metric::Cosine, arena_of(&all));
         assert_eq!(graph.insert_upto(all.len() as u32), 0);
-        for (g, v) in groups.iter().enumerate() {
-            let got = graph.search(v, 30, 256, &|_| true);
-            let copies = got.iter().filter(|(id, _)| all[*id as usize] == *v).count();
-            assert_eq!(copies, 30, "group {g}");
-        }
+        let copies = found(&graph);
+        assert!(
+            copies.iter().sum::<usize>() >= 590 && copies.iter().all(|&c| c >= 27),
+            "linked on all cores: {copies:?}"
+        );
     }
 
     #[test]
