@@ -557,19 +557,37 @@ impl Engine {
         // a snapshot's files are immutable: the new branch links them (an
         // old snapshot's single log is copied, since the branch appends to it)
         let src = self.config.data_dir.join("snapshots").join(source);
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(&src)? {
-            let path = entry?.path();
-            match path.file_name().and_then(|n| n.to_str()) {
-                Some("snapshot.json") => {}
-                Some(WAL_FILE) => wal::copy_prefix(&path, &dir.join(WAL_FILE), std::fs::metadata(&path)?.len())?,
-                _ => files.push(path),
+        let opened = (|| -> Result<_> {
+            let mut files = Vec::new();
+            for entry in std::fs::read_dir(&src)? {
+                let path = entry?.path();
+                match path.file_name().and_then(|n| n.to_str()) {
+                    Some("snapshot.json") => {}
+                    Some(WAL_FILE) => wal::copy_prefix(&path, &dir.join(WAL_FILE), std::fs::metadata(&path)?.len())?,
+                    _ => files.push(path),
+                }
             }
-        }
-        wal::link_or_copy(&files, &dir)?;
-        let branch = Branch::open(&dir, self.config.branch.clone())?;
-        let epoch = branch.state.read().latest_epoch;
-        let verified = verify.map(|v| read_record(&branch.state.read(), v)).transpose()?;
+            wal::link_or_copy(&files, &dir)?;
+            let branch = Branch::open(&dir, self.config.branch.clone())?;
+            let epoch = branch.state.read().latest_epoch;
+            let verified = verify.map(|v| read_record(&branch.state.read(), v)).transpose();
+            match verified {
+                Ok(verified) => Ok((branch, epoch, verified)),
+                Err(e) => {
+                    branch.close();
+                    Err(e)
+                }
+            }
+        })();
+        // a restore that failed (no file descriptors left, a full disk)
+        // leaves no directory the catalog does not name
+        let (branch, epoch, verified) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         let mut next = catalog.clone();
         next.branches.push(BranchMeta {
             database_id: db.clone(),
@@ -580,7 +598,11 @@ impl Engine {
             source_snapshot: Some(source.to_string()),
         });
         next.remember(key, target, self.config.branch.receipt_retention_ms);
-        self.commit_catalog(&mut catalog, next)?;
+        if let Err(e) = self.commit_catalog(&mut catalog, next) {
+            branch.close();
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
         {
             let mut branches = self.branches.write();
             if self.closed.load(std::sync::atomic::Ordering::Acquire) {

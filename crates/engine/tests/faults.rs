@@ -169,11 +169,13 @@ fn a_failed_snapshot_copy_or_catalog_write_leaves_no_snapshot() {
         assert!(engine.snapshots().is_empty(), "{point}");
     }
     engine.snapshot(None, None, "snap").unwrap();
-    // a failed restore creates no branch
+    // a failed restore creates no branch, and leaves no directory behind
+    let copy_dir = dir.path().join("db").join("default").join("copy");
     faults::configure("catalog::save", "return(eio)").unwrap();
     assert!(engine.restore("snap", "copy").is_err());
     faults::clear();
     assert!(engine.branches("x").iter().all(|b| b.branch_id != "copy"));
+    assert!(!copy_dir.exists(), "a failed restore left {}", copy_dir.display());
     engine.restore("snap", "copy").unwrap();
     drop(engine);
     let engine = open(dir.path());
