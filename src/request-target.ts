@@ -51,4 +51,11 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   if (hostLines(request.raw.rawHeaders) > 1) {
     throw new BraidError('invalid_request', 'the request carries more than one Host header; send one');
   }
+  // Node decodes only `chunked` and passes any other transfer coding's
+  // bytes on as if they were the body (`gzip, chunked` read compressed bytes
+  // as JSON); RFC 9112 6.1 lets a server refuse a coding it does not apply
+  const transfer = request.headers['transfer-encoding'];
+  if (transfer !== undefined && transfer.replace(/\s/g, '').toLowerCase() !== 'chunked') {
+    throw new BraidError('unsupported_content_encoding', `Transfer-Encoding ${JSON.stringify(transfer.slice(0, 200))} is not accepted: send the body with Content-Length or as chunked only, uncompressed`);
+  }
 }

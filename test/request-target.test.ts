@@ -91,6 +91,18 @@ describe.each([
     expect(parseRawAnswer(one).status).toBe(200);
   });
 
+  // found by a black-box fuzz: `gzip, chunked` was accepted and its bytes read as the body
+  it('a Transfer-Encoding other than chunked is 415 unsupported_content_encoding', async () => {
+    const { host } = new URL(base());
+    const body = JSON.stringify({ table: 'notes', tenant_id: 't', id: 'te' });
+    const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+    const send = (coding: string) => rawHttp(base(), `POST /v1/records/get HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${reader}\r\nContent-Type: application/json\r\nTransfer-Encoding: ${coding}\r\nConnection: close\r\n\r\n${chunked}`);
+    for (const coding of ['gzip, chunked', 'deflate,chunked']) {
+      expect(parseRawAnswer(await send(coding)), coding).toEqual({ status: 415, body: { code: 'unsupported_content_encoding', error: expect.stringContaining('Transfer-Encoding') } });
+    }
+    expect(parseRawAnswer(await send('Chunked')).status).toBe(200);
+  });
+
   // found by a black-box test: the engine's 401 had no challenge, the gateway's had
   it('a 401 carries WWW-Authenticate: Bearer realm="braid"', async () => {
     for (const headers of [{}, bearer('nope')]) {
