@@ -122,6 +122,9 @@ describe('records that are not objects', () => {
       ['/v1/records/put-batch', '{"records":[["listed","acme","a1",{"x":1}]]}'],
       ['/v1/records/put', '["listed","acme","a1",{"x":1}]'],
       ['/v1/records/put', '{"record":["listed","acme","a1",{"x":1}]}'],
+      // the put wrapper and the put-batch body are objects too (found by a differential test)
+      ['/v1/records/put', '[{"table":"listed","tenant_id":"acme","id":"a1","fields":{"x":1}}]'],
+      ['/v1/records/put-batch', '[[{"table":"listed","tenant_id":"acme","id":"a1"}], true]'],
     ] as const) {
       const res = await s.post(route, body);
       expect(res.status, body).toBe(400);
@@ -129,6 +132,16 @@ describe('records that are not objects', () => {
     }
     expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
     expect((await s.post('/v1/records/get', { table: 'listed', tenant_id: 'acme', id: 'a1' })).body.record).toBeNull();
+  });
+
+  it('a put or put-batch with no body and no content type is the schema\'s 400, not a binding message', async () => {
+    for (const route of ['/v1/records/put', '/v1/records/put-batch']) {
+      const res = await fetch(s.url + route, { method: 'POST' });
+      expect(res.status, route).toBe(400);
+      const body = (await res.json()) as { code: string; error: string };
+      expect(body.code, route).toBe('invalid_request');
+      expect(body.error, route).not.toMatch(/Buffer/);
+    }
   });
 
   it('a put of 800,000 fields is read off the JS thread and refused as too_many_columns', async () => {

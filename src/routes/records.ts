@@ -65,6 +65,11 @@ const checkPut = putValidator();
  * parser, the schema, then the records service, as every other route reads
  * its body. Its refusal is the request's answer.
  */
+/** The schema's refusal of a put body (or an internal error, were it accepted). */
+function refusal(checked: ReturnType<typeof checkPut>): Error {
+  return ('error' in checked && checked.error) || new Error('a put body without JSON passed the schema');
+}
+
 async function putChecked(engine: Engine, bytes: Buffer, headers: BranchRef, requestKey: RequestKey | undefined) {
   const checked = checkPut(parseRequestJson(bytes));
   if ('error' in checked) throw checked.error;
@@ -116,9 +121,11 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       // checked by the engine's reading, else by putChecked below
       validatorCompiler: () => (value: unknown) => ({ value }),
     }, async (request, reply) => {
-      const body = request.body as unknown as Buffer;
+      const body = request.body as unknown;
       const headers = headerBranch(request.headers);
       const requestKey = writeKeyOf(request);
+      // no JSON body at all (no content type): the schema's refusal
+      if (!Buffer.isBuffer(body)) throw refusal(checkPut(body));
       const result = await putJson(engine, body, { branch: headers, requestKey, reply: EPOCH_REPLY })
         ?? await putChecked(engine, body, headers, requestKey);
       return epochReply(reply, result);
@@ -142,7 +149,11 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
         // the replay wrote nothing
         reply: PUT_BATCH_REPLY,
       };
-      const body = request.body as unknown as Buffer;
+      const body = request.body as unknown;
+      if (!Buffer.isBuffer(body)) {
+        putBatchValidator(body);
+        throw validationError(putBatchValidator.errors);
+      }
       const read = await putBatchJson(engine, body, options);
       const { result, includeWriteTiming } = read ?? await putBatchChecked(engine, body, options);
       if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);

@@ -53,6 +53,9 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
 /// The body as the service would have read it, or `None` when the service
 /// must read it itself (see the module docs).
 pub fn put_batch(bytes: &[u8]) -> Option<PutBatch> {
+    if !is_object(bytes) {
+        return None;
+    }
     let mut body: PutBatchBody = serde_json::from_slice(bytes).ok()?;
     if !body.records.iter_mut().all(as_the_service_reads) {
         return None;
@@ -64,6 +67,9 @@ pub fn put_batch(bytes: &[u8]) -> Option<PutBatch> {
 /// `database_id` or `branch_id`) as the service would have read it, or
 /// `None` when the service must read it itself (see the module docs).
 pub fn put(bytes: &[u8]) -> Option<RecordInput> {
+    if !is_object(bytes) {
+        return None;
+    }
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Wrapped {
@@ -84,6 +90,14 @@ fn as_the_service_reads(record: &mut RecordInput) -> bool {
         .fields
         .iter_mut()
         .all(|(key, value)| names::is_identifier(key) && plain_key(key) && as_javascript_holds(value))
+}
+
+/// Whether JSON text is an object (its first byte past whitespace is `{`):
+/// serde's derived reading also builds a struct from a list of its members,
+/// so `[{...record...}]` had been written as a put and `[[...records...]]` as
+/// a put-batch, bodies the schema refuses.
+fn is_object(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) == Some(&b'{')
 }
 
 /// A JSON number as JavaScript holds it: an integer when it is one within
@@ -183,6 +197,8 @@ mod tests {
             r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"x":"\ud800"}}]}"#,
             // a record is an object, not its members listed in order
             r#"{"records":[["t","a","1",{}]]}"#,
+            r#"[[{"table":"t","tenant_id":"a","id":"1"}]]"#,
+            r#" [[{"table":"t","tenant_id":"a","id":"1"}], true]"#,
         ];
         for body in refused {
             assert!(read(body).is_none(), "{body} must go the service's way");
@@ -209,6 +225,9 @@ mod tests {
             r#"{"table":"t","tenant_id":"a","id":"1","id":"2"}"#,
             r#"["t","a","1",{}]"#,
             r#"{"record":["t","a","1"]}"#,
+            r#"[{"table":"t","tenant_id":"a","id":"1"}]"#,
+            r#"
+[{"table":"t","tenant_id":"a","id":"1"}]"#,
             r#"{"table":"t","tenant_id":"a","id":"1","fields":{"not a name":1}}"#,
             r#"{"table":"t","tenant_id":"a","id":"1","fields":{"o":{"__proto__":{}}}}"#,
             "",
