@@ -183,6 +183,15 @@ export declare class NativeEngine {
   get(branch: BranchRef | undefined | null, key: RecordKey, epoch?: number | undefined | null): Promise<RecordOutput | null>
   /** Runs a hybrid query. */
   query(branch: BranchRef | undefined | null, query: HybridQuery): Promise<QueryResponse>
+  /**
+   * Runs the hybrid query of a `/v1/query` body, read from its JSON bytes
+   * (`braid_engine::wire::query`) on the worker pool, and answers the
+   * response as JSON bytes: the HTTP route sends them as they are, so the
+   * query is never a JavaScript object and its answer is serialised once.
+   * Resolves `null`, having run nothing, when the body needs the service's
+   * own reading: its parser, its schema check or its refusal.
+   */
+  queryJson(branch: BranchRef | undefined | null, body: Buffer): Promise<Buffer | null>
   /** Declares a table or adds columns to it. */
   declareTable(branch: BranchRef | undefined | null, table: string, columns: Record<string, ColumnDeclaration>): Promise<WriteResult>
   schemas(branch?: BranchRef | undefined | null): Promise<TableSchema[]>

@@ -197,7 +197,7 @@ describe('the binding itself', () => {
   });
 });
 
-describe('put-batch bodies read by the engine from their bytes', () => {
+describe('request bodies read by the engine from their bytes', () => {
   const engine = nativeEngineForSuite('braid-binding-json-');
   let native: NativeEngine;
   beforeAll(() => {
@@ -231,6 +231,23 @@ describe('put-batch bodies read by the engine from their bytes', () => {
     // what it reads, the engine still checks: a refusal names the record
     const refused = await rejection(native.putBatchJson(undefined, body([record('j4', {}), record('j5', { title: 7 })])));
     expect(refused).toMatchObject({ code: 'schema_type_mismatch', status: 400, index: 1 });
+  });
+
+  it('runs a /v1/query body from its bytes and answers JSON bytes, or null when the service must read the body', async () => {
+    const query = { table: TABLE, tenant_id: TENANT, text: 'bytes', vector: [0, 0, 1], top_k: 5 };
+    const answer = await native.queryJson(undefined, Buffer.from(JSON.stringify(query)));
+    expect(Buffer.isBuffer(answer)).toBe(true);
+    const fromBytes = JSON.parse(answer!.toString('utf8'));
+    const fromObject = await native.query(undefined, query);
+    expect(fromBytes.results).toEqual(fromObject.results);
+    expect(fromBytes.results.map((r: { record_id: string }) => r.record_id)).toContain('j1');
+    expect(Object.keys(fromBytes.explain).sort()).toEqual(Object.keys(fromObject.explain).sort());
+    for (const text of ['', '[]', '{"table":', JSON.stringify({ ...query, extra: 1 }), JSON.stringify({ ...query, top_k: null })]) {
+      expect(await native.queryJson(undefined, Buffer.from(text)), text).toBeNull();
+    }
+    // what it reads, the engine still judges, with its codes
+    const refused = await rejection(native.queryJson(undefined, Buffer.from(JSON.stringify({ ...query, top_k: 0 }))));
+    expect(refused).toMatchObject({ code: 'top_k_out_of_range', status: 400 });
   });
 });
 

@@ -269,10 +269,19 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
       ['projection', { text: 'solar', return_fields: ['title', 'year'] }, "MATCH 'solar' RETURN title, year"],
       ['no fields', { vector: [1, 0, 0], return_fields: [] }, 'NEAR [1, 0, 0] RETURN NONE'],
     ];
+    // the JSON route's answer is written by the engine (docs/api.md, "How a request is served"),
+    // nativeql's by fastify's serializer: the same members, nested alike, and the same type
+    const shape = (v: unknown): unknown => {
+      if (Array.isArray(v)) return v.length === 0 ? [] : [shape(v[0])];
+      if (v === null || typeof v !== 'object') return v === null ? 'null' : typeof v;
+      return Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => [k, shape(x)]));
+    };
     for (const [what, json, ql] of cases) {
       const r = await both(json, ql);
       agree(r.json, r.ql, what);
       expect(r.json.body.results.length, what).toBeGreaterThan(0);
+      expect(shape(r.json.body), what).toEqual(shape(r.ql.body));
+      expect(r.json.headers.get('content-type'), what).toBe(r.ql.headers.get('content-type'));
     }
     // a few of them, pinned: the JSON form really ran what it was given
     const hybrid = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 3 });
@@ -360,6 +369,16 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
       ['an epoch in the future', { ...base, temporal_as_of: Number.MAX_SAFE_INTEGER }, 'temporal_in_future'],
       ['not an object', [base], 'invalid_request'],
       ['not JSON', '{"table": ', 'invalid_json'],
+      // bodies the engine's reading of /v1/query leaves to the service (crates/engine/src/wire.rs)
+      ['a null where the schema has none', { ...base, top_k: null }, 'invalid_request'],
+      ['a null table', { ...base, table: null }, 'invalid_request'],
+      ['a fractional top_k', { ...base, top_k: 2.5 }, 'invalid_request'],
+      ['a null weight', { ...base, fusion_weights: { lexical: null } }, 'invalid_request'],
+      ['a vector holding a string', { ...base, vector: [1, '0', 0] }, 'invalid_request'],
+      ['a __proto__ key in scalar_eq', '{"table":"shelf","tenant_id":"acme","scalar_eq":{"__proto__":{}}}', 'invalid_json'],
+      ['a lone surrogate', '{"table":"shelf","tenant_id":"acme","text":"\\ud800"}', 'invalid_json'],
+      ['a number past f64', '{"table":"shelf","tenant_id":"acme","vector":[1e400,0,0]}', 'vector_not_finite'],
+      ['a list of members', '[["shelf","acme"]]', 'invalid_request'],
     ];
     for (const [what, body, code] of bad) {
       const json = await s.post('/v1/query', body);

@@ -210,6 +210,17 @@ export class Engine {
     return settle(() => this.engine.query(branch, packQuery(query)));
   }
 
+  /**
+   * Runs the hybrid query of a `/v1/query` request body, which the engine
+   * reads from its bytes, and resolves the response as JSON bytes to send as
+   * they are. Resolves null, having run nothing, when the body needs the
+   * service's own reading (invalid JSON, a schema violation, a key JSON.parse
+   * treats specially: crates/engine/src/wire.rs).
+   */
+  queryJson(body: Buffer, branch?: BranchRef): Promise<Buffer | null> {
+    return settle(() => this.engine.queryJson(branch, body));
+  }
+
   /** Declares a table or adds columns to it. */
   async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, branch?: BranchRef): Promise<WriteResult> {
     return writeResult(await settle(() => this.engine.declareTable(branch, table, columns)));

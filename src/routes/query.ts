@@ -2,9 +2,13 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
-import { HybridExplain, HybridQuery, NativeQlRequest, QueryResponse } from '../schemas/query.js';
+import { HybridExplain, HybridQuery, type HybridQuery as HybridQueryT, NativeQlRequest, QueryResponse } from '../schemas/query.js';
+import { keepBodyBytes } from './body-bytes.js';
 import { headerBranch } from '../services/branch.js';
-import { explainQuery, runNativeQuery, runQuery } from '../services/queries.js';
+import { explainQuery, runNativeQuery, runQuery, runQueryJson } from '../services/queries.js';
+
+/** What fastify answers a serialised object with. */
+const JSON_TYPE = 'application/json; charset=utf-8';
 
 /**
  * The query bodies are checked by the query service, for every front door
@@ -33,13 +37,26 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
     },
   }, async (request) => runNativeQuery(engine, request.body.query, headerBranch(request.headers)));
 
-  // the JSON form of route 2: the body route 4 takes, the answer route 2 gives
-  app.post('/v1/query', {
-    schema: {
-      summary: 'Run a hybrid query given as JSON: results, next_cursor and explain (extension)',
-      body: HybridQuery,
-      response: { 200: QueryResponse, ...idemErrorResponses },
-    },
-    validatorCompiler: checkedByService,
-  }, async (request) => runQuery(engine, request.body, headerBranch(request.headers)));
+  // the JSON form of route 2: the body route 4 takes, the answer route 2
+  // gives. The engine reads the body's bytes and writes the answer's
+  // (runQueryJson), so its own content-type parser, in a context of its own.
+  await app.register(async (bytesContext) => {
+    keepBodyBytes(bytesContext);
+    bytesContext.post('/v1/query', {
+      schema: {
+        summary: 'Run a hybrid query given as JSON: results, next_cursor and explain (extension)',
+        body: HybridQuery,
+        response: { 200: QueryResponse, ...idemErrorResponses },
+      },
+      validatorCompiler: checkedByService,
+    }, async (request, reply) => {
+      const body = request.body as unknown;
+      const branch = headerBranch(request.headers);
+      // no JSON body at all (no content type): the schema's refusal
+      if (!Buffer.isBuffer(body)) return runQuery(engine, body as HybridQueryT, branch);
+      const answer = await runQueryJson(engine, body, branch);
+      if (!Buffer.isBuffer(answer)) return answer;
+      return reply.type(JSON_TYPE).send(answer);
+    });
+  });
 }

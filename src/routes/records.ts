@@ -16,6 +16,7 @@ import {
 import { compile, validationError } from '../validation.js';
 import type { BranchRef, Engine, RequestKey, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
+import { keepBodyBytes } from './body-bytes.js';
 import { headerBranch, resolveBranch } from '../services/branch.js';
 import { getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
@@ -107,11 +108,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
   // thread; its own content-type parser, so only in this encapsulated
   // context)
   await app.register(async (bytesContext) => {
-    bytesContext.removeContentTypeParser('application/json');
-    bytesContext.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
-      request.rawBody = body as Buffer;
-      done(null, body);
-    });
+    keepBodyBytes(bytesContext);
     bytesContext.post('/v1/records/put', {
       schema: {
         summary: 'Full replacement write of one record',

@@ -12,6 +12,7 @@
  * whose language cannot say the query fails in that language first
  * (`ql_syntax_error`, GraphQL validation); docs/errors.md.
  */
+import { parseRequestJson } from '../json.js';
 import { parseNativeQuery } from '../ql/index.js';
 import { HybridQuery as HybridQuerySchema } from '../schemas/query.js';
 import { compile, validationError } from '../validation.js';
@@ -51,6 +52,17 @@ export function runQuery(engine: Engine, query: HybridQuery, branch?: BranchRef)
     return Promise.reject(err);
   }
   return engine.query(query, branch);
+}
+
+/**
+ * Runs the hybrid query of a JSON request body (`/v1/query`) and answers the
+ * response as JSON text. The engine reads the body and writes the answer
+ * (docs/api.md, "How a request is served"); a body it leaves to the service
+ * is parsed and checked here as every query is, so a refusal keeps its one
+ * code and message.
+ */
+export async function runQueryJson(engine: Engine, body: Buffer, branch?: BranchRef): Promise<Buffer | QueryResponse> {
+  return (await engine.queryJson(body, branch)) ?? runQuery(engine, parseRequestJson(body) as HybridQuery, branch);
 }
 
 /** Runs a hybrid query for its explain alone (planner candidates included). */

@@ -28,6 +28,7 @@ use serde_json::{Number, Value};
 
 use crate::model::RecordInput;
 use crate::names;
+use crate::query::HybridQuery;
 
 /// A `/v1/records/put-batch` body.
 #[derive(Debug)]
@@ -81,6 +82,49 @@ pub fn put(bytes: &[u8]) -> Option<RecordInput> {
         Err(_) => serde_json::from_slice::<RecordInput>(bytes).ok()?,
     };
     as_the_service_reads(&mut record).then_some(record)
+}
+
+/// A `/v1/query` body as the service would have handed it to the engine
+/// (its JSON parser, then the `HybridQuery` schema: every member known and
+/// of its type), or `None` when the service must read it itself, so that a
+/// body out of shape keeps the service's one refusal (`unknown_field`,
+/// `invalid_request`). What it accepts is the query the service would have
+/// read; its values are the engine's to judge, as on every other path.
+pub fn query(bytes: &[u8]) -> Option<HybridQuery> {
+    if !is_object(bytes) {
+        return None;
+    }
+    let mut body: Value = serde_json::from_slice(bytes).ok()?;
+    if !as_javascript_holds(&mut body) {
+        return None;
+    }
+    let Value::Object(members) = &body else { return None };
+    if !members.iter().all(|(name, value)| query_member(name, value)) {
+        return None;
+    }
+    serde_json::from_value(body).ok()
+}
+
+/// Whether a query member has the type the `HybridQuery` schema gives it
+/// (src/schemas/query.ts), `null` only where the schema allows it.
+fn query_member(name: &str, value: &Value) -> bool {
+    let string = |v: &Value| v.is_string();
+    let or_null = |check: fn(&Value) -> bool, v: &Value| v.is_null() || check(v);
+    let integer = |v: &Value| v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|n| n.fract() == 0.0);
+    match name {
+        "table" | "tenant_id" | "freshness" | "fusion" => string(value),
+        "text" | "text_field" | "vector_field" | "graph_seed" | "cursor" => or_null(Value::is_string, value),
+        "vector" => value.is_null() || value.as_array().is_some_and(|items| items.iter().all(Value::is_number)),
+        "scalar_eq" => value.is_object(),
+        "temporal_as_of" => value.is_null() || integer(value),
+        "top_k" | "candidate_budget" | "graph_depth" => integer(value),
+        "explain" => value.is_boolean(),
+        "fusion_weights" => value.as_object().is_some_and(|weights| {
+            weights.iter().all(|(k, w)| matches!(k.as_str(), "lexical" | "vector" | "relational") && w.is_number())
+        }),
+        "return_fields" => value.as_array().is_some_and(|items| items.iter().all(Value::is_string)),
+        _ => false,
+    }
 }
 
 /// Whether the service would hand the engine `record` as it is, its
@@ -233,6 +277,59 @@ mod tests {
             "",
         ] {
             assert!(put(body.as_bytes()).is_none(), "{body} must go the service's way");
+        }
+    }
+
+    #[test]
+    fn reads_a_query_body_as_the_service_would_hand_it_over() {
+        let q = query(
+            br#"{"table":"t","tenant_id":"a","text":null,"vector":[1.0,0.5],"scalar_eq":{"y":2024.0,"b":"x"},
+                "top_k":5.0,"temporal_as_of":null,"fusion_weights":{"lexical":2},"return_fields":[],"explain":true}"#,
+        )
+        .expect("a query in shape reads");
+        assert_eq!(q.table.as_deref(), Some("t"));
+        assert_eq!(q.text, None);
+        assert_eq!(q.vector, Some(vec![1.0, 0.5]));
+        assert_eq!(q.top_k, Some(5));
+        let eq = q.scalar_eq.expect("scalar_eq");
+        assert!(eq["y"].is_i64(), "2024.0 is the integer JSON.parse gives");
+        assert_eq!(eq.keys().collect::<Vec<_>>(), ["y", "b"], "key order kept");
+        assert_eq!(q.fusion_weights.map(|w| w.lexical), Some(2.0));
+        assert_eq!(q.return_fields, Some(vec![]));
+        // a member given twice is its last value, as JSON.parse reads it
+        let twice = query(br#"{"table":"t","tenant_id":"a","table":"u"}"#).expect("reads");
+        assert_eq!(twice.table.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn leaves_a_query_out_of_shape_to_the_service() {
+        for body in [
+            "",
+            "[]",
+            r#"[{"table":"t"}]"#,
+            r#"{"table":"t","tenant_id":"a","extra":1}"#,
+            r#"{"table":null,"tenant_id":"a"}"#,
+            r#"{"table":"t","tenant_id":1}"#,
+            r#"{"table":"t","tenant_id":"a","top_k":null}"#,
+            r#"{"table":"t","tenant_id":"a","top_k":1.5}"#,
+            r#"{"table":"t","tenant_id":"a","top_k":"5"}"#,
+            r#"{"table":"t","tenant_id":"a","temporal_as_of":0.5}"#,
+            r#"{"table":"t","tenant_id":"a","vector":[1,"2"]}"#,
+            r#"{"table":"t","tenant_id":"a","vector":[1,null]}"#,
+            r#"{"table":"t","tenant_id":"a","vector":[1e400]}"#,
+            r#"{"table":"t","tenant_id":"a","scalar_eq":null}"#,
+            r#"{"table":"t","tenant_id":"a","scalar_eq":[]}"#,
+            r#"{"table":"t","tenant_id":"a","scalar_eq":{"__proto__":1}}"#,
+            r#"{"table":"t","tenant_id":"a","scalar_eq":{"1":1}}"#,
+            r#"{"table":"t","tenant_id":"a","explain":1}"#,
+            r#"{"table":"t","tenant_id":"a","fusion_weights":{"lexical":null}}"#,
+            r#"{"table":"t","tenant_id":"a","fusion_weights":{"other":1}}"#,
+            r#"{"table":"t","tenant_id":"a","return_fields":null}"#,
+            r#"{"table":"t","tenant_id":"a","return_fields":[1]}"#,
+            r#"{"table":"t","tenant_id":"a","text":"\ud800"}"#,
+            r#"{"table":"t","tenant_id":"a"} x"#,
+        ] {
+            assert!(query(body.as_bytes()).is_none(), "{body} must go the service's way");
         }
     }
 

@@ -321,6 +321,30 @@ impl NativeEngine {
         self.run(env, job)
     }
 
+    /// Runs the hybrid query of a `/v1/query` body, read from its JSON bytes
+    /// (`braid_engine::wire::query`) on the worker pool, and answers the
+    /// response as JSON bytes: the HTTP route sends them as they are, so the
+    /// query is never a JavaScript object and its answer is serialised once.
+    /// Resolves `null`, having run nothing, when the body needs the service's
+    /// own reading: its parser, its schema check or its refusal.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer",
+        ts_return_type = "Promise<Buffer | null>"
+    )]
+    pub fn query_json<'env>(&self, env: &'env Env, branch: Option<BranchRef>, body: Buffer) -> Result<Object<'env>> {
+        let job = move |e: &Engine| -> EngineResult<Option<Buffer>> {
+            let Some(query) = braid_engine::wire::query(&body) else { return Ok(None) };
+            drop(body);
+            let (db, br) = route(&branch);
+            let answer = e.query(db, br, &query)?;
+            let json = serde_json::to_vec(&answer).map_err(|err| {
+                EngineError::internal(format!("the query's answer could not be written as JSON: {err}"))
+            })?;
+            Ok(Some(json.into()))
+        };
+        self.run(env, Ok(job))
+    }
+
     /// Declares a table or adds columns to it.
     #[napi(
         ts_args_type = "branch: BranchRef | undefined | null, table: string, columns: Record<string, ColumnDeclaration>",
