@@ -184,6 +184,14 @@ export declare class NativeEngine {
   /** Runs a hybrid query. */
   query(branch: BranchRef | undefined | null, query: HybridQuery): Promise<QueryResponse>
   /**
+   * The visible version of the record a `/v1/records/get` body names,
+   * read from its JSON bytes (`braid_engine::wire::get`) on the worker
+   * pool, answered as the route's JSON bytes (`{"record": ...}`, the
+   * record `null` when there is none). Resolves `null` when the body needs
+   * the service's own reading.
+   */
+  getJson(branch: BranchRef | undefined | null, body: Buffer): Promise<Buffer | null>
+  /**
    * Runs the hybrid query of a `/v1/query` body, read from its JSON bytes
    * (`braid_engine::wire::query`) on the worker pool, and answers the
    * response as JSON bytes: the HTTP route sends them as they are, so the

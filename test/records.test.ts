@@ -260,6 +260,40 @@ describe('get (route 14)', () => {
     expect(r.status).toBe(400);
     expect(r.body.code).toBe('invalid_name');
   });
+
+  // the engine reads a get body and writes the answer (docs/api.md, "How a request is served"); a body out of
+  // the schema's shape is the service's to read and refuse
+  it('answers the fields as they were written, as JSON with the type every route answers with', async () => {
+    const fields = { title: 'naïve café ☕ \u2028', n: 9007199254740991, x: -0.5, tiny: 1e-7, big: 1e21, whole: 2, deep: { a: [1, { b: null }], t: true }, v: [0.25, 1, -2] };
+    expect((await s.post('/v1/records/put', rec('shape', fields))).status).toBe(200);
+    const got = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'shape' });
+    expect(got.status).toBe(200);
+    expect(got.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    expect(got.body).toEqual({ record: { fields, id: 'shape', table: 'docs', tenant_id: 't1', version_id: 1 } });
+    const viaQuery = await s.post('/v1/nativeql', { query: "SEARCH docs TENANT 't1' WHERE title = 'naïve café ☕ \u2028'" });
+    expect(viaQuery.body.results[0].fields).toEqual(got.body.record.fields);
+    // a member given twice is its last value, as JSON.parse reads it
+    const twice = await s.post('/v1/records/get', '{"table":"docs","tenant_id":"t1","id":"nope","id":"shape"}');
+    expect(twice.body.record.id).toBe('shape');
+  });
+
+  it('refuses a body out of shape with the schema\'s code and message', async () => {
+    const bad: Array<[string, unknown, string, RegExp]> = [
+      ['a missing id', { table: 'docs', tenant_id: 't1' }, 'invalid_request', /missing required field "id"/],
+      ['an id that is a number', { table: 'docs', tenant_id: 't1', id: 1 }, 'invalid_request', /body\.id must be string/],
+      ['a null id', { table: 'docs', tenant_id: 't1', id: null }, 'invalid_request', /body\.id must be string/],
+      ['an unknown member', { table: 'docs', tenant_id: 't1', id: 'a', epoch: 1 }, 'unknown_field', /unknown field "epoch"/],
+      ['a list', ['docs', 't1', 'a'], 'invalid_request', /body must be object/],
+      ['not JSON', '{"table":', 'invalid_json', /not valid json/],
+      ['a lone surrogate', '{"table":"docs","tenant_id":"t1","id":"\\ud800"}', 'invalid_json', /surrogate/],
+    ];
+    for (const [what, body, code, message] of bad) {
+      const r = await s.post('/v1/records/get', body);
+      expect(r.status, what).toBe(400);
+      expect(r.body.code, what).toBe(code);
+      expect(r.body.error, what).toMatch(message);
+    }
+  });
 });
 
 describe('operations routes', () => {

@@ -205,6 +205,16 @@ export class Engine {
     return settle(() => this.engine.get(branch, key, epoch));
   }
 
+  /**
+   * The record a `/v1/records/get` request body names, which the engine
+   * reads from its bytes, resolved as the route's JSON answer (`{"record":
+   * ...}`) to send as it is; null, having read nothing, when the body needs
+   * the service's own reading (crates/engine/src/wire.rs).
+   */
+  getJson(body: Buffer, branch?: BranchRef): Promise<Buffer | null> {
+    return settle(() => this.engine.getJson(branch, body));
+  }
+
   /** Runs a hybrid query; the engine checks every value of it. */
   query(query: Native.HybridQuery, branch?: BranchRef): Promise<Native.QueryResponse> {
     return settle(() => this.engine.query(branch, packQuery(query)));

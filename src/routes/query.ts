@@ -3,12 +3,9 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { HybridExplain, HybridQuery, type HybridQuery as HybridQueryT, NativeQlRequest, QueryResponse } from '../schemas/query.js';
-import { keepBodyBytes } from './body-bytes.js';
+import { keepBodyBytes, sendJson } from './body-bytes.js';
 import { headerBranch } from '../services/branch.js';
 import { explainQuery, runNativeQuery, runQuery, runQueryJson } from '../services/queries.js';
-
-/** What fastify answers a serialised object with. */
-const JSON_TYPE = 'application/json; charset=utf-8';
 
 /**
  * The query bodies are checked by the query service, for every front door
@@ -56,7 +53,7 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
       if (!Buffer.isBuffer(body)) return runQuery(engine, body as HybridQueryT, branch);
       const answer = await runQueryJson(engine, body, branch);
       if (!Buffer.isBuffer(answer)) return answer;
-      return reply.type(JSON_TYPE).send(answer);
+      return sendJson(reply, answer);
     });
   });
 }

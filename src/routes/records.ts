@@ -1,7 +1,7 @@
 /** Record routes: put (11), insert (5, deprecated), put-batch (9), get (14). */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { RecordInput, errorResponses, idemErrorResponses } from '../schemas/common.js';
+import { RecordInput, type RecordGetRequest, errorResponses, idemErrorResponses } from '../schemas/common.js';
 import {
   EpochResponse,
   GetRequest,
@@ -16,9 +16,9 @@ import {
 import { compile, validationError } from '../validation.js';
 import type { BranchRef, Engine, RequestKey, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
-import { keepBodyBytes } from './body-bytes.js';
+import { keepBodyBytes, sendJson } from './body-bytes.js';
 import { headerBranch, resolveBranch } from '../services/branch.js';
-import { getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
+import { getJson, getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
 
 const wrapperValidator = compile(RecordPutRequest);
@@ -78,6 +78,18 @@ async function putChecked(engine: Engine, bytes: Buffer, headers: BranchRef, req
   return 'record' in body
     ? putRecords(engine, [body.record], { branch: resolveBranch(headers, body), requestKey, reply: EPOCH_REPLY })
     : putRecords(engine, [body], { branch: headers, requestKey, reply: EPOCH_REPLY });
+}
+
+const getValidator = compile(GetRequest);
+
+/**
+ * A get body the engine could not read as it is (see getJson): the schema,
+ * then the records service, as every other route reads its body. Its refusal
+ * is the request's answer.
+ */
+async function getChecked(engine: Engine, body: unknown, branch: BranchRef) {
+  if (!getValidator(body)) throw validationError(getValidator.errors);
+  return { record: await getRecord(engine, body as RecordGetRequest, branch) };
 }
 
 export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
@@ -166,15 +178,24 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       };
       return { epoch, record_count, write_timing };
     });
-  });
 
-  app.post('/v1/records/get', {
-    schema: {
-      summary: 'Exact get of the visible version of a record',
-      body: GetRequest,
-      response: { 200: GetResponse, ...errorResponses },
-    },
-  }, async (request) => {
-    return { record: await getRecord(engine, request.body, headerBranch(request.headers)) };
+    // the engine reads the key from the body and writes the answer's JSON,
+    // which is sent as it is (docs/api.md, "How a request is served")
+    bytesContext.post('/v1/records/get', {
+      schema: {
+        summary: 'Exact get of the visible version of a record',
+        body: GetRequest,
+        response: { 200: GetResponse, ...errorResponses },
+      },
+      // checked by the engine's reading, else by getChecked below
+      validatorCompiler: () => (value: unknown) => ({ value }),
+    }, async (request, reply) => {
+      const body = request.body as unknown;
+      const branch = headerBranch(request.headers);
+      if (!Buffer.isBuffer(body)) return getChecked(engine, body, branch);
+      const answer = await getJson(engine, body, branch);
+      if (answer === null) return getChecked(engine, parseRequestJson(body), branch);
+      return sendJson(reply, answer);
+    });
   });
 }

@@ -62,6 +62,15 @@ export function deleteRecord(engine: Engine, key: RecordKey, options?: WriteOpti
   return engine.delete(key, options?.branch, writeReceipt(options));
 }
 
+/**
+ * The answer of a `/v1/records/get` request body as JSON text, the engine
+ * reading the body and writing the answer; null when the body needs the
+ * service's own reading (the route's schema, then getRecord).
+ */
+export function getJson(engine: Engine, body: Buffer, branch?: BranchRef): Promise<Buffer | null> {
+  return engine.getJson(body, branch);
+}
+
 /** The visible version of a record, at the latest epoch or at `epoch`; null when there is none. */
 export function getRecord(engine: Engine, key: RecordKey, branch?: BranchRef, epoch?: number): Promise<RecordOutput | null> {
   return engine.get(key, branch, epoch);

@@ -26,7 +26,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::{Number, Value};
 
-use crate::model::RecordInput;
+use crate::model::{RecordInput, RecordKey};
 use crate::names;
 use crate::query::HybridQuery;
 
@@ -82,6 +82,16 @@ pub fn put(bytes: &[u8]) -> Option<RecordInput> {
         Err(_) => serde_json::from_slice::<RecordInput>(bytes).ok()?,
     };
     as_the_service_reads(&mut record).then_some(record)
+}
+
+/// A `/v1/records/get` body (`{table, tenant_id, id}`, all strings, nothing
+/// else) as the service would have read it, or `None` when the service must
+/// read it itself (see the module docs).
+pub fn get(bytes: &[u8]) -> Option<RecordKey> {
+    if !is_object(bytes) {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
 }
 
 /// A `/v1/query` body as the service would have handed it to the engine
@@ -277,6 +287,24 @@ mod tests {
             "",
         ] {
             assert!(put(body.as_bytes()).is_none(), "{body} must go the service's way");
+        }
+    }
+
+    #[test]
+    fn reads_a_get_body_and_leaves_the_rest_to_the_service() {
+        let key = get(br#" {"table":"t","tenant_id":"a","id":"1"}"#).expect("a key");
+        assert_eq!((key.table.as_str(), key.tenant_id.as_str(), key.id.as_str()), ("t", "a", "1"));
+        for body in [
+            "",
+            r#"["t","a","1"]"#,
+            r#"{"table":"t","tenant_id":"a"}"#,
+            r#"{"table":"t","tenant_id":"a","id":1}"#,
+            r#"{"table":"t","tenant_id":"a","id":null}"#,
+            r#"{"table":"t","tenant_id":"a","id":"1","epoch":1}"#,
+            r#"{"table":"t","tenant_id":"a","id":"1","id":"2"}"#,
+            r#"{"table":"t","tenant_id":"a","id":"\ud800"}"#,
+        ] {
+            assert!(get(body.as_bytes()).is_none(), "{body} must go the service's way");
         }
     }
 

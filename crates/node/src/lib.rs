@@ -321,6 +321,29 @@ impl NativeEngine {
         self.run(env, job)
     }
 
+    /// The visible version of the record a `/v1/records/get` body names,
+    /// read from its JSON bytes (`braid_engine::wire::get`) on the worker
+    /// pool, answered as the route's JSON bytes (`{"record": ...}`, the
+    /// record `null` when there is none). Resolves `null` when the body needs
+    /// the service's own reading.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer",
+        ts_return_type = "Promise<Buffer | null>"
+    )]
+    pub fn get_json<'env>(&self, env: &'env Env, branch: Option<BranchRef>, body: Buffer) -> Result<Object<'env>> {
+        let job = move |e: &Engine| -> EngineResult<Option<Buffer>> {
+            let Some(key) = braid_engine::wire::get(&body) else { return Ok(None) };
+            drop(body);
+            let (db, br) = route(&branch);
+            #[derive(serde::Serialize)]
+            struct Answer {
+                record: Option<braid_engine::RecordOutput>,
+            }
+            json_bytes(&Answer { record: e.get(db, br, &key, None)? }, "record").map(Some)
+        };
+        self.run(env, Ok(job))
+    }
+
     /// Runs the hybrid query of a `/v1/query` body, read from its JSON bytes
     /// (`braid_engine::wire::query`) on the worker pool, and answers the
     /// response as JSON bytes: the HTTP route sends them as they are, so the
@@ -336,11 +359,7 @@ impl NativeEngine {
             let Some(query) = braid_engine::wire::query(&body) else { return Ok(None) };
             drop(body);
             let (db, br) = route(&branch);
-            let answer = e.query(db, br, &query)?;
-            let json = serde_json::to_vec(&answer).map_err(|err| {
-                EngineError::internal(format!("the query's answer could not be written as JSON: {err}"))
-            })?;
-            Ok(Some(json.into()))
+            json_bytes(&e.query(db, br, &query)?, "query's answer").map(Some)
         };
         self.run(env, Ok(job))
     }
@@ -690,6 +709,13 @@ impl NativeEngine {
         }));
         Ok(Object::from_raw(env.raw(), promise))
     }
+}
+
+/// `value` as JSON bytes, for a route to send as they are.
+fn json_bytes(value: &impl serde::Serialize, what: &str) -> EngineResult<Buffer> {
+    serde_json::to_vec(value)
+        .map(Buffer::from)
+        .map_err(|err| EngineError::internal(format!("the {what} could not be written as JSON: {err}")))
 }
 
 /// How a finished call settles its promise on the JS thread.
