@@ -175,8 +175,14 @@ export declare class NativeEngine {
    * the worker pool, so a body of megabytes does not hold the thread (a
    * 15 MB put of 800,000 fields held it 3.5 s). Resolves `null`, having
    * written nothing, when the body needs the service's own reading.
+   *
+   * A wrapper that names its branch (`database_id`, `branch_id`) is not
+   * written at first: the promise resolves `{named}` with the names, which
+   * the service checks against the request's headers (its one branch
+   * rule), then calls again with the branch it chose and `named` as it was
+   * answered; the record is written only when the body still names it.
    */
-  putJson(branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null): Promise<WriteResult | null>
+  putJson(branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null, named?: BranchRef | undefined | null): Promise<WriteResult | NamedBranch | null>
   /** Writes a tombstone version of a record. */
   delete(branch: BranchRef | undefined | null, key: RecordKey, receipt?: ReceiptDraft | undefined | null): Promise<WriteResult>
   /** The visible version of a record, at the latest epoch or at `epoch`. */
@@ -395,6 +401,14 @@ export interface HybridRow {
   score: ScoreComponents
   tenant_id: string
   version_id: number
+}
+
+/**
+ * The branch a put body names, which the service checks before the engine
+ * writes the body (`putJson`).
+ */
+export interface NamedBranch {
+  named: BranchRef
 }
 
 /**

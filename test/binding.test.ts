@@ -233,6 +233,19 @@ describe('request bodies read by the engine from their bytes', () => {
     expect(refused).toMatchObject({ code: 'schema_type_mismatch', status: 400, index: 1 });
   });
 
+  it('a put body naming its branch is answered {named} until the caller passes the branch it checked', async () => {
+    const wrapper = Buffer.from(JSON.stringify({ record: { table: TABLE, tenant_id: TENANT, id: 'nb1', fields: { n: 1 } }, branch_id: 'main' }));
+    const key = { table: TABLE, tenant_id: TENANT, id: 'nb1' };
+    expect(await native.putJson(undefined, wrapper)).toEqual({ named: { branchId: 'main' } });
+    expect(await native.get(undefined, key)).toBeNull();
+    // told of another name than the body's: the service reads the body itself
+    expect(await native.putJson(undefined, wrapper, undefined, { branchId: 'dev' })).toBeNull();
+    expect(await native.get(undefined, key)).toBeNull();
+    const written = await native.putJson({ branchId: 'main' }, wrapper, undefined, { branchId: 'main' });
+    expect(written).toMatchObject({ committed: { record_count: 1 } });
+    expect((await native.get(undefined, key))!.fields).toEqual({ n: 1 });
+  });
+
   it('runs a /v1/query body from its bytes and answers JSON bytes, or null when the service must read the body', async () => {
     const query = { table: TABLE, tenant_id: TENANT, text: 'bytes', vector: [0, 0, 1], top_k: 5 };
     const answer = await native.queryJson(undefined, Buffer.from(JSON.stringify(query)));

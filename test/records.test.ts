@@ -39,6 +39,33 @@ describe('put (route 11)', () => {
     expect(missing.body.code).toBe('branch_not_found');
   });
 
+  it('a wrapper naming its branch is checked against the headers, small or large (the engine reads both)', async () => {
+    // over 64 KiB the engine reads the body on a worker thread; the branch rule is the service's either way
+    const large = { title: 'x'.repeat(100_000) };
+    for (const [what, fields] of [['small', { title: 'named' }], ['large', large]] as const) {
+      const id = `named-${what}`;
+      const ok = await s.post('/v1/records/put', { branch_id: 'main', record: rec(id, fields), database_id: 'default' }, { 'x-braid-branch': 'main' });
+      expect(ok.status, what).toBe(200);
+      const got = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id });
+      expect(got.body.record.fields, what).toEqual(fields);
+      const mismatch = await s.post('/v1/records/put', { record: rec(`${id}-2`, fields), branch_id: 'main' }, { 'x-braid-branch': 'other' });
+      expect(mismatch.status, what).toBe(400);
+      expect(mismatch.body, what).toEqual({
+        code: 'branch_mismatch',
+        error: 'body branch_id "main" disagrees with the request\'s x-braid-branch header "other"',
+      });
+      const missing = await s.post('/v1/records/put', { record: rec(`${id}-3`, fields), database_id: 'default', branch_id: 'nope' });
+      expect(missing.status, what).toBe(404);
+      expect(missing.body.code, what).toBe('branch_not_found');
+      for (const refused of [`${id}-2`, `${id}-3`]) {
+        expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: refused })).body.record, what).toBeNull();
+      }
+      const nullName = await s.post('/v1/records/put', { record: rec(`${id}-4`, fields), branch_id: null });
+      expect(nullName.status, what).toBe(400);
+      expect(nullName.body.code, what).toBe('invalid_request');
+    }
+  });
+
   it('rejects unknown fields naming them, and writes nothing', async () => {
     const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
     const r1 = await s.post('/v1/records/put', { record: rec('u'), extra: true });

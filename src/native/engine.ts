@@ -188,11 +188,13 @@ export class Engine {
    * Writes the record of a `/v1/records/put` body, read by the engine from
    * its bytes (off the JS thread when the body is large). Resolves null,
    * having written nothing, when the body needs the service's own reading
-   * (crates/engine/src/wire.rs).
+   * (crates/engine/src/wire.rs), and `{named}`, having written nothing, when
+   * the body names its branch and `named` (that answer, passed back once the
+   * branch is checked) is not given.
    */
-  async putJson(body: Buffer, branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<WriteResult | null> {
-    const outcome = await settle(() => this.engine.putJson(branch, body, receipt));
-    return outcome && writeResult(outcome);
+  async putJson(body: Buffer, branch?: BranchRef, receipt?: Native.ReceiptDraft, named?: BranchRef): Promise<WriteResult | Native.NamedBranch | null> {
+    const outcome = await settle(() => this.engine.putJson(branch, body, receipt, named));
+    return outcome && ('named' in outcome ? outcome : writeResult(outcome));
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */

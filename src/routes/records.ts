@@ -61,16 +61,16 @@ async function putBatchChecked(engine: Engine, bytes: Buffer, options: WriteOpti
 
 const checkPut = putValidator();
 
-/**
- * A put body the engine could not read as it is (see putJson): the JSON
- * parser, the schema, then the records service, as every other route reads
- * its body. Its refusal is the request's answer.
- */
 /** The schema's refusal of a put body (or an internal error, were it accepted). */
 function refusal(checked: ReturnType<typeof checkPut>): Error {
   return ('error' in checked && checked.error) || new Error('a put body without JSON passed the schema');
 }
 
+/**
+ * A put body the engine could not read as it is (see putJson): the JSON
+ * parser, the schema, then the records service, as every other route reads
+ * its body. Its refusal is the request's answer.
+ */
 async function putChecked(engine: Engine, bytes: Buffer, headers: BranchRef, requestKey: RequestKey | undefined) {
   const checked = checkPut(parseRequestJson(bytes));
   if ('error' in checked) throw checked.error;

@@ -9,6 +9,7 @@
  * `changed` members are filled in by the commit.
  */
 import { checkFieldNames } from '../names.js';
+import { resolveBranch } from './branch.js';
 import type { BranchRef, Engine, ReceiptDraft, RecordInput, RecordKey, RecordOutput, RequestKey, WriteResult } from '../native/engine.js';
 
 export interface WriteOptions {
@@ -50,11 +51,19 @@ export function putBatchJson(engine: Engine, body: Buffer, options?: WriteOption
 
 /**
  * Full replacement write of the record of a put request body (a record, or
- * `{record}` without branch names), read by the engine from its bytes; null,
- * having written nothing, when the body needs the service's own reading.
+ * `{record}` with or without branch names), read by the engine from its
+ * bytes; null, having written nothing, when the body needs the service's own
+ * reading. A body that names its branch is checked against `options.branch`
+ * (the request's headers) by the one branch rule, resolveBranch, before the
+ * engine writes it there.
  */
-export function putJson(engine: Engine, body: Buffer, options?: WriteOptions): Promise<WriteResult | null> {
-  return engine.putJson(body, options?.branch, writeReceipt(options));
+export async function putJson(engine: Engine, body: Buffer, options?: WriteOptions): Promise<WriteResult | null> {
+  const first = await engine.putJson(body, options?.branch, writeReceipt(options));
+  if (first === null || !('named' in first)) return first;
+  const { named } = first;
+  const branch = resolveBranch(options?.branch ?? {}, { database_id: named.databaseId ?? undefined, branch_id: named.branchId ?? undefined });
+  const written = await engine.putJson(body, branch, writeReceipt(options), named);
+  return written !== null && 'named' in written ? null : written;
 }
 
 /** Writes a tombstone version of the record. */

@@ -64,10 +64,28 @@ pub fn put_batch(bytes: &[u8]) -> Option<PutBatch> {
     Some(PutBatch { records: body.records, include_write_timing: body.include_write_timing.unwrap_or(false) })
 }
 
-/// A `/v1/records/put` body (a record, or `{"record": ...}` without a
-/// `database_id` or `branch_id`) as the service would have read it, or
-/// `None` when the service must read it itself (see the module docs).
-pub fn put(bytes: &[u8]) -> Option<RecordInput> {
+/// A `/v1/records/put` body: its record, and the branch a wrapper names.
+#[derive(Debug)]
+pub struct PutBody {
+    pub record: RecordInput,
+    /// The wrapper's `database_id`, which the service checks against the
+    /// request's headers before the record is written.
+    pub database_id: Option<String>,
+    /// The wrapper's `branch_id`, likewise.
+    pub branch_id: Option<String>,
+}
+
+impl PutBody {
+    /// Whether the body names a branch of its own.
+    pub fn names_a_branch(&self) -> bool {
+        self.database_id.is_some() || self.branch_id.is_some()
+    }
+}
+
+/// A `/v1/records/put` body (a record, or `{"record": ...}` with an
+/// optional `database_id` and `branch_id`) as the service would have read
+/// it, or `None` when the service must read it itself (see the module docs).
+pub fn put(bytes: &[u8]) -> Option<PutBody> {
     if !is_object(bytes) {
         return None;
     }
@@ -75,13 +93,23 @@ pub fn put(bytes: &[u8]) -> Option<RecordInput> {
     #[serde(deny_unknown_fields)]
     struct Wrapped {
         record: RecordInput,
+        #[serde(default, deserialize_with = "present_string")]
+        database_id: Option<String>,
+        #[serde(default, deserialize_with = "present_string")]
+        branch_id: Option<String>,
     }
     // a bare record fails the wrapper at its first member
-    let mut record = match serde_json::from_slice::<Wrapped>(bytes) {
-        Ok(wrapped) => wrapped.record,
-        Err(_) => serde_json::from_slice::<RecordInput>(bytes).ok()?,
+    let mut body = match serde_json::from_slice::<Wrapped>(bytes) {
+        Ok(Wrapped { record, database_id, branch_id }) => PutBody { record, database_id, branch_id },
+        Err(_) => PutBody { record: serde_json::from_slice(bytes).ok()?, database_id: None, branch_id: None },
     };
-    as_the_service_reads(&mut record).then_some(record)
+    as_the_service_reads(&mut body.record).then_some(body)
+}
+
+/// An optional member that, when present, is a string (`null` is refused,
+/// as the schema refuses it).
+fn present_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(d).map(Some)
 }
 
 /// A `/v1/records/get` body (`{table, tenant_id, id}`, all strings, nothing
@@ -268,13 +296,19 @@ mod tests {
     #[test]
     fn reads_a_put_body_bare_or_wrapped_and_leaves_the_rest_to_the_service() {
         let bare = put(br#"{"table":"t","tenant_id":"a","id":"1","fields":{"v":[1.0,0.5]}}"#).expect("a bare record");
-        assert_eq!((bare.table.as_str(), bare.id.as_str()), ("t", "1"));
-        assert!(bare.fields["v"][0].is_i64());
+        assert_eq!((bare.record.table.as_str(), bare.record.id.as_str()), ("t", "1"));
+        assert!(bare.record.fields["v"][0].is_i64());
+        assert!(!bare.names_a_branch());
         let wrapped = put(br#"{"record":{"table":"t","tenant_id":"a","id":"2"}}"#).expect("a wrapped record");
-        assert_eq!(wrapped.id, "2");
+        assert_eq!(wrapped.record.id, "2");
+        assert!(!wrapped.names_a_branch());
+        let named = put(br#"{"branch_id":"b","record":{"table":"t","tenant_id":"a","id":"2"},"database_id":"d"}"#)
+            .expect("a wrapper naming its branch");
+        assert_eq!((named.database_id.as_deref(), named.branch_id.as_deref()), (Some("d"), Some("b")));
+        assert!(named.names_a_branch());
         for body in [
-            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"branch_id":"b"}"#,
-            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"database_id":"d"}"#,
+            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"branch_id":null}"#,
+            r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"database_id":7}"#,
             r#"{"record":{"table":"t","tenant_id":"a","id":"2"},"table":"t"}"#,
             r#"{"table":"t","tenant_id":"a","id":"1","id":"2"}"#,
             r#"["t","a","1",{}]"#,

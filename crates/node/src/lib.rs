@@ -78,8 +78,8 @@ fn open_engine(config: EngineConfig) -> EngineResult<Engine> {
 }
 
 use types::{
-    BranchRef, BranchSummary, ErrorCodeStatus, OpenOptions, PutBatchOutcome, QueryResponse, RecordKey, RecordOutput,
-    RequestKey, RestoreOutcome, SnapshotInfo, StoredReceipt, TableSchema, WriteResult,
+    BranchRef, BranchSummary, ErrorCodeStatus, NamedBranch, OpenOptions, PutBatchOutcome, QueryResponse, RecordKey,
+    RecordOutput, RequestKey, RestoreOutcome, SnapshotInfo, StoredReceipt, TableSchema, WriteResult,
 };
 
 type EngineResult<T> = std::result::Result<T, EngineError>;
@@ -216,7 +216,10 @@ impl NativeEngine {
         body: Buffer,
         receipt: Option<Unknown<'env>>,
     ) -> Result<Object<'env>> {
-        let read = |body: &[u8]| braid_engine::wire::put_batch(body).map(|b| (b.records, b.include_write_timing));
+        let read = |body: &[u8]| match braid_engine::wire::put_batch(body) {
+            Some(b) => Read::Write(b.records, b.include_write_timing),
+            None => Read::Service,
+        };
         let answer =
             |result: EngineWrite, include_write_timing| PutBatchOutcome { result: result.into(), include_write_timing };
         self.put_read(env, branch, body, receipt, "a put-batch body", read, answer)
@@ -229,9 +232,15 @@ impl NativeEngine {
     /// the worker pool, so a body of megabytes does not hold the thread (a
     /// 15 MB put of 800,000 fields held it 3.5 s). Resolves `null`, having
     /// written nothing, when the body needs the service's own reading.
+    ///
+    /// A wrapper that names its branch (`database_id`, `branch_id`) is not
+    /// written at first: the promise resolves `{named}` with the names, which
+    /// the service checks against the request's headers (its one branch
+    /// rule), then calls again with the branch it chose and `named` as it was
+    /// answered; the record is written only when the body still names it.
     #[napi(
-        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null",
-        ts_return_type = "Promise<WriteResult | null>"
+        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null, named?: BranchRef | undefined | null",
+        ts_return_type = "Promise<WriteResult | NamedBranch | null>"
     )]
     pub fn put_json<'env>(
         &self,
@@ -239,24 +248,31 @@ impl NativeEngine {
         branch: Option<BranchRef>,
         body: Buffer,
         receipt: Option<Unknown<'env>>,
+        named: Option<BranchRef>,
     ) -> Result<Object<'env>> {
         if body.len() > INLINE_BODY_BYTES {
-            let read = |body: &[u8]| braid_engine::wire::put(body).map(|record| (vec![record], ()));
-            return self
-                .put_read(env, branch, body, receipt, "a put body", read, |result, ()| WriteResult::from(result));
+            let read = move |body: &[u8]| match put_decision(braid_engine::wire::put(body), named) {
+                PutDecision::Write(record) => Read::Write(vec![record], ()),
+                PutDecision::Named(named) => Read::Answer(Either::B(NamedBranch { named })),
+                PutDecision::Service => Read::Service,
+            };
+            let answer = |result, ()| Either::<WriteResult, NamedBranch>::A(WriteResult::from(result));
+            return self.put_read(env, branch, body, receipt, "a put body", read, answer);
         }
-        let write = read_receipt(env, receipt).and_then(|receipt| {
-            let record = guard("reading a put body", || Ok(braid_engine::wire::put(&body)))?;
-            Ok(record.map(|record| WriteOp::Put { records: vec![record], receipt }))
-        });
-        match write {
-            Ok(Some(write)) => self.submit(env, branch, Ok(write)),
-            Ok(None) => {
-                // SAFETY: methods run on the JS thread
-                let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
-                unsafe { pending.settle_now(env.raw(), outcome::<Option<WriteResult>>(Ok(None))) };
-                Ok(Object::from_raw(env.raw(), promise))
+        let decision = guard("reading a put body", || Ok(put_decision(braid_engine::wire::put(&body), named)));
+        let answered = |answer: Option<NamedBranch>| -> Result<Object<'env>> {
+            // SAFETY: methods run on the JS thread
+            let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
+            unsafe { pending.settle_now(env.raw(), outcome::<Option<NamedBranch>>(Ok(answer))) };
+            Ok(Object::from_raw(env.raw(), promise))
+        };
+        match decision {
+            Ok(PutDecision::Write(record)) => {
+                let write = read_receipt(env, receipt).map(|receipt| WriteOp::Put { records: vec![record], receipt });
+                self.submit(env, branch, write)
             }
+            Ok(PutDecision::Named(named)) => answered(Some(NamedBranch { named })),
+            Ok(PutDecision::Service) => answered(None),
             Err(e) => self.refuse::<Option<WriteResult>>(env, e),
         }
     }
@@ -596,9 +612,10 @@ impl NativeEngine {
     /// with that error, as every asynchronous method's failures do.
     /// A promise rejected at once with `err`.
     /// Reads a write's records from a request body on the worker pool
-    /// (`read`; `None` resolves the promise `null`, having written nothing)
-    /// and hands them to the branch's committer, whose reply settles the
-    /// promise with `answer`'s value.
+    /// (`read`) and hands them to the branch's committer, whose reply
+    /// settles the promise with `answer`'s value; a read that answers
+    /// without writing settles it with that answer, and one that leaves the
+    /// body to the service settles it `null`, having written nothing.
     #[allow(clippy::too_many_arguments)]
     fn put_read<'env, A, T>(
         &self,
@@ -607,7 +624,7 @@ impl NativeEngine {
         body: Buffer,
         receipt: Option<Unknown<'env>>,
         what: &'static str,
-        read: impl FnOnce(&[u8]) -> Option<(Vec<braid_engine::RecordInput>, A)> + Send + 'static,
+        read: impl FnOnce(&[u8]) -> Read<A, T> + Send + 'static,
         answer: impl FnOnce(EngineWrite, A) -> T + Send + 'static,
     ) -> Result<Object<'env>>
     where
@@ -624,12 +641,13 @@ impl NativeEngine {
         self.pool.spawn(Box::new(move || {
             let read = guard(what, || {
                 let engine = opening.wait()?;
-                Ok(read(&body).map(|read| (engine, read)))
+                Ok((engine, read(&body)))
             });
             drop(body);
-            let (engine, (records, extra)) = match read {
-                Ok(Some(read)) => read,
-                Ok(None) => return pending.settle(outcome::<Option<T>>(Ok(None))),
+            let (engine, records, extra) = match read {
+                Ok((engine, Read::Write(records, extra))) => (engine, records, extra),
+                Ok((_, Read::Answer(value))) => return pending.settle(outcome::<Option<T>>(Ok(Some(value)))),
+                Ok((_, Read::Service)) => return pending.settle(outcome::<Option<T>>(Ok(None))),
                 Err(e) => return pending.settle(outcome::<Option<T>>(Err(e))),
             };
             let reply = Reply::new(move |result| pending.settle(outcome(result.map(|r| Some(answer(r, extra))))));
@@ -716,6 +734,41 @@ fn json_bytes(value: &impl serde::Serialize, what: &str) -> EngineResult<Buffer>
     serde_json::to_vec(value)
         .map(Buffer::from)
         .map_err(|err| EngineError::internal(format!("the {what} could not be written as JSON: {err}")))
+}
+
+/// What a request body read by the engine leads to.
+enum Read<A, T> {
+    /// Write these records; `A` goes to the answer.
+    Write(Vec<braid_engine::RecordInput>, A),
+    /// Answer this without writing.
+    Answer(T),
+    /// The service reads the body itself.
+    Service,
+}
+
+/// What a put body leads to (see `put_json`).
+enum PutDecision {
+    Write(braid_engine::RecordInput),
+    /// The body names a branch the service has not yet checked.
+    Named(BranchRef),
+    Service,
+}
+
+/// Writes a body that names no branch, or the branch the service was told
+/// of (`named`, answered by an earlier call); asks about one it was not told
+/// of; leaves any other body to the service.
+fn put_decision(body: Option<braid_engine::wire::PutBody>, named: Option<BranchRef>) -> PutDecision {
+    let Some(body) = body else { return PutDecision::Service };
+    if !body.names_a_branch() {
+        return PutDecision::Write(body.record);
+    }
+    match named {
+        None => PutDecision::Named(BranchRef { database_id: body.database_id, branch_id: body.branch_id }),
+        Some(n) if n.database_id == body.database_id && n.branch_id == body.branch_id => {
+            PutDecision::Write(body.record)
+        }
+        Some(_) => PutDecision::Service,
+    }
 }
 
 /// How a finished call settles its promise on the JS thread.

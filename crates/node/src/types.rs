@@ -226,6 +226,13 @@ pub struct WriteResult {
     pub replayed: Option<Replayed>,
 }
 
+/// The branch a put body names, which the service checks before the engine
+/// writes the body (`putJson`).
+#[napi(object)]
+pub struct NamedBranch {
+    pub named: BranchRef,
+}
+
 /// A put-batch body the engine read and wrote, and what it asked for.
 #[napi(object)]
 pub struct PutBatchOutcome {
