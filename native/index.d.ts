@@ -206,6 +206,13 @@ export declare class NativeEngine {
    * own reading: its parser, its schema check or its refusal.
    */
   queryJson(branch: BranchRef | undefined | null, body: Buffer): Promise<Buffer | null>
+  /**
+   * Runs a hybrid query and answers the response as JSON bytes, for a
+   * route to send as they are (`/v1/nativeql`, whose query the service
+   * parses from the language): the answer is not built as JavaScript
+   * objects only to be printed again.
+   */
+  queryToJson(branch: BranchRef | undefined | null, query: HybridQuery): Promise<Buffer>
   /** Declares a table or adds columns to it. */
   declareTable(branch: BranchRef | undefined | null, table: string, columns: Record<string, ColumnDeclaration>): Promise<WriteResult>
   schemas(branch?: BranchRef | undefined | null): Promise<TableSchema[]>

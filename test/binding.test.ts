@@ -255,6 +255,10 @@ describe('request bodies read by the engine from their bytes', () => {
     expect(fromBytes.results).toEqual(fromObject.results);
     expect(fromBytes.results.map((r: { record_id: string }) => r.record_id)).toContain('j1');
     expect(Object.keys(fromBytes.explain).sort()).toEqual(Object.keys(fromObject.explain).sort());
+    // a query given as an object, answered as JSON bytes (what /v1/nativeql sends)
+    const toJson = JSON.parse((await native.queryToJson(undefined, query)).toString('utf8'));
+    expect(toJson.results).toEqual(fromObject.results);
+    expect(await rejection(native.queryToJson(undefined, { ...query, vector: [Number.NaN, 0, 1] }))).toMatchObject({ code: 'vector_not_finite', status: 400 });
     for (const text of ['', '[]', '{"table":', JSON.stringify({ ...query, extra: 1 }), JSON.stringify({ ...query, top_k: null })]) {
       expect(await native.queryJson(undefined, Buffer.from(text)), text).toBeNull();
     }

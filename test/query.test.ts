@@ -269,8 +269,8 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
       ['projection', { text: 'solar', return_fields: ['title', 'year'] }, "MATCH 'solar' RETURN title, year"],
       ['no fields', { vector: [1, 0, 0], return_fields: [] }, 'NEAR [1, 0, 0] RETURN NONE'],
     ];
-    // the JSON route's answer is written by the engine (docs/api.md, "How a request is served"),
-    // nativeql's by fastify's serializer: the same members, nested alike, and the same type
+    // both routes' answers are written by the engine (docs/api.md, "How a request is served"), the explain
+    // route's by fastify's serializer from its schema: the same members, nested alike, and the same type
     const shape = (v: unknown): unknown => {
       if (Array.isArray(v)) return v.length === 0 ? [] : [shape(v[0])];
       if (v === null || typeof v !== 'object') return v === null ? 'null' : typeof v;
@@ -281,7 +281,12 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
       agree(r.json, r.ql, what);
       expect(r.json.body.results.length, what).toBeGreaterThan(0);
       expect(shape(r.json.body), what).toEqual(shape(r.ql.body));
-      expect(r.json.headers.get('content-type'), what).toBe(r.ql.headers.get('content-type'));
+      // the explain route fills planner_candidates, as a query with explain: true does
+      const explained = await s.post('/v1/explain', { table: 'shelf', tenant_id: 'acme', ...json });
+      const withCandidates = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', ...json, explain: true });
+      expect(shape(withCandidates.body.explain), what).toEqual(shape(explained.body));
+      expect(r.json.headers.get('content-type'), what).toBe(explained.headers.get('content-type'));
+      expect(r.ql.headers.get('content-type'), what).toBe(explained.headers.get('content-type'));
     }
     // a few of them, pinned: the JSON form really ran what it was given
     const hybrid = await s.post('/v1/query', { table: 'shelf', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 3 });

@@ -222,6 +222,11 @@ export class Engine {
     return settle(() => this.engine.query(branch, packQuery(query)));
   }
 
+  /** Runs a hybrid query and resolves its response as JSON bytes, to send as they are. */
+  queryToJson(query: Native.HybridQuery, branch?: BranchRef): Promise<Buffer> {
+    return settle(() => this.engine.queryToJson(branch, packQuery(query)));
+  }
+
   /**
    * Runs the hybrid query of a `/v1/query` request body, which the engine
    * reads from its bytes, and resolves the response as JSON bytes to send as

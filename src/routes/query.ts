@@ -5,7 +5,7 @@ import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { HybridExplain, HybridQuery, type HybridQuery as HybridQueryT, NativeQlRequest, QueryResponse } from '../schemas/query.js';
 import { keepBodyBytes, sendJson } from './body-bytes.js';
 import { headerBranch } from '../services/branch.js';
-import { explainQuery, runNativeQuery, runQuery, runQueryJson } from '../services/queries.js';
+import { explainQuery, runNativeQueryJson, runQuery, runQueryJson } from '../services/queries.js';
 
 /**
  * The query bodies are checked by the query service, for every front door
@@ -32,7 +32,7 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
       body: NativeQlRequest,
       response: { 200: QueryResponse, ...idemErrorResponses },
     },
-  }, async (request) => runNativeQuery(engine, request.body.query, headerBranch(request.headers)));
+  }, async (request, reply) => sendJson(reply, await runNativeQueryJson(engine, request.body.query, headerBranch(request.headers))));
 
   // the JSON form of route 2: the body route 4 takes, the answer route 2
   // gives. The engine reads the body's bytes and writes the answer's

@@ -80,6 +80,11 @@ export async function runNativeQuery(engine: Engine, text: string, branch?: Bran
   return engine.query(parseNativeQuery(text), branch);
 }
 
+/** Runs a native query language statement, answering the response as JSON text (`/v1/nativeql`). */
+export async function runNativeQueryJson(engine: Engine, text: string, branch?: BranchRef): Promise<Buffer> {
+  return engine.queryToJson(parseNativeQuery(text), branch);
+}
+
 /** The tables of a branch and their columns. */
 export function tables(engine: Engine, branch?: BranchRef): Promise<TableSchema[]> {
   return engine.schemas(branch);

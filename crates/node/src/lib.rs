@@ -380,6 +380,30 @@ impl NativeEngine {
         self.run(env, Ok(job))
     }
 
+    /// Runs a hybrid query and answers the response as JSON bytes, for a
+    /// route to send as they are (`/v1/nativeql`, whose query the service
+    /// parses from the language): the answer is not built as JavaScript
+    /// objects only to be printed again.
+    #[napi(
+        ts_args_type = "branch: BranchRef | undefined | null, query: HybridQuery",
+        ts_return_type = "Promise<Buffer>"
+    )]
+    pub fn query_to_json<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        query: Unknown<'env>,
+    ) -> Result<Object<'env>> {
+        let job = (|| -> EngineResult<_> {
+            let query: braid_engine::query::HybridQuery = read(env, query, "query", Code::InvalidQuery)?;
+            Ok(move |e: &Engine| {
+                let (db, br) = route(&branch);
+                json_bytes(&e.query(db, br, &query)?, "query's answer")
+            })
+        })();
+        self.run(env, job)
+    }
+
     /// Declares a table or adds columns to it.
     #[napi(
         ts_args_type = "branch: BranchRef | undefined | null, table: string, columns: Record<string, ColumnDeclaration>",
