@@ -17,6 +17,8 @@ export interface EngineMetrics {
   record_count: number;
   version_count: number;
   branch_count: number;
+  /** Databases with a branch open. */
+  database_count: number;
   recovery_state: string;
   recovered_truncated_bytes: number;
   /** `running`, `failing` (recent index rounds kept failing) or `stopped`. */
@@ -240,8 +242,12 @@ export declare class NativeEngine {
   events(): EngineEvent[]
   /** Waits until the text and vector indexes cover every committed write. */
   waitIndexed(timeoutMs: number): Promise<boolean>
-  /** Test hook: configures a storage fail point (faults.rs). */
-  faultForTest(point: string, actions: string): Promise<void>
+  /**
+   * Test hook: configures a storage fail point (faults.rs). It runs on the
+   * JS thread, not on a worker, so that a test can release calls a
+   * `pause` holds even when they hold every worker.
+   */
+  faultForTest(point: string, actions: string): void
   /** Test hook: panics inside an engine call. */
   panicForTest(): Promise<void>
   /** Lets the indexers of an engine opened with `deferIndexing` start. */

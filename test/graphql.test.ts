@@ -8,6 +8,7 @@ import { ClientError, GraphQLClient, gql } from 'graphql-request';
 import { GraphQLError, buildClientSchema, buildSchema, getIntrospectionQuery, isObjectType, type IntrospectionQuery } from 'graphql';
 import { formatGraphQLError } from '../src/graphql/errors.js';
 import { MAX_TYPED_COLUMNS, buildNativeSchema } from '../src/graphql/schema.js';
+import { oneAtATime } from '../src/graphql/types.js';
 import { startTestServer, type TestServer } from './helpers.js';
 
 let server: TestServer;
@@ -236,6 +237,32 @@ describe('POST /v1/graphql: search', () => {
     expect(docs.columns).toContainEqual({ name: 'emb', type: 'vector', dim: 3, text: false, scalar: false });
     expect(docs.columns).toContainEqual({ name: 'title', type: 'string', dim: null, text: true, scalar: true });
     expect(data.branches).toContainEqual({ branch_id: 'main', database_id: 'default', state: 'active' });
+  });
+});
+
+describe('the reads of one GraphQL request run one at a time', () => {
+  // graphql-js starts every root field at once; 32 aliased heavy searches held every call worker of the engine
+  // (found by a black-box test), so a request's searches and record reads queue behind each other instead
+  it('starts each call once the one before has settled, a failure included', async () => {
+    const read = oneAtATime();
+    const log: string[] = [];
+    let release!: () => void;
+    const first = read(async () => {
+      log.push('first starts');
+      await new Promise<void>((r) => (release = r));
+      log.push('first ends');
+      throw new Error('first fails');
+    });
+    const second = read(async () => {
+      log.push('second starts');
+      return 2;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(log).toEqual(['first starts']);
+    release();
+    await expect(first).rejects.toThrow('first fails');
+    expect(await second).toBe(2);
+    expect(log).toEqual(['first starts', 'first ends', 'second starts']);
   });
 });
 

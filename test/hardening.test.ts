@@ -113,6 +113,37 @@ describe('hostile values', () => {
   });
 });
 
+describe('readiness never waits for a call worker (found by a black-box test)', () => {
+  // 32 aliased GraphQL searches of 1,024 terms each held every worker of the binding's pool for seconds, and
+  // /v1/ready, which listed the branches on a worker, waited behind them (a gateway then reported the engine
+  // unreachable). Readiness now reads everything on the JS thread.
+  it('answers while held queries take every worker, and the held queries finish once released', async () => {
+    const s = await startTestServer({ config: { testHooks: true } });
+    const fault = (actions: string) => s.post('/v1/_test/fault', { point: 'query::run', actions });
+    try {
+      expect((await s.post('/v1/records/put', { record: { table: 'docs', tenant_id: 'acme', id: 'a', fields: { title: 'held' } } })).status).toBe(200);
+      expect((await fault('pause')).status).toBe(200);
+      // the pool has 32 workers (crates/node/src/pool.rs): 40 held queries take them all
+      const held = Array.from({ length: 40 }, () => s.post('/v1/query', { table: 'docs', tenant_id: 'acme', text: 'held' }));
+      await new Promise((r) => setTimeout(r, 300));
+      const ready = await s.get('/v1/ready');
+      expect(ready.status).toBe(200);
+      expect(ready.body).toMatchObject({ ready: true, catalog_databases: 1, engine_health_checked: true });
+      const unknown = await s.get('/v1/ready', { 'x-braid-branch': 'nope' });
+      expect(unknown.status).toBe(503);
+      expect(unknown.body.catalog_databases).toBe(1);
+      expect((await fault('off')).status).toBe(200);
+      for (const r of await Promise.all(held)) {
+        expect(r.status).toBe(200);
+        expect(r.body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a']);
+      }
+    } finally {
+      await fault('off');
+      await s.destroy();
+    }
+  });
+});
+
 describe('one data directory, one process', () => {
   it('a second server on a live data directory exits with data_dir_locked and the first keeps its data', async () => {
     const dir = tempDir('braid-lock-');

@@ -1,4 +1,5 @@
 // Idempotency-Key over real HTTP: replay, conflicts, concurrency and restarts.
+import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers.js';
 
@@ -166,6 +167,46 @@ describe('Idempotency-Key', () => {
     expect(fixed.status).toBe(200);
     expect(fixed.headers.get('idempotent-replayed')).toBeNull();
     expect(fixed.body.data.put.epoch).toEqual(expect.any(Number));
+  });
+
+  it('a GraphQL document that failed after committing a mutation marks its key: the same body runs again, another is 409', async () => {
+    // found by a black-box test: the second body got 200 with a field error instead of the spec's 409
+    const key = { 'idempotency-key': 'gql-partial' };
+    const put = (alias: string, id: string, fields: string) =>
+      `${alias}: put(record: {table: "docs", tenant_id: "t1", id: "${id}", fields: ${fields}}) { epoch }`;
+    const first = { query: `mutation { ${put('a', 'gp1', '{title: "first"}')} ${put('b', 'gp2', '{title: 7}')} }` };
+    const partly = await s.post('/v1/graphql', first, key);
+    expect(partly.status).toBe(200);
+    expect(partly.body.data.a.epoch).toEqual(expect.any(Number));
+    expect(partly.body.errors[0].extensions.code).toBe('schema_type_mismatch');
+    // the same body again: the committed mutation answers from its receipt, the failed one runs (and fails) again
+    const again = await s.post('/v1/graphql', first, key);
+    expect(again.status).toBe(200);
+    expect(again.body.data.a).toEqual(partly.body.data.a);
+    expect(again.body.errors[0].extensions.code).toBe('schema_type_mismatch');
+    // another body under the key: 409, and nothing of it written
+    const other = await s.post('/v1/graphql', { query: `mutation { ${put('c', 'gp3', '{title: "third"}')} ${put('a', 'gp1', '{title: "second"}')} }` }, key);
+    expect(other.status).toBe(409);
+    expect(other.body.code).toBe('idempotency_key_reused');
+    const gp1 = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'gp1' });
+    expect(gp1.body.record).toMatchObject({ fields: { title: 'first' }, version_id: 1 });
+    expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'gp3' })).body.record).toBeNull();
+  });
+
+  it('an Idempotency-Key sent twice is 400, not the two joined into one key', async () => {
+    // two header lines (fetch would join them into one before sending)
+    const r = await new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+      const req = http.request(`${s.url}/v1/records/put`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': ['a', 'b'] } }, (res) => {
+        let text = '';
+        res.on('data', (chunk) => (text += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify(rec('twice')));
+    });
+    expect(r.status).toBe(400);
+    expect(r.body).toEqual({ code: 'idempotency_key_invalid', error: 'Idempotency-Key was sent more than once' });
+    expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'twice' })).body.record).toBeNull();
   });
 
   it('keys longer than 255 characters are 400', async () => {

@@ -17,6 +17,8 @@ export interface EngineMetrics {
   record_count: number;
   version_count: number;
   branch_count: number;
+  /** Databases with a branch open. */
+  database_count: number;
   recovery_state: string;
   recovered_truncated_bytes: number;
   /** `running`, `failing` (recent index rounds kept failing) or `stopped`. */

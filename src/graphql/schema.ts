@@ -190,6 +190,12 @@ function writeOptions(ctx: GraphQLContext, info: GraphQLResolveInfo): WriteOptio
   return { branch: ctx.branch, requestKey: fieldKey(ctx, info) };
 }
 
+/** Notes that a mutation committed (under its key, for a keyed request), then passes its result on. */
+function wrote<T>(ctx: GraphQLContext, result: T): T {
+  ctx.committed = true;
+  return result;
+}
+
 function tableOut(t: TableSchema) {
   return { name: t.name, columns: Object.entries(t.columns).map(([name, c]) => ({ name, ...c })) };
 }
@@ -304,14 +310,14 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
       type: resultType,
       description: `Hybrid search over table ${t.name}, rows with typed fields.`,
       args: searchArgs({ withTable: false, scalarEq }),
-      resolve: (_src, args: Args, ctx) => runQuery(ctx.engine, toHybridQuery(args, t.name), ctx.branch),
+      resolve: (_src, args: Args, ctx) => ctx.read(() => runQuery(ctx.engine, toHybridQuery(args, t.name), ctx.branch)),
     },
     [`${t.name}_record`]: {
       type: recordType,
       description: `Exact get of a record of table ${t.name}.`,
       args: { tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) }, as_of_epoch: { type: GraphQLInt } },
       resolve: (_src, args: Args, ctx) =>
-        getRecord(ctx.engine, { table: t.name, tenant_id: args.tenant_id as string, id: args.id as string }, ctx.branch, (args.as_of_epoch as number | null) ?? undefined),
+        ctx.read(() => getRecord(ctx.engine, { table: t.name, tenant_id: args.tenant_id as string, id: args.id as string }, ctx.branch, (args.as_of_epoch as number | null) ?? undefined)),
     },
   };
 }
@@ -329,13 +335,13 @@ const queryFields: Record<string, Field> = {
       as_of_epoch: { type: GraphQLInt, description: 'read the version visible at this epoch' },
     },
     resolve: (_src, args: Args, ctx) =>
-      getRecord(ctx.engine, { table: args.table as string, tenant_id: args.tenant_id as string, id: args.id as string }, ctx.branch, (args.as_of_epoch as number | null) ?? undefined),
+      ctx.read(() => getRecord(ctx.engine, { table: args.table as string, tenant_id: args.tenant_id as string, id: args.id as string }, ctx.branch, (args.as_of_epoch as number | null) ?? undefined)),
   },
   search: {
     type: SearchResult,
     description: 'Hybrid query: text, vector, scalar equality, graph seed and time in one ranked page.',
     args: searchArgs({ withTable: true }),
-    resolve: (_src, args: Args, ctx) => runQuery(ctx.engine, toHybridQuery(args), ctx.branch),
+    resolve: (_src, args: Args, ctx) => ctx.read(() => runQuery(ctx.engine, toHybridQuery(args), ctx.branch)),
   },
   tables: {
     type: nn(list(TableType)),
@@ -354,7 +360,7 @@ const mutationFields: Record<string, Field> = {
     description: 'Full replacement write of one record; resolves once it is durable.',
     args: { record: { type: nn(RecordInputType) } },
     resolve: async (_src, args: Args, ctx, info) =>
-      committed(await putRecords(ctx.engine, [recordInput(args.record as Args, 'record')], writeOptions(ctx, info))),
+      committed(wrote(ctx, await putRecords(ctx.engine, [recordInput(args.record as Args, 'record')], writeOptions(ctx, info)))),
   },
   put_batch: {
     type: WriteResultType,
@@ -362,7 +368,7 @@ const mutationFields: Record<string, Field> = {
     args: { records: { type: nn(list(RecordInputType)) } },
     resolve: async (_src, args: Args, ctx, info) => {
       const records = (args.records as Args[]).map((r, i) => recordInput(r, `records[${i}]`));
-      return committed(await putRecords(ctx.engine, records, writeOptions(ctx, info)));
+      return committed(wrote(ctx, await putRecords(ctx.engine, records, writeOptions(ctx, info))));
     },
   },
   delete: {
@@ -370,21 +376,21 @@ const mutationFields: Record<string, Field> = {
     description: 'Writes a tombstone: later gets and searches no longer see the record; temporal reads before it still do.',
     args: { table: { type: nn(GraphQLString) }, tenant_id: { type: nn(GraphQLString) }, id: { type: nn(GraphQLString) } },
     resolve: async (_src, args: Args, ctx, info) =>
-      committed(await deleteRecord(ctx.engine, args as unknown as RecordKey, writeOptions(ctx, info))),
+      committed(wrote(ctx, await deleteRecord(ctx.engine, args as unknown as RecordKey, writeOptions(ctx, info)))),
   },
   snapshot: {
     type: SnapshotResultType,
     description: 'Admin: takes snapshot `target` of the branch at its latest epoch.',
     args: { target: { type: nn(GraphQLString) } },
-    resolve: (_src, args: Args, ctx, info) => takeSnapshot(ctx.engine, args.target as string, ctx.branch, fieldKey(ctx, info)),
+    resolve: async (_src, args: Args, ctx, info) => wrote(ctx, await takeSnapshot(ctx.engine, args.target as string, ctx.branch, fieldKey(ctx, info))),
   },
   restore: {
     type: RestoreResultType,
     description: 'Admin: restores snapshot `source` into a new branch `target`, then optionally checks that verify_record is visible there.',
     args: { source: { type: nn(GraphQLString) }, target: { type: nn(GraphQLString) }, verify_record: { type: RecordKeyInput } },
-    resolve: (_src, args: Args, ctx, info) => {
+    resolve: async (_src, args: Args, ctx, info) => {
       const verify = (args.verify_record as RecordKey | null | undefined) ?? undefined;
-      return restoreSnapshot(ctx.engine, { source: args.source as string, target: args.target as string, verify_record: verify }, fieldKey(ctx, info));
+      return wrote(ctx, await restoreSnapshot(ctx.engine, { source: args.source as string, target: args.target as string, verify_record: verify }, fieldKey(ctx, info)));
     },
   },
   declare_table: {

@@ -34,6 +34,26 @@ export interface GraphQLContext {
    * running them again.
    */
   requestKey?: RequestKey;
+  /**
+   * Runs the request's reads (searches and record reads) one after another
+   * (oneAtATime): graphql-js starts every root field of a query at once, and
+   * 32 aliased searches of 1,024 terms each held every worker of the engine
+   * for seconds, so that other clients' requests, readiness included, waited
+   * behind one request (docs/graphql.md, "Limits").
+   */
+  read: <T>(call: () => Promise<T>) => Promise<T>;
+  /** Set once a mutation of the document has committed. */
+  committed?: boolean;
+}
+
+/** A queue that runs each call once the one before it has settled. */
+export function oneAtATime(): <T>(call: () => Promise<T>) => Promise<T> {
+  let tail: Promise<unknown> = Promise.resolve();
+  return <T>(call: () => Promise<T>): Promise<T> => {
+    const run = tail.then(call);
+    tail = run.catch(() => undefined);
+    return run;
+  };
 }
 
 export const ScoreComponents = new GraphQLObjectType({

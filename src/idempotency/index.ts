@@ -19,7 +19,11 @@
  *   keyed request never executes twice; the engine re-checks receipts inside
  *   its commit, so even a race between two processes cannot double-write.
  * - Failed requests (any non-2xx, and a GraphQL 200 with `errors`) store
- *   nothing and may be retried.
+ *   nothing and may be retried. A GraphQL 200 with `errors` whose document
+ *   committed some mutations (each under a key of its own) stores a mark:
+ *   the same body again runs the document again, each committed mutation
+ *   answering from its own receipt, and another body is 409
+ *   `idempotency_key_reused`, as for any key already used.
  * - Keys are 1-255 printable ASCII characters; others are 400.
  * - A keyed read's response is stored whole up to 1 MiB
  *   ({@link MAX_STORED_RESPONSE_BYTES}). Past that only its SHA-256 is
@@ -54,6 +58,13 @@ interface StoredDigest {
 function answerDigest(text: string): string {
   const answer = JSON.stringify(JSON.parse(text), (key, value: unknown) => (key === 'explain' || key === 'next_cursor' ? undefined : value));
   return hashBody(answer);
+}
+
+/** Marks the receipt of a GraphQL document that failed after committing some of its mutations. */
+const PARTIAL_MARK = '$braid_partly_committed';
+
+function isPartial(body: unknown): boolean {
+  return body !== null && typeof body === 'object' && (body as Record<string, unknown>)[PARTIAL_MARK] === true;
 }
 
 function storedDigest(body: unknown): StoredDigest | undefined {
@@ -91,6 +102,8 @@ export interface IdempotencyContext {
   branch: BranchRef;
   /** Set once the receipt has been committed with the write. */
   committed: boolean;
+  /** Set by the GraphQL route when a failed document committed some of its (keyed) mutations. */
+  partial?: boolean;
   /** A retry of a read whose response was too large to store: the digest it must match. */
   expect?: StoredDigest;
 }
@@ -165,6 +178,10 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     const route = `${request.method} ${request.routeOptions.url}`;
     if (!IDEMPOTENT_ROUTES.has(route)) return;
     const key = Array.isArray(raw) ? raw[0]! : raw;
+    // Node joins a header sent twice into one value ("a, b"), which would be a key neither request meant
+    if (request.raw.rawHeaders.filter((name, i) => i % 2 === 0 && name.toLowerCase() === IDEMPOTENCY_HEADER).length > 1) {
+      throw new BraidError('idempotency_key_invalid', 'Idempotency-Key was sent more than once');
+    }
     if (!validKey(key)) {
       throw new BraidError('idempotency_key_invalid', `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} printable ASCII characters`);
     }
@@ -188,6 +205,11 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
       if (receipt) {
         if (receipt.body_hash !== bodyHash) {
           throw new BraidError('idempotency_key_reused', 'Idempotency-Key was already used with a different request body');
+        }
+        if (isPartial(receipt.body)) {
+          // the document runs again: what it committed answers from the mutations' own receipts
+          request.idempotency = { scopedKey, bodyHash, branch, committed: true };
+          return;
         }
         const digest = storedDigest(receipt.body);
         if (!digest) return replay(reply, receipt.status, receipt.body);
@@ -244,11 +266,14 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     // not validate, a mutation that failed): that stores nothing either, so a
     // retry runs the document again, and each mutation that had succeeded
     // answers from its own receipt without writing again
-    if (route === GRAPHQL_ROUTE && hasErrors(answer)) return payload;
+    const failed = route === GRAPHQL_ROUTE && hasErrors(answer);
+    if (failed && !ctx.partial) return payload;
     ctx.committed = true;
-    const body: unknown = bytes > MAX_STORED_RESPONSE_BYTES
-      ? ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes } satisfies StoredDigest)
-      : answer;
+    const body: unknown = failed
+      ? { [PARTIAL_MARK]: true }
+      : bytes > MAX_STORED_RESPONSE_BYTES
+        ? ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes } satisfies StoredDigest)
+        : answer;
     try {
       await engine.recordReceipt({ key: ctx.scopedKey, body_hash: ctx.bodyHash, status: reply.statusCode, body }, ctx.branch);
     } catch (err) {

@@ -306,7 +306,7 @@ export class Engine {
 
   /** Test hook: configures a storage fail point (crates/engine/src/storage/faults.rs); `'off'` turns it off. */
   faultForTest(point: string, actions: string): Promise<void> {
-    return settle(() => this.engine.faultForTest(point, actions));
+    return settle(async () => this.engine.faultForTest(point, actions));
   }
 
   /** Test hook: makes the engine panic inside a call. */

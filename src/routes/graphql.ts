@@ -25,7 +25,7 @@ import { BOUNDED_LIMITS, DEFAULT_LIMITS, checkLimits, parseDocument, selectOpera
 import { braidGraphQLError, formatGraphQLError, type GraphQlErrorBody } from '../graphql/errors.js';
 import { GraphQlQueryRequest, GraphQlResponse, GraphQlSchemaResponse } from '../graphql/http.js';
 import { SchemaCache } from '../graphql/schema.js';
-import type { GraphQLContext } from '../graphql/types.js';
+import { oneAtATime, type GraphQLContext } from '../graphql/types.js';
 import { requestKeyOf } from '../idempotency/index.js';
 import { headerBranch } from '../services/branch.js';
 import { runQuery, tables } from '../services/queries.js';
@@ -129,7 +129,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     if (request.scope) requireScope(request.scope, graphqlScope(document, operationName), 'this GraphQL operation');
     const invalid = validate(schema, document);
     if (invalid.length) return { errors: invalid.map(formatGraphQLError) };
-    const contextValue: GraphQLContext = { engine, branch, endpoint: state.endpoint, requestKey: requestKeyOf(request) };
+    const contextValue: GraphQLContext = { engine, branch, endpoint: state.endpoint, requestKey: requestKeyOf(request), read: oneAtATime() };
     const result = await execute({
       schema,
       document,
@@ -137,6 +137,9 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
       operationName: operationName ?? undefined,
       contextValue,
     });
+    // a keyed document that failed after committing some of its mutations
+    // marks its key (src/idempotency): another body under it is then 409
+    if (contextValue.committed && result.errors?.length && request.idempotency) request.idempotency.partial = true;
     const body: { data?: Record<string, unknown> | null; errors?: GraphQlErrorBody[] } = {};
     if ('data' in result) body.data = result.data ?? null;
     if (result.errors?.length) {

@@ -60,6 +60,15 @@ function notReadyReason(metrics: EngineMetrics): { error: string; code: string }
   return { error, code: 'indexer_failed' };
 }
 
+/** Databases with a branch open, read from the default branch's figures (0 when there are none to read). */
+function databaseCount(engine: Engine): number {
+  try {
+    return engine.metrics(undefined).database_count;
+  } catch {
+    return 0;
+  }
+}
+
 /**
  * Route 13: whether the addressed branch can serve, with the figures behind
  * the answer. A malformed branch name is the client's error (thrown); a
@@ -78,11 +87,12 @@ export async function readiness(engine: Engine, branch: BranchRef | undefined, p
   }
   if (process.closing) failure = { error: 'engine is shutting down', code: 'shutting_down' };
   const endpoint = process.endpoint();
-  const branches = await engine.branches(endpoint).catch((): BranchSummary[] => []);
   const ready = failure === undefined && metrics !== undefined;
   const status = ready ? 200 : 503;
+  // everything here is read on the JS thread: readiness never waits for a
+  // worker, which a burst of slow queries may hold for seconds
   return {
-    catalog_databases: new Set(branches.map((b) => b.database_id)).size,
+    catalog_databases: metrics?.database_count ?? databaseCount(engine),
     durable_epoch: metrics?.durable_epoch ?? 0,
     engine_health_checked: metrics !== undefined,
     engine_status_code: status,

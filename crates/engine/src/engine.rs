@@ -164,6 +164,8 @@ pub struct Metrics {
     pub record_count: u64,
     pub version_count: u64,
     pub branch_count: u64,
+    /// Databases with a branch open (readiness' `catalog_databases`).
+    pub database_count: u64,
     pub recovery_state: String,
     pub recovered_truncated_bytes: u64,
     /// `running`, `failing` (recent rounds kept failing) or `stopped`.
@@ -663,7 +665,11 @@ impl Engine {
     /// counters, index lag, memory estimates) plus engine-wide counts.
     pub fn metrics(&self, database: Option<&str>, branch: Option<&str>) -> Result<Metrics> {
         let handle = self.branch(database, branch)?;
-        let branch_count = self.branches.read().len() as u64;
+        let (branch_count, database_count) = {
+            let open = self.branches.read();
+            let databases: std::collections::HashSet<&str> = open.keys().map(|(db, _)| db.as_str()).collect();
+            (open.len() as u64, databases.len() as u64)
+        };
         let state = handle.state.read();
         let vector_indexes: u64 = state.tables.values().map(|t| t.vectors.len() as u64).sum();
         let scalar_indexes: u64 = state.tables.values().map(|t| t.scalar.len() as u64).sum();
@@ -692,6 +698,7 @@ impl Engine {
             record_count: state.live_records(),
             version_count: state.rows.len() as u64 - state.purged_rows,
             branch_count,
+            database_count,
             recovery_state: recovery_state.to_string(),
             recovered_truncated_bytes: handle.recovered_truncated_bytes,
             indexer_state: handle.indexer_health().as_str().to_string(),

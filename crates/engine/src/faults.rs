@@ -18,6 +18,7 @@
 //! | `vector::insert` | linking one row into an HNSW graph (use `panic` to test the indexer) |
 //! | `vector::walk` | an HNSW search, which then finds nothing (`return`; tests the exact fallback) |
 //! | `indexer::round` | one indexer round, outside its guards (`panic` ends the thread) |
+//! | `query::run`   | the start of a hybrid query (`pause` holds it, and the call worker running it) |
 //!
 //! Arguments: `eio` (default), `enospc`, `erofs`, `short`.
 

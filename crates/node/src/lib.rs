@@ -573,15 +573,13 @@ impl NativeEngine {
         self.run(env, Ok(move |e: &Engine| Ok(e.wait_indexed(timeout))))
     }
 
-    /// Test hook: configures a storage fail point (faults.rs).
-    #[napi(ts_return_type = "Promise<void>")]
-    pub fn fault_for_test<'env>(&self, env: &'env Env, point: String, actions: String) -> Result<Object<'env>> {
-        self.run(
-            env,
-            Ok(move |_: &Engine| {
-                braid_engine::faults::configure(&point, &actions).map_err(|e| EngineError::new(Code::InvalidRecord, e))
-            }),
-        )
+    /// Test hook: configures a storage fail point (faults.rs). It runs on the
+    /// JS thread, not on a worker, so that a test can release calls a
+    /// `pause` holds even when they hold every worker.
+    #[napi]
+    pub fn fault_for_test(&self, env: &Env, point: String, actions: String) -> Result<()> {
+        braid_engine::faults::configure(&point, &actions)
+            .map_err(|e| js_error(env, &EngineError::new(Code::InvalidRecord, e)))
     }
 
     /// Test hook: panics inside an engine call.

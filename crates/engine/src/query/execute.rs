@@ -98,6 +98,9 @@ pub struct QueryContext<'a> {
 
 pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse> {
     let started = Instant::now();
+    if let Some(fault) = crate::faults::injected("query::run") {
+        bail!(StorageFailure, "{}", fault.error("query::run"));
+    }
     let fingerprint = q.fingerprint();
     let pinned = match &q.cursor {
         None => None,
