@@ -132,6 +132,20 @@ fn overlay_pending_and_indexed_counts_belong_to_the_queried_tenant() {
     let mut big = q("big");
     big.text = Some("searchable".into());
     assert_eq!(engine.query(None, None, &big).unwrap().explain.lexical_indexed_documents, 80);
+    // a figure of the index, not of the query: a query without text reports it too (found by a black-box
+    // test, which read 0 here)
+    let untexted = q("big");
+    let resp = engine.query(None, None, &untexted).unwrap();
+    assert_eq!(resp.explain.lexical_indexed_documents, 80);
+    // and `return_fields: []` reads no record file, so nothing is materialized
+    assert!(!resp.results.is_empty());
+    assert_eq!(resp.explain.materialized_count, resp.results.len() as u64);
+    let mut bare = q("big");
+    bare.return_fields = Some(vec![]);
+    let resp = engine.query(None, None, &bare).unwrap();
+    assert_eq!(resp.explain.returned_count, resp.results.len() as u64);
+    assert!(resp.explain.returned_count > 0);
+    assert_eq!(resp.explain.materialized_count, 0);
 }
 
 #[test]

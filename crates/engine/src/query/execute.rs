@@ -177,6 +177,11 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
         ex.lexical_cache_hits = cache_hit as u64;
         ex.lexical_cache_misses = !cache_hit as u64;
     }
+    if plan.terms.is_none() {
+        // the text path fills it when it runs; a query without text reports
+        // the same figure, which describes the index, not the query
+        ex.lexical_indexed_documents = ctx.branch.text.scope_documents(&plan.table, &plan.tenant);
+    }
     ex.read_epoch = epoch;
     ex.schema_epoch = schema_epoch;
     ex.policy_epoch = horizon;
@@ -240,7 +245,9 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     }
     ex.final_visibility_guard_count = page.len() as u64;
     ex.final_visibility_guard_removed = removed;
-    ex.materialized_count = results.len() as u64;
+    // `return_fields: []` reads no record file: nothing was materialized
+    let loaded = !plan.return_fields.as_ref().is_some_and(Vec::is_empty);
+    ex.materialized_count = if loaded { results.len() as u64 } else { 0 };
     ex.returned_count = results.len() as u64;
     ex.phase("visibility_guard_and_materialize", guard_started);
 
