@@ -9,6 +9,7 @@ import { GraphQLError, buildClientSchema, buildSchema, getIntrospectionQuery, is
 import { formatGraphQLError } from '../src/graphql/errors.js';
 import { MAX_TYPED_COLUMNS, buildNativeSchema } from '../src/graphql/schema.js';
 import { oneAtATime } from '../src/graphql/types.js';
+import { GraphQLSafeInt } from '../src/graphql/scalars.js';
 import { startTestServer, type TestServer } from './helpers.js';
 
 let server: TestServer;
@@ -263,6 +264,15 @@ describe('the reads of one GraphQL request run one at a time', () => {
     await expect(first).rejects.toThrow('first fails');
     expect(await second).toBe(2);
     expect(log).toEqual(['first starts', 'first ends', 'second starts']);
+  });
+});
+
+describe('epochs, version ids and counts are SafeInt in answers (found by a black-box test)', () => {
+  // GraphQL's Int is 32 bits: a branch past 2^31 - 1 epochs (about 1.5 days of single puts) could not answer `epoch`
+  it('holds what a JSON number holds exactly, and refuses what it cannot', () => {
+    expect(GraphQLSafeInt.serialize(2 ** 31)).toBe(2 ** 31);
+    expect(GraphQLSafeInt.serialize(Number.MAX_SAFE_INTEGER)).toBe(Number.MAX_SAFE_INTEGER);
+    for (const bad of [2 ** 53, 1.5, '7', null]) expect(() => GraphQLSafeInt.serialize(bad), String(bad)).toThrow(/SafeInt/);
   });
 });
 

@@ -29,7 +29,7 @@ import { listBranches } from '../services/ops.js';
 import { runQuery, schemaEpoch, tables } from '../services/queries.js';
 import { deleteRecord, getRecord, putRecords, type WriteOptions } from '../services/records.js';
 import { BraidError } from '../errors.js';
-import { GraphQLJSON } from './scalars.js';
+import { GraphQLJSON, GraphQLSafeInt } from './scalars.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery, type GraphQLContext } from './types.js';
 
 type Args = Record<string, unknown>;
@@ -47,7 +47,7 @@ const RecordType = new GraphQLObjectType({
     id: { type: nn(GraphQLString) },
     table: { type: nn(GraphQLString) },
     tenant_id: { type: nn(GraphQLString) },
-    version_id: { type: nn(GraphQLInt) },
+    version_id: { type: nn(GraphQLSafeInt) },
     fields: { type: nn(GraphQLJSON) },
   },
 });
@@ -77,8 +77,8 @@ const WriteResultType = new GraphQLObjectType({
   name: 'WriteResult',
   description: 'A durable write: the epoch it committed at and how many records it wrote.',
   fields: {
-    epoch: { type: nn(GraphQLInt) },
-    record_count: { type: nn(GraphQLInt) },
+    epoch: { type: nn(GraphQLSafeInt) },
+    record_count: { type: nn(GraphQLSafeInt) },
     changed: { type: nn(GraphQLBoolean), description: 'false when the write was identical to the visible state' },
   },
 });
@@ -107,7 +107,7 @@ const BranchType = new GraphQLObjectType({
     branch_id: { type: nn(GraphQLString) },
     database_id: { type: nn(GraphQLString) },
     endpoint: { type: nn(GraphQLString) },
-    latest_epoch: { type: nn(GraphQLInt) },
+    latest_epoch: { type: nn(GraphQLSafeInt) },
     parent_branch_id: { type: GraphQLString },
     state: { type: nn(GraphQLString) },
   },
@@ -121,7 +121,7 @@ const SnapshotResultType = new GraphQLObjectType({
     target: { type: nn(GraphQLString) },
     database_id: { type: nn(GraphQLString) },
     branch_id: { type: nn(GraphQLString), description: 'branch the snapshot was taken from' },
-    epoch: { type: nn(GraphQLInt), description: 'the branch epoch the snapshot holds' },
+    epoch: { type: nn(GraphQLSafeInt), description: 'the branch epoch the snapshot holds' },
   },
 });
 
@@ -149,14 +149,14 @@ const RestoreResultType = new GraphQLObjectType({
     restored: { type: nn(GraphQLBoolean) },
     source: { type: nn(GraphQLString) },
     target: { type: nn(GraphQLString) },
-    epoch: { type: nn(GraphQLInt) },
+    epoch: { type: nn(GraphQLSafeInt) },
     verification: { type: RestoreVerificationType, description: 'present when verify_record was given' },
   },
 });
 
 const DeclareTableResultType = new GraphQLObjectType({
   name: 'DeclareTableResult',
-  fields: { epoch: { type: nn(GraphQLInt) }, table: { type: nn(TableType) } },
+  fields: { epoch: { type: nn(GraphQLSafeInt) }, table: { type: nn(TableType) } },
 });
 
 // ---------------------------------------------------------------- helpers
@@ -274,7 +274,7 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
     fields: {
       record_id: { type: nn(GraphQLString) },
       tenant_id: { type: nn(GraphQLString) },
-      version_id: { type: nn(GraphQLInt) },
+      version_id: { type: nn(GraphQLSafeInt) },
       fields: { type: nn(fieldsType) },
       score: { type: nn(ScoreComponents) },
     },
@@ -293,7 +293,7 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
       id: { type: nn(GraphQLString) },
       table: { type: nn(GraphQLString) },
       tenant_id: { type: nn(GraphQLString) },
-      version_id: { type: nn(GraphQLInt) },
+      version_id: { type: nn(GraphQLSafeInt) },
       fields: { type: nn(fieldsType) },
     },
   });

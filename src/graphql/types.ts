@@ -19,7 +19,7 @@ import {
 import type { BranchRef, Engine, HybridQuery as QueryInput, RequestKey } from '../native/engine.js';
 import { HYBRID_QUERY_FIELDS, HybridQuery, REQUIRED_QUERY_FIELDS } from '../schemas/query.js';
 import { BraidError } from '../errors.js';
-import { GraphQLJSON } from './scalars.js';
+import { GraphQLJSON, GraphQLSafeInt } from './scalars.js';
 
 /** What every resolver receives: the typed binding its services take and the branch the request addresses. */
 export interface GraphQLContext {
@@ -74,7 +74,7 @@ export const HybridRow = new GraphQLObjectType({
   fields: {
     record_id: { type: new GraphQLNonNull(GraphQLString) },
     tenant_id: { type: new GraphQLNonNull(GraphQLString) },
-    version_id: { type: new GraphQLNonNull(GraphQLInt) },
+    version_id: { type: new GraphQLNonNull(GraphQLSafeInt) },
     fields: { type: new GraphQLNonNull(GraphQLJSON), description: 'the record field map' },
     score: { type: new GraphQLNonNull(ScoreComponents) },
   },
