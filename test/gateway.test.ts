@@ -593,6 +593,11 @@ describe('gateway in front of a real engine', () => {
     const missing = await post(managed.url, '/v1/query', everything, { ...M, 'x-braid-database': 'nope' });
     expect(missing.status).toBe(404);
     expect(missing.body.code).toBe('branch_not_found');
+    // a snapshot through the alias answers the catalog's names, as GET /v1/branches lists the branch
+    const snap = await post(managed.url, '/v1/admin/snapshot', { target: 'via_alias' }, { ...M, 'x-braid-database': 'analytics' });
+    expect(snap.status).toBe(200);
+    expect(snap.body).toMatchObject({ snapshot: true, target: 'via_alias', database_id: 'analytics', branch_id: 'main' });
+    expect(Number(snap.headers.get('content-length'))).toBe(Buffer.byteLength(JSON.stringify(snap.body)));
   });
 
   it('routes to and lists branches the engine reports, such as a restored one (issue 14 item 4)', async () => {

@@ -25,6 +25,25 @@ import { upstreamFailure } from './upstream.js';
 
 const PUT_PATH = '/v1/records/put';
 const GRAPHQL_PATH = '/v1/graphql';
+const SNAPSHOT_PATH = '/v1/admin/snapshot';
+
+/**
+ * A snapshot's answer names the branch it copied, as its engine knows it; a
+ * client that addressed it by a catalog alias gets the catalog's names, as
+ * `GET /v1/branches` lists it (found by a black-box test: the answer said
+ * `default/rb3` for the alias `ana/main`). Any other answer is unchanged.
+ */
+function inCatalogNames(payload: Buffer, route: Route): Buffer {
+  if (route.database_id === route.upstreamDatabaseId && route.branch_id === route.upstreamBranchId) return payload;
+  let body: unknown;
+  try {
+    body = JSON.parse(payload.toString('utf8'));
+  } catch {
+    return payload;
+  }
+  if (!isObject(body) || body.database_id !== route.upstreamDatabaseId || body.branch_id !== route.upstreamBranchId) return payload;
+  return Buffer.from(JSON.stringify({ ...body, database_id: route.database_id, branch_id: route.branch_id }));
+}
 
 /**
  * The scope a GraphQL request body needs. A body that is not JSON is
@@ -145,9 +164,12 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
         throw upstreamFailure(route.endpoint, err);
       }
     }
+    const renamed = request.method === 'POST' && pathname === SNAPSHOT_PATH && res.statusCode === 200 && Buffer.isBuffer(payload);
+    if (renamed) payload = inCatalogNames(payload as Buffer, route);
     if (res.statusCode >= 500) request.log.error({ engine: route.endpoint, status: res.statusCode, code: engineCode(payload) }, 'engine answered with a server error');
     reply.status(res.statusCode);
     for (const [name, value] of responseHeaders(res.headers)) reply.header(name, value);
+    if (renamed) reply.header('content-length', String((payload as Buffer).length));
     // Every Braid body is JSON: label an unlabelled one so, rather than fastify's octet-stream default.
     if (res.headers['content-type'] === undefined && Buffer.isBuffer(payload) && payload.length > 0) {
       reply.header('content-type', 'application/json; charset=utf-8');
