@@ -499,8 +499,12 @@ fn scalar_image<'a>(column: &str, values: &'a ScalarValues) -> ScalarImage<'a> {
 /// in memory first had been as large as the image (89 MB at 1,000,000
 /// records) on top of the state, at every checkpoint.
 pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> Result<Captured> {
+    // the open file is sealed by this checkpoint, unless it holds nothing
+    // (RecordFiles::start_next deletes it then)
     let mut record_files = state.records.sealed();
-    record_files.push(state.records.open_gen());
+    if state.records.open_has_entries() {
+        record_files.push(state.records.open_gen());
+    }
     // the key directory on a thread of its own beside the rest: the committer
     // takes no write while this runs. A plain scoped thread, not rayon's
     // pool, which the indexers may be keeping busy.

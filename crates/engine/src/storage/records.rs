@@ -8,18 +8,29 @@
 //! immutable segments. The WAL stays the ack path: the open file is not
 //! fsynced per write, and a start rebuilds it from the log tail.
 //!
+//! A branch seals one file per checkpoint, so a long-lived branch has
+//! hundreds (one every five minutes of light writes). Sealed files are not
+//! all kept open: at most [`OPEN_SEALED`] handles per branch, the most
+//! recently read, and a read of another file opens it (one `open`, a few
+//! microseconds beside the read and decode). Keeping every one open had run a
+//! server out of file descriptors: it could not restart under `ulimit -n
+//! 1024` after 1,200 checkpoints, and 200 restored branches held 11,000
+//! descriptors. A checkpoint that finds the open file empty (a snapshot of
+//! a branch with no writes since the last one) does not seal it at all.
+//!
 //! ```text
 //! file   : b"BRAIDREC" | format version u8 = 1 | 7 zero bytes | entry*
 //! entry  : crc u32 (CRC-32 of the record) | record (storage/codec.rs)
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -59,10 +70,21 @@ pub fn gen_of(name: &str) -> Option<u32> {
     name.strip_prefix("records-")?.strip_suffix(".dat")?.parse().ok()
 }
 
+/// Sealed files a branch keeps open at once (see the module docs).
+pub const OPEN_SEALED: usize = 16;
+
+/// The most recently read sealed files' handles, most recent first.
+#[derive(Default)]
+struct Handles(Vec<(u32, Arc<File>)>);
+
 pub struct RecordFiles {
     dir: PathBuf,
-    /// Every file rows point into, sealed ones and the open one.
-    files: BTreeMap<u32, Arc<File>>,
+    /// The sealed files rows point into.
+    sealed: BTreeSet<u32>,
+    /// Handles of some of them ([`OPEN_SEALED`] at most).
+    handles: Mutex<Handles>,
+    /// The file being written.
+    open: Arc<File>,
     open_gen: u32,
     open_len: u64,
     /// Where the open file's writeback was last started
@@ -79,41 +101,66 @@ impl RecordFiles {
     /// Opens the sealed files `sealed` and starts generation `open_gen`
     /// empty (whatever a crashed run left in it is rebuilt from the log).
     pub fn open(dir: &Path, sealed: &[u32], open_gen: u32) -> Result<RecordFiles> {
-        let mut files = BTreeMap::new();
         for gen in sealed {
             let path = dir.join(file_name(*gen));
-            let file = File::open(&path)
-                .map_err(|e| Error::storage(format!("record file {} is missing: {e}", path.display())))?;
-            files.insert(*gen, Arc::new(file));
+            std::fs::metadata(&path)
+                .map_err(|e| Error::storage(format!("record file {} cannot be read: {e}", path.display())))?;
         }
-        let mut out = RecordFiles {
+        Ok(RecordFiles {
             dir: dir.to_path_buf(),
-            files,
+            sealed: sealed.iter().copied().collect(),
+            handles: Mutex::default(),
+            open: Arc::new(Self::create(dir, open_gen)?),
             open_gen,
-            open_len: 0,
+            open_len: HEADER_LEN,
             written_back: 0,
             buffer: Vec::new(),
             damaged: false,
-        };
-        out.start(open_gen)?;
-        Ok(out)
+        })
     }
 
-    fn start(&mut self, gen: u32) -> Result<()> {
-        let path = self.dir.join(file_name(gen));
+    /// Creates generation `gen`'s file, empty but for its header.
+    fn create(dir: &Path, gen: u32) -> Result<File> {
+        let path = dir.join(file_name(gen));
         let mut file = wal::create_private(&path, true)?;
         let mut header = [0u8; HEADER_LEN as usize];
         header[..8].copy_from_slice(MAGIC);
         header[8] = FORMAT_VERSION;
         file.write_all(&header)?;
         fsutil::sync_dir(&path)?;
-        let file = OpenOptions::new().read(true).append(true).open(&path)?;
-        self.files.insert(gen, Arc::new(file));
-        self.open_gen = gen;
-        self.open_len = HEADER_LEN;
-        self.written_back = 0;
-        self.damaged = false;
-        Ok(())
+        Ok(OpenOptions::new().read(true).append(true).open(&path)?)
+    }
+
+    /// The handle of generation `gen`: the open file's, or a sealed file's
+    /// from the handles kept, else opened now (and kept, in place of the
+    /// least recently read).
+    fn file(&self, gen: u32) -> Result<Arc<File>> {
+        if gen == self.open_gen {
+            return Ok(self.open.clone());
+        }
+        if !self.sealed.contains(&gen) {
+            return Err(Error::storage(format!("record file generation {gen} is not open")));
+        }
+        let mut handles = self.handles.lock();
+        if let Some(at) = handles.0.iter().position(|(g, _)| *g == gen) {
+            let hit = handles.0.remove(at);
+            let file = hit.1.clone();
+            handles.0.insert(0, hit);
+            return Ok(file);
+        }
+        let path = self.dir.join(file_name(gen));
+        let file = Arc::new(
+            File::open(&path)
+                .map_err(|e| Error::storage(format!("record file {} cannot be opened: {e}", path.display())))?,
+        );
+        handles.0.truncate(OPEN_SEALED - 1);
+        handles.0.insert(0, (gen, file.clone()));
+        Ok(file)
+    }
+
+    /// Sealed files' handles held now (at most [`OPEN_SEALED`]).
+    pub fn open_handles(&self) -> usize {
+        self.handles.lock().0.len()
     }
 
     /// Puts a version's fields, already encoded ([`codec::encode_fields`]),
@@ -141,7 +188,7 @@ impl RecordFiles {
             self.buffer.clear();
             return Err(Error::storage("an earlier write to the record file could not be undone"));
         }
-        let mut file: &File = &self.files[&self.open_gen];
+        let mut file: &File = &self.open;
         let written = faults::check("records::write").and_then(|()| file.write_all(&self.buffer));
         if written.is_err() {
             self.open_len -= self.buffer.len() as u64;
@@ -177,10 +224,7 @@ impl RecordFiles {
                 .ok_or_else(|| Error::storage("record location past the staged bytes"))?;
             return Ok(bytes[4..].to_vec());
         }
-        let file = self
-            .files
-            .get(&loc.gen)
-            .ok_or_else(|| Error::storage(format!("record file generation {} is not open", loc.gen)))?;
+        let file = self.file(loc.gen)?;
         let mut bytes = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut bytes, loc.offset)?;
         let (crc, body) = bytes.split_at(4.min(bytes.len()));
@@ -217,11 +261,10 @@ impl RecordFiles {
     /// The whole of a sealed file, to copy the entries that survive
     /// retention out of it.
     pub fn read_sealed(&self, gen: u32) -> Result<Vec<u8>> {
-        let file = self
-            .files
-            .get(&gen)
-            .filter(|_| gen != self.open_gen)
-            .ok_or_else(|| Error::storage(format!("record file generation {gen} is not sealed")))?;
+        if gen == self.open_gen || !self.sealed.contains(&gen) {
+            return Err(Error::storage(format!("record file generation {gen} is not sealed")));
+        }
+        let file = self.file(gen)?;
         let len = file.metadata()?.len();
         let mut bytes = vec![0u8; len as usize];
         file.read_exact_at(&mut bytes, 0)?;
@@ -230,28 +273,56 @@ impl RecordFiles {
 
     /// Bytes of a sealed file, header included.
     pub fn file_len(&self, gen: u32) -> Option<u64> {
-        self.files.get(&gen).and_then(|f| f.metadata().ok()).map(|m| m.len())
+        if gen == self.open_gen {
+            return self.open.metadata().ok().map(|m| m.len());
+        }
+        self.sealed
+            .contains(&gen)
+            .then(|| std::fs::metadata(self.dir.join(file_name(gen))).ok())
+            .flatten()
+            .map(|m| m.len())
     }
 
     /// Stops using a sealed file whose surviving entries were copied out;
     /// returns its path, to delete once a checkpoint no longer names it.
     pub fn retire(&mut self, gen: u32) -> Option<PathBuf> {
-        if gen == self.open_gen {
+        if gen == self.open_gen || !self.sealed.remove(&gen) {
             return None;
         }
-        self.files.remove(&gen).map(|_| self.dir.join(file_name(gen)))
+        self.handles.lock().0.retain(|(g, _)| *g != gen);
+        Some(self.dir.join(file_name(gen)))
     }
 
     /// The file being written, for a checkpoint to fsync.
     pub fn open_file(&self) -> Arc<File> {
-        self.files[&self.open_gen].clone()
+        self.open.clone()
+    }
+
+    /// Whether the open file holds any entry (flushed or staged).
+    pub fn open_has_entries(&self) -> bool {
+        self.open_len > HEADER_LEN
     }
 
     /// Starts generation `next` once a checkpoint has sealed the open file
-    /// (fsynced it and named it in its image).
+    /// (fsynced it and named it in its image). An open file with no entries
+    /// was not named (see [`RecordFiles::open_has_entries`]): it is deleted
+    /// instead of sealed.
     pub fn start_next(&mut self, next: u32) -> Result<()> {
         self.flush()?;
-        self.start(next)
+        let file = Arc::new(Self::create(&self.dir, next)?);
+        let previous = std::mem::replace(&mut self.open_gen, next);
+        self.open = file;
+        if self.open_len > HEADER_LEN {
+            self.sealed.insert(previous);
+        } else {
+            // no row points into it and no image names it; a crash before
+            // this leaves it to the start's sweep of unnamed files
+            let _ = std::fs::remove_file(self.dir.join(file_name(previous)));
+        }
+        self.open_len = HEADER_LEN;
+        self.written_back = 0;
+        self.damaged = false;
+        Ok(())
     }
 
     pub fn open_gen(&self) -> u32 {
@@ -260,11 +331,12 @@ impl RecordFiles {
 
     /// Bytes in every record file.
     pub fn bytes(&self) -> u64 {
-        self.files.values().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum()
+        let sealed: u64 = self.sealed.iter().filter_map(|g| self.file_len(*g)).sum();
+        sealed + self.file_len(self.open_gen).unwrap_or(0)
     }
 
     pub fn sealed(&self) -> Vec<u32> {
-        self.files.keys().copied().filter(|g| *g != self.open_gen).collect()
+        self.sealed.iter().copied().collect()
     }
 
     /// Paths of the sealed files, for snapshots.
