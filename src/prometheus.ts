@@ -181,6 +181,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     compacted: series('braid_branch_retention_compacted_files_total', 'Record files retention compacted since the engine started', 'counter'),
     reclaimed: series('braid_branch_retention_reclaimed_bytes_total', 'Bytes of record files retention freed since the engine started', 'counter'),
     compactedVectors: series('braid_branch_retention_compacted_vectors_total', 'Vectors of removed versions dropped by rebuilding their column since the engine started', 'counter'),
+    textDeletes: series('braid_branch_retention_text_deletes_total', 'Removed versions whose text documents were deleted from the text index since the engine started', 'counter'),
     retentionFailures: series('braid_branch_retention_failures_total', 'Retention passes whose compaction failed since the engine started (the files stay; retried at the next checkpoint)', 'counter'),
   };
 
@@ -207,6 +208,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     engineSeries.compacted.add(labels, m.retention.compacted_files);
     engineSeries.reclaimed.add(labels, m.retention.reclaimed_bytes);
     engineSeries.compactedVectors.add(labels, m.retention.compacted_vectors);
+    engineSeries.textDeletes.add(labels, m.retention.text_deletes);
     engineSeries.retentionFailures.add(labels, m.retention.failures);
   };
 

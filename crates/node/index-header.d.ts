@@ -59,6 +59,8 @@ export interface EngineMetrics {
     reclaimed_bytes: number;
     /** Vectors of removed versions dropped by rebuilding their column. */
     compacted_vectors: number;
+    /** Removed versions whose text documents were deleted (tables with text columns only). */
+    text_deletes: number;
     failures: number;
   };
   /** Rows committed but not yet searchable in the text index / the vector graphs. */

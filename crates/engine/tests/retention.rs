@@ -374,3 +374,43 @@ fn retention_keeps_up_with_writes_the_vector_graphs_lag() {
     assert_eq!(hits.len(), 100, "every record's latest version is found, and only it");
     scenario.teardown();
 }
+
+/// Retention deletes the text documents of the versions it removes, and only
+/// of those that can have any. A delete per removed row of a table of numbers
+/// held memory in the text index's delete queue: a black-box test's server
+/// grew to 978 MB for 200 records rewritten 570,000 times, and a start after
+/// a kill deleted every removed row again (960 MB).
+#[test]
+fn only_versions_with_text_are_deleted_from_the_text_index() {
+    let _failpoints = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(config(dir.path(), Some(0))).unwrap();
+    let numbers = |round: u64| -> Vec<RecordInput> {
+        (0..20)
+            .map(|k| {
+                let mut r = rec(&format!("n{k}"), json!({"n": round * 100 + k, "flag": k % 2 == 0}));
+                r.table = "numbers".into();
+                r
+            })
+            .collect()
+    };
+    for round in 0..10 {
+        engine.put(None, None, numbers(round), None).unwrap();
+        engine.checkpoint(None, None).unwrap();
+    }
+    let figures = engine.metrics(None, None).unwrap().retention;
+    assert!(figures.purged_versions >= 160, "{figures:?}");
+    assert_eq!(figures.text_deletes, 0, "a table without text columns has no documents to delete");
+    for round in 0..4 {
+        engine.put(None, None, (0..RECORDS).map(|i| doc(i, round)).collect(), None).unwrap();
+        assert!(engine.wait_indexed(Duration::from_secs(60)));
+        engine.checkpoint(None, None).unwrap();
+    }
+    let figures = engine.metrics(None, None).unwrap().retention;
+    assert_eq!(figures.text_deletes, 3 * RECORDS as u64, "every removed version of docs, and nothing else");
+    // the deleted documents are gone from the text index: a word only old versions held finds nothing
+    let mut old = HybridQuery { table: Some("docs".into()), tenant_id: Some("acme".into()), ..Default::default() };
+    old.text = Some("v0".into());
+    old.text_field = Some("stamp".into());
+    assert!(engine.query(None, None, &old).unwrap().results.is_empty());
+}

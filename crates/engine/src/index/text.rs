@@ -31,7 +31,9 @@ use parking_lot::Mutex;
 use roaring::RoaringBitmap;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery, Weight};
+use tantivy::query::{
+    Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery, TermSetQuery, Weight,
+};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING};
 use tantivy::tokenizer::{LowerCaser, PreTokenizedString, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token};
 use tantivy::{DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentReader, TantivyDocument, Term};
@@ -39,6 +41,8 @@ use tantivy::{DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, Segme
 use crate::error::{Error, Result};
 
 pub const TOKENIZER: &str = "braid";
+/// Rows deleted by one set query ([`TextIndex::delete_rows`]).
+pub const DELETE_CHUNK: usize = 65_536;
 pub const K1: f32 = 1.2;
 pub const B: f32 = 0.75;
 
@@ -531,11 +535,17 @@ impl TextIndex {
     /// `horizon`); the next commit makes it so and records the horizon.
     /// Only rows already handed to the writer (below [`Self::pending_upto`])
     /// may be given: a delete does not reach documents added after it.
+    ///
+    /// The rows go as one set query per [`DELETE_CHUNK`] of them, not one
+    /// term query each: tantivy keeps each delete operation (with its query's
+    /// weight) until a commit applies it, and a start that deleted 1.2
+    /// million removed rows again after a crash held about 800 MB that way.
     pub fn delete_rows(&self, rows: &[u32], horizon: u64) -> Result<()> {
         let mut writer = self.writer.lock();
         let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-        for row in rows {
-            writer.delete_term(Term::from_field_u64(self.fields.row, u64::from(*row)));
+        for chunk in rows.chunks(DELETE_CHUNK) {
+            let terms = chunk.iter().map(|row| Term::from_field_u64(self.fields.row, u64::from(*row)));
+            writer.delete_query(Box::new(TermSetQuery::new(terms))).map_err(tantivy_err)?;
         }
         self.purge_pending.fetch_max(horizon, Ordering::AcqRel);
         Ok(())

@@ -105,7 +105,12 @@ impl Log {
                 if done.versions == 0 && done.files_compacted == 0 {
                     return;
                 }
-                shared.stats.record_retention(done.versions, done.files_compacted, done.bytes_reclaimed);
+                shared.stats.record_retention(
+                    done.versions,
+                    done.removed.len() as u64,
+                    done.files_compacted,
+                    done.bytes_reclaimed,
+                );
                 shared.events.push(Event::Retention {
                     horizon,
                     versions: done.versions,

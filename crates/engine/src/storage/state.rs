@@ -13,7 +13,7 @@
 //! equality bitmaps, stored vectors and BM25 statistics. Text and vector
 //! graph indexing happens behind, in the indexer thread.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use memmap2::Mmap;
@@ -939,23 +939,36 @@ impl State {
     /// superseded at or before it) among the rows below `below_row`, from the
     /// key directory and every bitmap, and records `horizon`. Their rows stay
     /// as placeholders ([`RecordLoc::PURGED`]). Returns the rows removed, in
-    /// ascending order. The latest version of a key (a tombstone included,
-    /// which keeps its version count) is never removed.
-    pub fn purge(&mut self, horizon: u64, below_row: u32) -> Vec<u32> {
+    /// ascending order, and those of them that may have text documents (a
+    /// version, not a tombstone, of a table with text columns), whose
+    /// documents the text index must delete. The latest version of a key (a
+    /// tombstone included, which keeps its version count) is never removed.
+    pub fn purge(&mut self, horizon: u64, below_row: u32) -> (Vec<u32>, Vec<u32>) {
         self.horizon = self.horizon.max(horizon);
         let end = (below_row as usize).min(self.rows.len());
+        let texted: HashSet<&str> = self
+            .schemas
+            .iter()
+            .filter(|(_, schema)| schema.text_columns().next().is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let keys = &self.keys;
         let mut purged = Vec::new();
+        let mut with_text = Vec::new();
         for (n, page) in self.rows.pages_mut() {
             let first = n * PAGE_ROWS;
             for (id, row) in (first..end).zip(page.iter_mut()) {
                 if row.superseded_at <= horizon && !row.loc.is_purged() {
                     row.loc = RecordLoc::PURGED;
                     purged.push(id as u32);
+                    if !row.deleted && texted.contains(&*keys[row.key as usize].table) {
+                        with_text.push(id as u32);
+                    }
                 }
             }
         }
         if purged.is_empty() {
-            return purged;
+            return (purged, with_text);
         }
         self.purged_rows += purged.len() as u64;
         let gone = RoaringBitmap::from_sorted_iter(purged.iter().copied()).expect("ascending rows");
@@ -984,7 +997,7 @@ impl State {
             }
         }
         self.rows.drop_purged_pages();
-        purged
+        (purged, with_text)
     }
 
     /// Number of live records in all tables.

@@ -153,6 +153,8 @@ pub struct BranchStats {
     pub retention_failures: AtomicU64,
     /// Vectors of removed versions dropped by rebuilding their column.
     pub compacted_vectors: AtomicU64,
+    /// Removed versions whose text documents retention had deleted.
+    pub text_deletes: AtomicU64,
 }
 
 impl Default for BranchStats {
@@ -173,6 +175,7 @@ impl Default for BranchStats {
             reclaimed_bytes: AtomicU64::new(0),
             retention_failures: AtomicU64::new(0),
             compacted_vectors: AtomicU64::new(0),
+            text_deletes: AtomicU64::new(0),
         }
     }
 }
@@ -195,8 +198,9 @@ impl BranchStats {
         self.wal_segment_bytes.store(segment_end, Relaxed);
     }
 
-    pub fn record_retention(&self, versions: u64, files: u64, bytes: u64) {
+    pub fn record_retention(&self, versions: u64, text_deletes: u64, files: u64, bytes: u64) {
         self.purged_versions.fetch_add(versions, Relaxed);
+        self.text_deletes.fetch_add(text_deletes, Relaxed);
         self.compacted_files.fetch_add(files, Relaxed);
         self.reclaimed_bytes.fetch_add(bytes, Relaxed);
     }
@@ -209,6 +213,7 @@ impl BranchStats {
             compacted_files: self.compacted_files.load(Relaxed),
             reclaimed_bytes: self.reclaimed_bytes.load(Relaxed),
             compacted_vectors: self.compacted_vectors.load(Relaxed),
+            text_deletes: self.text_deletes.load(Relaxed),
             failures: self.retention_failures.load(Relaxed),
         }
     }
@@ -276,6 +281,9 @@ pub struct RetentionFigures {
     pub reclaimed_bytes: u64,
     /// Vectors of removed versions dropped by rebuilding their column.
     pub compacted_vectors: u64,
+    /// Removed versions whose text documents were deleted from the text
+    /// index (only versions of tables with text columns have any).
+    pub text_deletes: u64,
     pub failures: u64,
 }
 
