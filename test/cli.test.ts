@@ -407,6 +407,16 @@ describe('against a data directory (--data-dir)', () => {
     expect(existsSync(fresh)).toBe(false);
   });
 
+  it('branches, query and snapshot on a --data-dir that does not exist fail without creating it (found by a black-box test)', async () => {
+    for (const args of [['branches'], ['query', "SEARCH t TENANT 'a' LIMIT 1"], ['snapshot', 's1']]) {
+      const fresh = path.join(work, `never-${args[0]}`);
+      const r = await braid([...args, '--data-dir', fresh]);
+      expect(r.code, args[0]).toBe(1);
+      expect(r.stderr, args[0]).toMatch(/^braid: invalid_request: --data-dir .* does not exist/);
+      expect(existsSync(fresh), args[0]).toBe(false);
+    }
+  });
+
   it('doctor refuses a path that is not a data directory instead of calling it healthy', async () => {
     const r = await braid(['doctor', '--data-dir', path.join(work, 'no-such-dir')]);
     expect(r.code).toBe(1);

@@ -6,6 +6,7 @@
  * client command takes, and how a failure is printed.
  */
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { BraidClient, DEFAULT_URL, RemoteBraidError, type PutBatchResult, type RestoreResult, type SnapshotResult } from '../client.js';
 import { Braid, type BranchRef, type BranchSummary, type HybridQuery, type QueryResponse, type RecordInput, type RecordKey } from '../engine.js';
@@ -87,7 +88,13 @@ function connect(flags: ConnectionFlags, command: Command): Backend {
   const branch: BranchRef = { databaseId: flags.database, branchId: flags.branch };
   if (flags.dataDir !== undefined) {
     if (command.getOptionValueSource('url') === 'cli') throw new BraidError('invalid_request', 'give either --url or --data-dir, not both');
-    return embeddedBackend(path.resolve(flags.dataDir), branch);
+    const dataDir = path.resolve(flags.dataDir);
+    // opening a directory creates it: only import, which writes, may start a new one (a mistyped path
+    // given to `braid branches` had become a data directory)
+    if (command.name() !== 'import' && !existsSync(dataDir)) {
+      throw new BraidError('invalid_request', `--data-dir ${dataDir} does not exist (only \`braid import\` creates a data directory; \`braid serve\` does too)`);
+    }
+    return embeddedBackend(dataDir, branch);
   }
   const url = flags.url ?? DEFAULT_URL;
   // a URL fetch cannot parse had been reported as an unreachable server
