@@ -345,7 +345,8 @@ pub fn memory(state: &State, stats: &BranchStats) -> MemoryEstimate {
     // byte per slot
     let arc_headers = keys * 2 * size_of::<usize>() as u64;
     let key_map = state.key_index.capacity() as u64 * (size_of::<(u32, u32)>() as u64 + 1);
-    let version_lists = state.rows.len() as u64 * size_of::<u32>() as u64;
+    // the versions kept: retention's removed rows leave their keys' lists
+    let version_lists = (state.rows.len() as u64).saturating_sub(state.purged_rows) * size_of::<u32>() as u64;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {
         rows: state.rows.heap_bytes() as u64,
