@@ -24,7 +24,10 @@ const dir = mkdtempSync(path.join(os.tmpdir(), 'braid-retention-crash-'));
 const flags = ['--history-epochs', '0', '--checkpoint-rows', '300'];
 
 let seed = 7;
-const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+const random = () => {
+  seed = (seed * 1103515245 + 12345) % 2 ** 31;
+  return seed / 2 ** 31;
+};
 const record = () => {
   const id = `k${Math.floor(random() * 200)}`;
   const fields = numbersOnly
