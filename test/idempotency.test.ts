@@ -251,6 +251,59 @@ describe('Idempotency-Key', () => {
     expect(other.body.code).toBe('idempotency_key_reused');
   });
 
+  // found by a black-box test: on the routes whose bodies the engine reads,
+  // the key was looked up before the body was parsed
+  it('a body that is not JSON is invalid_json before anything its key answers', async () => {
+    const used = { table: 'docs', tenant_id: 't1', top_k: 2 };
+    expect((await s.post('/v1/query', used, { 'idempotency-key': 'used-query' })).status).toBe(200);
+    expect((await s.post('/v1/records/put', { record: rec('used-put') }, { 'idempotency-key': 'used-put' })).status).toBe(200);
+    const broken = '{"table":"docs","tenant_id":"t1","top_k":2';
+    const cases: Array<[string, Record<string, string>]> = [
+      ['/v1/query', { 'idempotency-key': 'used-query' }],
+      ['/v1/query', { 'idempotency-key': 'fresh-query', 'x-braid-branch': 'no_such_branch' }],
+      ['/v1/query', { 'idempotency-key': '' }],
+      ['/v1/records/put', { 'idempotency-key': 'used-put' }],
+      ['/v1/records/put-batch', { 'idempotency-key': 'fresh-batch', 'x-braid-branch': 'no_such_branch' }],
+    ];
+    for (const [path, headers] of cases) {
+      const r = await s.post(path, broken, headers);
+      expect([path, headers, r.status, r.body.code]).toEqual([path, headers, 400, 'invalid_json']);
+    }
+    // a body that parses still meets its key first
+    const reused = await s.post('/v1/query', { ...used, top_k: 3 }, { 'idempotency-key': 'used-query' });
+    expect(reused.body.code).toBe('idempotency_key_reused');
+  });
+
+  // found by a black-box test: the engine prints `1.0` where JavaScript
+  // prints `1`, so an answer under 1 MiB as stored could be over it as sent
+  it('a keyed read is measured against 1 MiB as it is stored, not as the engine printed it', async () => {
+    const ids = Array.from({ length: 1000 }, (_, i) => `edge-${String(i).padStart(4, '0')}`);
+    const fill = (length: number) =>
+      s.post('/v1/records/put-batch', { records: ids.map((id) => ({ table: 'edge', tenant_id: 't1', id, fields: { p: 'x'.repeat(length) } })) });
+    const query = { table: 'edge', tenant_id: 't1', top_k: 1000 };
+    const sizes = async () => {
+      const res = await fetch(`${s.url}/v1/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(query) });
+      const sent = await res.text();
+      return { sent: Buffer.byteLength(sent), stored: Buffer.byteLength(JSON.stringify(JSON.parse(sent))) };
+    };
+    expect((await fill(0)).status).toBe(200);
+    const empty = await sizes();
+    const printedLonger = empty.sent - empty.stored;
+    expect(printedLonger).toBeGreaterThan(2000);
+    // halfway between the two printings of 1 MiB
+    expect((await fill(Math.floor(((1 << 20) - empty.stored - printedLonger / 2) / ids.length))).status).toBe(200);
+    const edge = await sizes();
+    expect(edge.stored).toBeLessThanOrEqual(1 << 20);
+    expect(edge.sent).toBeGreaterThan(1 << 20);
+    const first = await s.post('/v1/query', query, { 'idempotency-key': 'edge-read' });
+    expect(first.status).toBe(200);
+    await s.post('/v1/records/put', { table: 'edge', tenant_id: 't1', id: ids[0], fields: { p: 'changed' } });
+    const again = await s.post('/v1/query', query, { 'idempotency-key': 'edge-read' });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body.results).toEqual(first.body.results);
+  });
+
   it('receipts survive a restart', async () => {
     const body = JSON.stringify({ record: rec('persist', { n: 1 }) });
     const first = await s.post('/v1/records/put', body, { 'idempotency-key': 'persist-key' });

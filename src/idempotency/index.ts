@@ -38,6 +38,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from './plugin.js';
 import { BraidError } from '../errors.js';
+import { parseRequestJson } from '../json.js';
 import type { BranchRef, Engine, RequestKey } from '../native/engine.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
@@ -238,7 +239,15 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
       done();
       return undefined;
     }
-    return claim(request, reply, raw);
+    return claim(request, reply, raw).catch((err: unknown) => {
+      // Where the engine reads the body's bytes (src/routes/body-bytes.ts),
+      // fastify has not parsed them before this hook. A body that is not
+      // JSON is refused as invalid_json before anything the key would
+      // answer, as on every other route. (A key that proceeds leaves the
+      // refusal to the route; a replay's body is one that succeeded.)
+      if (Buffer.isBuffer(request.body)) parseRequestJson(request.body);
+      throw err;
+    });
   });
 
   // Routes that write no rows store their receipt once they have succeeded.
@@ -261,7 +270,14 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     const route = `${request.method} ${request.routeOptions.url}`;
     if (WRITE_ROUTES.has(route)) return payload;
     const bytes = Buffer.byteLength(text);
-    const answer: unknown = bytes > MAX_STORED_RESPONSE_BYTES && route !== GRAPHQL_ROUTE ? undefined : JSON.parse(text);
+    // An answer the engine wrote prints some numbers longer than the stored
+    // copy will (`1.0` for `1`), so it is measured as stored: whether a retry
+    // replays it must not depend on who printed it. No printing is three
+    // times longer than JSON.stringify's.
+    const parsed: unknown = bytes > 3 * MAX_STORED_RESPONSE_BYTES && route !== GRAPHQL_ROUTE ? undefined : JSON.parse(text);
+    const storedBytes = parsed === undefined ? bytes : bytes > MAX_STORED_RESPONSE_BYTES ? Buffer.byteLength(JSON.stringify(parsed)) : bytes;
+    const tooLarge = storedBytes > MAX_STORED_RESPONSE_BYTES;
+    const answer = tooLarge && route !== GRAPHQL_ROUTE ? undefined : parsed;
     // GraphQL answers a failure with 200 and `errors` (a document that does
     // not validate, a mutation that failed): that stores nothing either, so a
     // retry runs the document again, and each mutation that had succeeded
@@ -271,7 +287,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     ctx.committed = true;
     const body: unknown = failed
       ? { [PARTIAL_MARK]: true }
-      : bytes > MAX_STORED_RESPONSE_BYTES
+      : tooLarge
         ? ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes } satisfies StoredDigest)
         : answer;
     try {
