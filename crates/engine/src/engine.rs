@@ -588,7 +588,7 @@ impl Engine {
             Ok(opened) => opened,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
+                return Err(restore_error(e, source, &src, &dir));
             }
         };
         let mut next = catalog.clone();
@@ -774,6 +774,15 @@ fn read_record_at(state: &crate::storage::State, key: &RecordKey, epoch: u64) ->
         tenant_id: key.tenant_id.clone(),
         version_id: state.rows[row as usize].version_id,
     }))
+}
+
+/// A restore's failure as its client can act on it: about the snapshot, and
+/// naming the snapshot's files, not the new branch's links to them, which
+/// the failure removed (found by a black-box test: a damaged snapshot's
+/// error named a branch directory that no longer existed).
+fn restore_error(e: Error, source: &str, snapshot_dir: &Path, branch_dir: &Path) -> Error {
+    let message = e.message.replace(&*branch_dir.to_string_lossy(), &snapshot_dir.to_string_lossy());
+    Error { message: format!("snapshot {source:?} cannot be restored: {message}"), ..e }
 }
 
 /// Removes what a snapshot or a restore killed part way left (found by a

@@ -453,3 +453,43 @@ fn a_restore_with_an_invalid_verify_record_creates_nothing() {
     assert!(!dir.path().join("db/default/b1").exists());
     engine.restore_keyed("s1", "b1", Some(&key("a")), None).unwrap();
 }
+
+/// Found by a black-box test: the error of a restore from a damaged
+/// snapshot named the new branch's directory, which the failed restore had
+/// removed, instead of the snapshot.
+#[test]
+fn a_damaged_snapshot_is_named_in_its_restore_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let records = (0..200).map(|i| rec(&format!("r{i}"), json!({"title": format!("record {i}"), "n": i}))).collect();
+    engine.put(None, None, records, None).unwrap();
+    engine.snapshot(None, None, "s1").unwrap();
+    let snapshot = dir.path().join("snapshots").join("s1");
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&snapshot).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            continue;
+        }
+        // snapshot files are hard links of the branch's: damage a copy
+        let mut bytes = std::fs::read(&path).unwrap();
+        if bytes.len() < 64 {
+            continue;
+        }
+        let at = bytes.len() / 2;
+        for b in &mut bytes[at - 16..at + 16] {
+            *b ^= 0x5a;
+        }
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        damaged += 1;
+    }
+    assert!(damaged > 0);
+    let err = engine.restore("s1", "b1").unwrap_err();
+    assert!(err.message.starts_with("snapshot \"s1\" cannot be restored: "), "{}", err.message);
+    let branch = dir.path().join("db").join("default").join("b1");
+    assert!(!err.message.contains(&*branch.to_string_lossy()), "{}", err.message);
+    assert!(!branch.exists());
+    // the branch it came from still reads
+    assert!(engine.get(None, None, &key("r7"), None).unwrap().is_some());
+}
