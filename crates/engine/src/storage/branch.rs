@@ -393,10 +393,18 @@ impl Branch {
 
     /// Stops accepting writes, finishes the queued ones, commits the text
     /// index and joins the threads.
-    pub fn close(&self) {
+    /// Tells the branch's threads to finish (the committer its queue and
+    /// checkpoint, the indexer its round) without waiting for them: an
+    /// engine closing many branches tells them all first, so they wind
+    /// down together instead of one after another.
+    pub fn begin_close(&self) {
         self.tx.lock().take();
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake_indexer();
+    }
+
+    pub fn close(&self) {
+        self.begin_close();
         for handle in self.threads.lock().drain(..) {
             let _ = handle.join();
         }
