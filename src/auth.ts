@@ -104,14 +104,33 @@ export function tokenId(token: string): string {
 }
 
 /** The configured tokens; checks bearer headers in constant time. */
+/**
+ * Where one secret is listed with two scopes, a description of it (by the
+ * places of its specs, never the secret), else undefined. Found by a
+ * black-box test: the wider scope had won, so an operator who added
+ * `secret:read` to narrow an admin token still had an admin token.
+ */
+export function conflictingScopes(specs: Array<{ spec: TokenSpec; where: string }>): string | undefined {
+  const first = new Map<string, { spec: TokenSpec; where: string }>();
+  for (const entry of specs) {
+    const seen = first.get(entry.spec.token);
+    if (!seen) {
+      first.set(entry.spec.token, entry);
+    } else if (seen.spec.scope !== entry.spec.scope) {
+      return `one token is given two scopes (${seen.where} ${seen.spec.scope}, ${entry.where} ${entry.spec.scope}); list each token once, with the scope it should have`;
+    }
+  }
+  return undefined;
+}
+
 export class TokenSet {
   private readonly entries: { digest: Buffer; scope: Scope }[];
 
   constructor(specs: Array<string | TokenSpec>) {
-    this.entries = specs.map((s) => {
-      const spec = typeof s === 'string' ? parseTokenSpec(s) : s;
-      return { digest: digest(spec.token), scope: spec.scope };
-    });
+    const parsed = specs.map((s, i) => ({ spec: typeof s === 'string' ? parseTokenSpec(s) : s, where: `tokens[${i}]` }));
+    const conflict = conflictingScopes(parsed);
+    if (conflict) throw new BraidError('invalid_config', `tokens are invalid: ${conflict}`);
+    this.entries = parsed.map(({ spec }) => ({ digest: digest(spec.token), scope: spec.scope }));
   }
 
   get size(): number {

@@ -13,7 +13,7 @@
  *   `0x50` as port 80, `1e30` as history epochs and an empty string as 0.
  */
 import { BraidError, type ErrorCode } from './errors.js';
-import { parseTokenSpec, type TokenSpec } from './auth.js';
+import { conflictingScopes, parseTokenSpec, type TokenSpec } from './auth.js';
 
 /** The largest whole number a JavaScript number holds exactly (and the engine takes). */
 export const MAX_WHOLE = Number.MAX_SAFE_INTEGER;
@@ -92,8 +92,11 @@ export function tokensSetting(value: unknown, name: string): TokenSpec[] | undef
     tokens.push(parseTokenSpec(spec, `${name}[${i}]`));
   });
   if (tokens.length === 0) refuse(name, `is set but names no token, got ${JSON.stringify(value)}`);
+  const conflict = conflictingScopes(tokens.map((spec, i) => ({ spec, where: `${name}[${i}]` })));
+  if (conflict) refuse(name, `is invalid: ${conflict}`);
   return tokens;
 }
+
 
 /** A failure to listen (port taken, host unknown), as the setting it is about. */
 export function listenFailure(err: unknown, host: string, port: number): unknown {

@@ -520,6 +520,7 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       [{}, ['--auth-token', 'app:wirte'], '--auth-token[0] ends in ":" and a scope that is not one of read, write, admin'],
       [{ BRAID_AUTH_TOKENS: ',' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got ","'],
       [{ BRAID_AUTH_TOKENS: ' ' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got " "'],
+      [{ BRAID_AUTH_TOKENS: 'dup2:read,dup2:admin' }, [], 'BRAID_AUTH_TOKENS is invalid: one token is given two scopes (BRAID_AUTH_TOKENS[0] read, BRAID_AUTH_TOKENS[1] admin)'],
     ];
     const results = await Promise.all(cases.map(([env, flags]) => refusedStart(['serve', '--data-dir', dataDir, ...flags], { BRAID_PORT: '0', ...env })));
     results.forEach((r, i) => {
@@ -534,6 +535,7 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
   it('braid gateway refuses each bad variable or flag with the same prefix', async () => {
     const cases: Array<[Record<string, string>, string[], string]> = [
       [{}, ['--token', 'app:wirte'], '--token[0] ends in ":" and a scope that is not one of read, write, admin'],
+      [{ BRAID_GATEWAY_TOKENS: 'dup:admin' }, ['--token', 'dup:read'], 'gateway tokens are invalid: one token is given two scopes (BRAID_GATEWAY_TOKENS[0] admin, --token[0] read)'],
       [{ BRAID_GATEWAY_TOKENS: ',' }, ['--token', 'good'], 'BRAID_GATEWAY_TOKENS is set but names no token'],
       [{ BRAID_RATE_LIMIT: '' }, ['--token', 'good'], 'BRAID_RATE_LIMIT is set but empty'],
       [{}, ['--token', 'good', '--rate-window', '0'], '--rate-window must be a whole number from 1 to 86400000 in decimal digits, got "0"'],

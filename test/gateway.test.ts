@@ -118,6 +118,22 @@ describe('gateway configuration (pure)', () => {
     expect(() => resolveGatewayConfig({ config: file }, {})).toThrow(/^ready_interval_ms must be a whole number from 1 to 2147483647/);
     writeFileSync(file, JSON.stringify({ tokens: [] }));
     expect(() => resolveGatewayConfig({ config: file, token: ['good'] }, {})).toThrow(/^tokens is set but names no token/);
+    // found by a black-box test: a token listed with two scopes had kept the wider one, so adding
+    // `dup:read` to narrow an admin token left it admin; now refused, naming places, never the secret
+    const twice: Array<[{ token: string[] }, Record<string, string>, string]> = [
+      [{ token: ['dup:admin', 'dup:read'] }, {}, '--token is invalid: one token is given two scopes (--token[0] admin, --token[1] read)'],
+      [{ token: ['dup:read'] }, { BRAID_GATEWAY_TOKENS: 'other,dup:admin' }, 'gateway tokens are invalid: one token is given two scopes (BRAID_GATEWAY_TOKENS[1] admin, --token[0] read)'],
+    ];
+    for (const [flags, env, message] of twice) {
+      expect(() => resolveGatewayConfig(flags, env)).toThrow(GatewayConfigError);
+      expect(() => resolveGatewayConfig(flags, env)).toThrow(message);
+      expect(() => resolveGatewayConfig(flags, env)).not.toThrow(/dup/);
+    }
+    // and where tokens are given in code (an embedded server's authTokens, a gateway's)
+    expect(() => new TokenSet(['a:read', 'a:admin'])).toThrow('tokens are invalid: one token is given two scopes (tokens[0] read, tokens[1] admin)');
+    expect(() => gatewayConfig({ tokens: ['a:write', 'a:read'] })).toThrow(/^gateway tokens are invalid/);
+    // the same token with the same scope in two sources is one token
+    expect(resolveGatewayConfig({ token: ['same:read'] }, { BRAID_GATEWAY_TOKENS: 'same:read' }).tokens).toEqual([{ token: 'same', scope: 'read' }]);
   });
 
   // found by a black-box test: nested misspelt keys, numbers as strings, null, names the engine refuses, both

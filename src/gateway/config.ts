@@ -5,7 +5,7 @@
  */
 import { BraidError } from '../errors.js';
 import { readFileSync } from 'node:fs';
-import { allows, parseTokenSpec, sendableToken, type TokenSpec } from '../auth.js';
+import { conflictingScopes, parseTokenSpec, sendableToken, type TokenSpec } from '../auth.js';
 import { NAME_PATTERN, isName } from '../names.js';
 import {
   choiceSetting,
@@ -136,14 +136,16 @@ function fail(message: string): never {
   throw new GatewayConfigError(message);
 }
 
-/** One entry per token; a token listed twice keeps its widest scope. */
-function uniqueTokens(specs: TokenSpec[]): TokenSpec[] {
-  const byToken = new Map<string, TokenSpec>();
-  for (const spec of specs) {
-    const seen = byToken.get(spec.token);
-    if (!seen || allows(spec.scope, seen.scope)) byToken.set(spec.token, spec);
-  }
-  return [...byToken.values()];
+/**
+ * One entry per token, from every source. A token listed in two sources with
+ * the same scope is one entry; with two scopes the gateway refuses to start
+ * (see conflictingScopes): no choice between them would be the one meant.
+ */
+function uniqueTokens(sources: Array<{ name: string; specs: TokenSpec[] | undefined }>): TokenSpec[] {
+  const all = sources.flatMap(({ name, specs }) => (specs ?? []).map((spec, i) => ({ spec, where: `${name}[${i}]` })));
+  const conflict = conflictingScopes(all);
+  if (conflict) fail(`gateway tokens are invalid: ${conflict}`);
+  return [...new Map(all.map(({ spec }) => [spec.token, spec])).values()];
 }
 
 /** Normalises an engine URL: http(s) only, no trailing slash, no query. */
@@ -345,9 +347,9 @@ function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
       : singleEngineCatalog(engineUrl);
 
   const tokens = uniqueTokens([
-    ...(tokensSetting(file.tokens, 'tokens') ?? []),
-    ...(tokensSetting(env.BRAID_GATEWAY_TOKENS, 'BRAID_GATEWAY_TOKENS') ?? []),
-    ...(tokensSetting(flags.token, '--token') ?? []),
+    { name: 'tokens', specs: tokensSetting(file.tokens, 'tokens') },
+    { name: 'BRAID_GATEWAY_TOKENS', specs: tokensSetting(env.BRAID_GATEWAY_TOKENS, 'BRAID_GATEWAY_TOKENS') },
+    { name: '--token', specs: tokensSetting(flags.token, '--token') },
   ]);
   if (tokens.length === 0) {
     fail('the gateway needs at least one bearer token: --token, BRAID_GATEWAY_TOKENS or "tokens" in the config file');
@@ -401,7 +403,7 @@ export function gatewayConfig(partial: Omit<Partial<GatewayConfig>, 'tokens'> & 
   return {
     ...GATEWAY_DEFAULTS,
     ...partial,
-    tokens: uniqueTokens(partial.tokens.map((t) => (typeof t === 'string' ? parseTokenSpec(t) : t))),
+    tokens: uniqueTokens([{ name: 'tokens', specs: partial.tokens.map((t) => (typeof t === 'string' ? parseTokenSpec(t) : t)) }]),
     engineUrl,
     catalog,
     defaultDatabase: partial.defaultDatabase ?? (catalog.databases.some((db) => db.database_id === DEFAULT_DATABASE) ? DEFAULT_DATABASE : catalog.databases[0]!.database_id),
