@@ -214,6 +214,21 @@ export function graphqlScope(document: DocumentNode, operationName?: string | nu
 }
 
 /**
+ * The fields each operation of a GraphQL document selects at its root,
+ * through its fragments (undefined for a spread that cannot be resolved):
+ * every operation, whichever `operationName` picks, since the document is
+ * validated whole.
+ */
+export function graphqlRootFields(document: DocumentNode): Array<Set<string | undefined>> {
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const d of document.definitions) if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d);
+  const resolved = new Map<string, ReadonlySet<string | undefined>>();
+  return document.definitions
+    .filter((d): d is OperationDefinitionNode => d.kind === Kind.OPERATION_DEFINITION)
+    .map((op) => rootFields(op.selectionSet, fragments, resolved));
+}
+
+/**
  * The names of the fields a selection set selects at its own level, through
  * its fragments; undefined stands for a spread that cannot be resolved. Each
  * named fragment is resolved once, so fragments that spread each other many

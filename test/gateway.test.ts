@@ -645,6 +645,49 @@ describe('gateway in front of a real engine', () => {
     expect(none.body.code).toBe('branch_not_found');
   });
 
+  // found by a black-box test: passed on to the engine, GraphQL `branches` listed every branch the engine
+  // holds by its own names and address, those a `discover_branches: false` catalog hides included
+  it('answers GraphQL branches from its catalog, as GET /v1/branches', async () => {
+    const M = { authorization: 'Bearer managed' };
+    const gql = (url: string, query: string, headers: Record<string, string>) => post(url, '/v1/graphql', { query }, headers);
+    const fields = 'database_id branch_id endpoint state parent_branch_id';
+    const rest = (await get(managed.url, '/v1/branches', M)).body.branches as Array<Record<string, unknown>>;
+    const viaGraphql = await gql(managed.url, `{ branches { ${fields} } }`, M);
+    expect(viaGraphql.status).toBe(200);
+    expect(viaGraphql.body.data.branches).toEqual(rest.map(({ database_id, branch_id, endpoint, state, parent_branch_id }) => ({ database_id, branch_id, endpoint, state, parent_branch_id })));
+    expect(viaGraphql.body.data.branches).toContainEqual(expect.objectContaining({ database_id: 'analytics', branch_id: 'main' }));
+    // through fragments and aliases, with __typename
+    const spread = await gql(managed.url, 'query Q { ...F } fragment F on Query { all: branches { branch_id } __typename }', M);
+    expect(spread.body.data.all).toHaveLength(rest.length);
+    expect(spread.body.data.__typename).toBe('Query');
+    // a document that also asks the engine for something is refused, not half answered
+    const mixed = await gql(managed.url, '{ branches { branch_id } tables { name } }', M);
+    expect(mixed.status).toBe(400);
+    expect(mixed.body.code).toBe('graphql_not_allowed');
+    const invalid = await gql(managed.url, '{ branches { no_such_field } }', M);
+    expect(invalid.status).toBe(200);
+    expect(invalid.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+    // everything else still runs at the engine
+    expect((await gql(managed.url, '{ tables { name } }', M)).body.data.tables).toContainEqual(expect.objectContaining({ name: 'notes' }));
+
+    // a catalog that hides the engine's other branches: GraphQL hides them too
+    const configFile = path.join(dataDir, '..', `${path.basename(dataDir)}-pinned.json`);
+    dirs.push(configFile);
+    writeFileSync(configFile, JSON.stringify({
+      tokens: ['pinned:read'],
+      databases: [{ database_id: 'default', discover_branches: false, branches: [{ branch_id: 'main', endpoint: engineUrl }] }],
+    }));
+    const pinned = await spawn(['gateway', '--port', '0', '--config', configFile, '--engine', engineUrl]);
+    try {
+      const P = { authorization: 'Bearer pinned' };
+      expect((await gql(engineUrl, '{ branches { branch_id } }', {})).body.data.branches.length).toBeGreaterThan(1);
+      const hidden = await gql(pinned.url, '{ branches { database_id branch_id endpoint } }', P);
+      expect(hidden.body).toEqual({ data: { branches: [{ database_id: 'default', branch_id: 'main', endpoint: engineUrl }] } });
+    } finally {
+      await stopChild(pinned);
+    }
+  });
+
   it('answers 502 and not ready while the engine is down, and recovers when it restarts on the same port', async () => {
     await stopChild(engine, 'SIGKILL');
     const down = await post(gateway.url, '/v1/records/get', key('a'), GOOD);

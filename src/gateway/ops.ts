@@ -4,11 +4,11 @@
  * OpenAPI document with the gateway's bearer security, and its own
  * Prometheus metrics.
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError } from '../errors.js';
 import { securedDocument } from '../openapi.js';
 import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
-import { isObject, listedKey } from './engines.js';
+import { isObject, listedKey, type Engines } from './engines.js';
 import type { GatewayMetrics } from './metrics.js';
 import { headerValue, type Route } from './routing.js';
 
@@ -67,23 +67,7 @@ export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions
 
   app.get('/v1/branches', {
     schema: { response: { 200: BranchesResponse } },
-  }, async (request) => {
-    const perEndpoint = await engines.list(request);
-    const branches = engines.router.all().map((route) => {
-      const listed = perEndpoint.get(route.endpoint);
-      const engine = listed?.get(listedKey(route.upstreamDatabaseId, route.upstreamBranchId));
-      return {
-        branch_id: route.branch_id,
-        database_id: route.database_id,
-        endpoint: route.endpoint,
-        latest_epoch: num(engine?.latest_epoch),
-        parent_branch_id: typeof engine?.parent_branch_id === 'string' ? engine.parent_branch_id : null,
-        // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not answer
-        state: engine ? String(engine.state) : listed ? 'missing' : 'unreachable',
-      };
-    });
-    return { branches, gateway: true };
-  });
+  }, async (request) => ({ branches: await catalogBranches(engines, request), gateway: true }));
 
   app.get('/v1/ready', {
     schema: { response: { 200: ReadyResponse, 503: ReadyResponse } },
@@ -131,4 +115,26 @@ export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions
 
   const { registry } = options.metrics;
   app.get('/metrics', async (_request, reply) => reply.type(registry.contentType).send(await registry.metrics()));
+}
+
+/**
+ * The branches a gateway's clients may reach, by their catalog names, with
+ * what their engines say of them: GET /v1/branches and GraphQL `branches`
+ * (graphql-branches.ts) through the gateway.
+ */
+export async function catalogBranches(engines: Engines, request: FastifyRequest) {
+  const perEndpoint = await engines.list(request);
+  return engines.router.all().map((route) => {
+    const listed = perEndpoint.get(route.endpoint);
+    const engine = listed?.get(listedKey(route.upstreamDatabaseId, route.upstreamBranchId));
+    return {
+      branch_id: route.branch_id,
+      database_id: route.database_id,
+      endpoint: route.endpoint,
+      latest_epoch: num(engine?.latest_epoch),
+      parent_branch_id: typeof engine?.parent_branch_id === 'string' ? engine.parent_branch_id : null,
+      // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not answer
+      state: engine ? String(engine.state) : listed ? 'missing' : 'unreachable',
+    };
+  });
 }

@@ -8,6 +8,7 @@
  * what it runs.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { DocumentNode } from 'graphql';
 import type { Dispatcher } from 'undici';
 import { graphqlScope, requireScope, type Scope } from '../auth.js';
 import { BraidError } from '../errors.js';
@@ -15,6 +16,7 @@ import { parseRequestJson } from '../json.js';
 import { checkBranchNames } from '../names.js';
 import { parseDocument } from '../graphql/bounds.js';
 import { authOf } from './auth.js';
+import { answerBranches, asksForBranches } from './graphql-branches.js';
 import { LimitedBody, SMALL_BODY_BYTES, hasBody, readBody } from './body.js';
 import { isObject, type Engines } from './engines.js';
 import { responseHeaders } from './headers.js';
@@ -46,21 +48,23 @@ function inCatalogNames(payload: Buffer, route: Route): Buffer {
 }
 
 /**
- * The scope a GraphQL request body needs. A body that is not JSON is
- * `400 invalid_json` here, as at the engine; a document that does not parse
- * needs only `read` (the engine parses it with the same parser and rejects
- * it without running anything).
+ * A GraphQL request body as the gateway reads it: the scope it needs, and
+ * its document when it parses. A body that is not JSON is `400 invalid_json`
+ * here, as at the engine; a document that does not parse needs only `read`
+ * (the engine parses it with the same parser and rejects it without running
+ * anything).
  */
-function graphqlDocumentScope(bytes: Buffer): Scope {
+function readGraphql(bytes: Buffer): { scope: Scope; body?: Record<string, unknown>; document?: DocumentNode } {
   // the engine's own parser (it takes a leading BOM, as JSON.parse does
   // not): a body the gateway read otherwise could run there unchecked
   const body = parseRequestJson(bytes);
-  if (!isObject(body) || typeof body.query !== 'string') return 'read';
+  if (!isObject(body) || typeof body.query !== 'string') return { scope: 'read' };
   try {
     const operationName = typeof body.operationName === 'string' ? body.operationName : undefined;
-    return graphqlScope(parseDocument(body.query), operationName);
+    const document = parseDocument(body.query);
+    return { scope: graphqlScope(document, operationName), body, document };
   } catch {
-    return 'read';
+    return { scope: 'read' };
   }
 }
 
@@ -122,7 +126,9 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
       ({ route, body } = await routePut(engines, request, buffered ?? await readBody(raw, limit), limit));
     } else if (request.method === 'POST' && pathname === GRAPHQL_PATH) {
       const bytes = buffered ?? await readBody(raw, limit);
-      requireScope(authOf(request)!.scope, graphqlDocumentScope(bytes), 'this GraphQL operation');
+      const read = readGraphql(bytes);
+      requireScope(authOf(request)!.scope, read.scope, 'this GraphQL operation');
+      if (read.body && read.document && asksForBranches(read.document)) return answerBranches(reply, engines, request, read.body, read.document);
       route = await engines.route(request);
       body = bytes;
     } else {

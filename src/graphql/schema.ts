@@ -100,7 +100,7 @@ const TableType = new GraphQLObjectType({
   fields: { name: { type: nn(GraphQLString) }, columns: { type: nn(list(ColumnType)) } },
 });
 
-const BranchType = new GraphQLObjectType({
+export const BranchType = new GraphQLObjectType({
   name: 'Branch',
   description: 'BranchSummary, as GET /v1/branches returns it.',
   fields: {
