@@ -157,7 +157,15 @@ export class TokenSet {
    */
   check(header: string | undefined): { token: string; scope: Scope } {
     const token = bearerToken(header);
-    if (token === undefined) throw new BraidError('unauthorized', 'missing Authorization: Bearer <token> header');
+    if (token === undefined) {
+      // found by a black-box test: `Bearer tok extra` was answered as if no header had been sent
+      throw new BraidError(
+        'unauthorized',
+        header === undefined
+          ? 'missing Authorization: Bearer <token> header'
+          : 'the Authorization header is not "Bearer <token>" (the Bearer scheme and one token without spaces)',
+      );
+    }
     const scope = this.scopeOf(token);
     if (scope === undefined) throw new BraidError('unauthorized', 'bearer token is not valid');
     return { token, scope };

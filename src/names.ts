@@ -6,6 +6,7 @@
  * column (a key holding null or [] passed unchecked). The OpenAPI document
  * states the same pattern (src/openapi-constraints.ts).
  */
+import { isUtf8 } from 'node:buffer';
 import type { IncomingHttpHeaders } from 'node:http';
 import { BraidError } from './errors.js';
 
@@ -31,9 +32,21 @@ export function checkBranchHeaders(headers: IncomingHttpHeaders): void {
   for (const name of [DATABASE_HEADER, BRANCH_HEADER]) {
     const value = headers[name];
     if (value !== undefined && (typeof value !== 'string' || !isName(value))) {
-      throw new BraidError('invalid_name', `${name} header ${JSON.stringify(value)} must match ${NAME_PATTERN}`);
+      throw new BraidError('invalid_name', `${name} header ${JSON.stringify(typeof value === 'string' ? headerText(value) : value)} must match ${NAME_PATTERN}`);
     }
   }
+}
+
+/**
+ * A header value as the text the client sent: Node reads header bytes as
+ * Latin-1, so UTF-8 `mäin` arrives as `mÃ¤in` (found by a black-box test,
+ * which saw it echoed so). Bytes that are not UTF-8 stay as Node read them.
+ */
+export function headerText(value: string): string {
+  // a character past Latin-1 cannot come from the wire
+  if (!/[\x80-\xff]/.test(value) || /[^\x00-\xff]/.test(value)) return value;
+  const bytes = Buffer.from(value, 'latin1');
+  return isUtf8(bytes) ? bytes.toString('utf8') : value;
 }
 
 /**

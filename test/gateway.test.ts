@@ -300,6 +300,12 @@ describe('gateway in front of a real engine', () => {
     }
     const basic = await get(gateway.url, '/v1/ready', { authorization: 'Basic Z29vZDo=' });
     expect(basic.status).toBe(401);
+    // found by a black-box test: a header that is there but not one bearer token was called missing
+    expect((await get(gateway.url, '/v1/ready')).body.error).toBe('missing Authorization: Bearer <token> header');
+    for (const header of ['Basic Z29vZDo=', 'Bearer good extra', 'Bearer']) {
+      const res = await get(gateway.url, '/v1/ready', { authorization: header });
+      expect(res.body, header).toEqual({ code: 'unauthorized', error: 'the Authorization header is not "Bearer <token>" (the Bearer scheme and one token without spaces)' });
+    }
   });
 
   it('answers a path that does not decode 400 invalid_request, in the error body every failure has', async () => {

@@ -397,6 +397,19 @@ describe('what Node refuses before fastify', () => {
     expect(parseAnswer(nul)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.any(String) } });
   });
 
+  // found by a black-box test: UTF-8 header bytes were read as Latin-1 and echoed so (`mÃ¤in`)
+  it('a branch header that is not a name is echoed as the text the client sent', async () => {
+    const bytes = Buffer.concat([
+      Buffer.from('GET /v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-braid-branch: '),
+      Buffer.from('mäin', 'utf8'),
+      Buffer.from('\r\n\r\n'),
+    ]);
+    expect(parseAnswer(await raw(s.url, bytes))).toEqual({ status: 400, body: { code: 'invalid_name', error: expect.stringContaining('x-braid-branch header "mäin" must match') } });
+    // bytes that are not UTF-8 stay as Node read them
+    const latin1 = Buffer.concat([Buffer.from('GET /v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-braid-branch: m'), Buffer.from([0xe4]), Buffer.from('in\r\n\r\n')]);
+    expect(parseAnswer(await raw(s.url, latin1))).toEqual({ status: 400, body: { code: 'invalid_name', error: expect.stringContaining('x-braid-branch header "mäin" must match') } });
+  });
+
   it('CONNECT is 400 invalid_request with a body, at the engine and the gateway, not a closed connection (found by a fuzz)', async () => {
     const gateway = await startGateway(resolveGatewayConfig({ engine: s.url, token: ['good'], port: 0, logLevel: 'silent' }, {}));
     try {
