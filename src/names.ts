@@ -43,8 +43,14 @@ export function checkBranchHeaders(headers: IncomingHttpHeaders): void {
  * which saw it echoed so). Bytes that are not UTF-8 stay as Node read them.
  */
 export function headerText(value: string): string {
-  // a character past Latin-1 cannot come from the wire
-  if (!/[\x80-\xff]/.test(value) || /[^\x00-\xff]/.test(value)) return value;
+  let high = false;
+  for (let i = 0; i < value.length; i++) {
+    const code = value.charCodeAt(i);
+    // a character past Latin-1 cannot come from the wire
+    if (code > 0xff) return value;
+    if (code >= 0x80) high = true;
+  }
+  if (!high) return value;
   const bytes = Buffer.from(value, 'latin1');
   return isUtf8(bytes) ? bytes.toString('utf8') : value;
 }
