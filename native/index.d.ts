@@ -138,6 +138,8 @@ export interface DoctorReport {
   data_dir: string;
   healthy: boolean;
   logs: LogReport[];
+  /** What a start would refuse besides a damaged log, as the start would say it. */
+  problems: string[];
 }
 
 

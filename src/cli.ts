@@ -29,13 +29,14 @@ function printDoctorReport(report: DoctorReport): void {
     const { end } = log;
     let state: string;
     if (end.kind === 'clean') state = 'clean';
-    else if (end.kind === 'torn_tail') state = `torn tail of ${end.bytes} bytes at offset ${end.offset} (cut at the next start; nothing acknowledged is lost)`;
+    else if (end.kind === 'torn_tail') state = `torn tail of ${end.bytes} bytes at offset ${end.offset} (cut at the next start; a write torn by a crash was never acknowledged, unless the file was cut short afterwards)`;
     else state = `CORRUPT: frame ${end.seq} at offset ${end.offset} is damaged; ${end.frames_after} valid frame(s) follow from offset ${end.resumes_at}`;
     console.log(`${log.owner}: ${log.frames} frames, ${log.bytes} bytes, format ${log.format_version}: ${state}`);
     if (log.action === 'salvaged') {
       console.log(`  salvaged: cut at offset ${end.kind === 'corrupt' ? end.offset : log.good_end}; the original is kept at ${log.backup}`);
     }
   }
+  for (const problem of report.problems) console.log(`PROBLEM: ${problem}`);
   if (report.logs.some((l) => l.end.kind === 'corrupt' && l.action !== 'salvaged')) {
     console.log('corrupt logs refuse to open. `braid doctor --salvage` keeps the frames before the damage and drops the rest (a copy of each file is kept).');
   }

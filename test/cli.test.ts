@@ -5,6 +5,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Braid } from '../src/engine.js';
 import { CLI, ROOT, startTestServer, tempDir, waitFor, type TestServer } from './helpers.js';
 
 interface CliResult {
@@ -428,6 +429,30 @@ describe('against a data directory (--data-dir)', () => {
     const r2 = await braid(['doctor', '--data-dir', other]);
     expect(r2.code).toBe(1);
     expect(r2.stderr).toMatch(/^braid: invalid_request: .* is not a Braid data directory/);
+  });
+
+  // found by a black-box test: doctor called healthy a directory the next start refuses, or would have
+  // served without its branches (catalog.json deleted, a checkpoint deleted)
+  it('doctor reports what a start would refuse besides a damaged log', async () => {
+    const data = path.join(work, 'doctor-problems');
+    const db = Braid.open({ dataDir: data });
+    await db.putBatch([{ table: 'notes', tenant_id: 't', id: 'a', fields: { body: 'kept' } }]);
+    await db.snapshot('s1');
+    await db.restore('s1', 'b2');
+    db.close();
+    expect((await braid(['doctor', '--data-dir', data])).stdout).toMatch(/\nhealthy\n$/);
+    rmSync(path.join(data, 'catalog.json'));
+    const r = await braid(['doctor', '--data-dir', data]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('PROBLEM: ');
+    expect(r.stdout).toContain('has no catalog.json, but holds branches or snapshots that it would name (db/default/b2, snapshots/s1)');
+    expect(r.stdout).toMatch(/\nnot healthy\n$/);
+    const json = JSON.parse((await braid(['doctor', '--data-dir', data, '--json'])).stdout);
+    expect(json.healthy).toBe(false);
+    expect(json.problems).toHaveLength(1);
+    // and the start says the same, touching nothing
+    expect(() => Braid.open({ dataDir: data })).toThrow(/has no catalog\.json/);
+    expect(existsSync(path.join(data, 'db', 'default', 'b2'))).toBe(true);
   });
 
   it('query, table and json', async () => {

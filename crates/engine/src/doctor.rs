@@ -29,9 +29,15 @@ pub struct LogReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
     pub data_dir: String,
-    /// True when every log opens (a torn tail is cut by the next start).
+    /// True when every log opens (a torn tail is cut by the next start)
+    /// and nothing in `problems` stops a start.
     pub healthy: bool,
     pub logs: Vec<LogReport>,
+    /// What a start would refuse besides a damaged log, each as the start
+    /// would say it: a missing catalog beside branches or snapshots, a branch
+    /// the catalog names without its directory, a log that does not continue
+    /// its checkpoint (found by a black-box test: doctor said healthy).
+    pub problems: Vec<String>,
 }
 
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
@@ -93,7 +99,8 @@ pub fn doctor(data: &Path, salvage: bool) -> Result<DoctorReport> {
             backup: backup.map(|p| p.display().to_string()),
         });
     }
-    let healthy =
-        reports.iter().all(|r| r.action == "salvaged" || !matches!(r.inspection.end, ScanEnd::Corrupt { .. }));
-    Ok(DoctorReport { data_dir: data.display().to_string(), healthy, logs: reports })
+    let problems = crate::engine::start_problems(data);
+    let healthy = problems.is_empty()
+        && reports.iter().all(|r| r.action == "salvaged" || !matches!(r.inspection.end, ScanEnd::Corrupt { .. }));
+    Ok(DoctorReport { data_dir: data.display().to_string(), healthy, logs: reports, problems })
 }

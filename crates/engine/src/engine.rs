@@ -243,10 +243,16 @@ impl Engine {
         let catalog_path = data.join("catalog.json");
         let mut catalog: Catalog = match std::fs::read(&catalog_path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::storage(format!("catalog.json: {e}")))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Catalog::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                refuse_without_catalog(data)?;
+                Catalog::default()
+            }
             Err(e) => return Err(e.into()),
         };
+        // the one branch a start may create: main, the first time
+        let mut created_main = false;
         if !catalog.branches.iter().any(|b| b.database_id == DEFAULT_DATABASE && b.branch_id == DEFAULT_BRANCH) {
+            created_main = true;
             catalog.branches.insert(
                 0,
                 BranchMeta {
@@ -264,6 +270,18 @@ impl Engine {
         let mut branches = HashMap::new();
         for meta in &catalog.branches {
             let dir = branch_dir(data, &meta.database_id, &meta.branch_id);
+            let new_main = created_main && meta.database_id == DEFAULT_DATABASE && meta.branch_id == DEFAULT_BRANCH;
+            if !new_main && !dir.exists() {
+                // found by a black-box test: the branch came up empty, every write gone, and healthy
+                return Err(Error::storage(format!(
+                    "branch {}/{} is in catalog.json but its directory {} is missing; put it back, or remove the branch from catalog.json to start without it",
+                    meta.database_id,
+                    meta.branch_id,
+                    dir.display()
+                )));
+            }
+            // a restore that finished: its mark may outlive the catalog write
+            let _ = std::fs::remove_file(dir.join(RESTORING));
             let branch = Branch::open(&dir, config.branch.clone())?;
             branch.set_archived(meta.state == "archived");
             branches.insert((meta.database_id.clone(), meta.branch_id.clone()), Arc::new(branch));
@@ -497,7 +515,11 @@ impl Engine {
         let mut next = catalog.clone();
         next.snapshots.push(meta.clone());
         next.remember(key, target, retention);
-        self.commit_catalog(&mut catalog, next)?;
+        if let Err(e) = self.commit_catalog(&mut catalog, next) {
+            // found by a black-box test: a refused snapshot left its directory
+            let _ = std::fs::remove_dir_all(&final_dir);
+            return Err(e);
+        }
         Ok(SnapshotOutcome { meta, replayed: false })
     }
 
@@ -557,6 +579,9 @@ impl Engine {
             std::fs::remove_dir_all(&dir)?;
         }
         wal::create_private_dir(&dir)?;
+        // marks the directory as a restore's until the catalog names it: a
+        // start removes a directory the catalog does not name only with it
+        write_durable(&dir.join(RESTORING), b"")?;
         // a snapshot's files are immutable: the new branch links them (an
         // old snapshot's single log is copied, since the branch appends to it)
         let src = self.config.data_dir.join("snapshots").join(source);
@@ -571,6 +596,7 @@ impl Engine {
                 }
             }
             wal::link_or_copy(&files, &dir)?;
+            crate::storage::checkpoint::start_tail(&dir)?;
             let branch = Branch::open(&dir, self.config.branch.clone())?;
             let epoch = branch.state.read().latest_epoch;
             let verified = verify.map(|v| read_record(&branch.state.read(), v)).transpose();
@@ -606,6 +632,7 @@ impl Engine {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e);
         }
+        let _ = std::fs::remove_file(dir.join(RESTORING));
         {
             let mut branches = self.branches.write();
             if self.closed.load(std::sync::atomic::Ordering::Acquire) {
@@ -791,37 +818,121 @@ fn restore_error(e: Error, source: &str, snapshot_dir: &Path, branch_dir: &Path)
     Error { message: format!("snapshot {source:?} cannot be restored: {message}"), ..e }
 }
 
-/// Removes what a snapshot or a restore killed part way left (found by a
-/// black-box test, which left four and then eleven behind): a snapshot's
-/// temporary directory (`snapshots/.<name>.tmp`), and a snapshot or branch
-/// directory the catalog does not name. The catalog is written last, once the
-/// directory is complete, so such a directory was never acknowledged;
-/// nothing reads it, and its hard links kept alive files that retention had
-/// deleted from the branch they came from.
-fn remove_unfinished(data: &Path, catalog: &Catalog) -> Result<()> {
-    let dirs = |path: &Path| -> Result<Vec<(String, PathBuf)>> {
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(path)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                out.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
+/// What a start of `data` would refuse besides a damaged log (`braid
+/// doctor`): the checks of [`Engine::open`] and `Branch::open` that read no
+/// log, each as the start would say it.
+pub fn start_problems(data: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let catalog: Option<Catalog> = match std::fs::read(data.join("catalog.json")) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(catalog) => Some(catalog),
+            Err(e) => {
+                problems.push(format!("catalog.json: {e}"));
+                return problems;
+            }
+        },
+        Err(_) => {
+            if let Err(e) = refuse_without_catalog(data) {
+                problems.push(e.message);
+            }
+            None
+        }
+    };
+    let mut dirs = Vec::new();
+    if let Some(catalog) = &catalog {
+        for meta in &catalog.branches {
+            let dir = branch_dir(data, &meta.database_id, &meta.branch_id);
+            if dir.exists() {
+                dirs.push(dir);
+            } else if !(meta.database_id == DEFAULT_DATABASE && meta.branch_id == DEFAULT_BRANCH) {
+                problems.push(format!(
+                    "branch {}/{} is in catalog.json but its directory {} is missing",
+                    meta.database_id,
+                    meta.branch_id,
+                    dir.display()
+                ));
             }
         }
-        Ok(out)
-    };
-    for (name, path) in dirs(&data.join("snapshots"))? {
-        if !catalog.snapshots.iter().any(|s| s.name == name) {
+    }
+    for dir in dirs {
+        let checked = crate::storage::checkpoint::latest(&dir)
+            .and_then(|ckpt| crate::storage::checkpoint::check_tail(&dir, ckpt));
+        if let Err(e) = checked {
+            problems.push(e.message);
+        }
+    }
+    problems
+}
+
+/// The file that marks a branch directory as a restore's until the catalog
+/// names the branch.
+const RESTORING: &str = ".restoring";
+
+/// Removes what a snapshot or a restore killed part way left (found by a
+/// black-box test, which left four and then eleven behind): a snapshot's
+/// temporary directory (`snapshots/.<name>.tmp`), and a branch directory the
+/// catalog does not name that holds a restore's mark. Such a directory was
+/// never acknowledged (the catalog is written last); nothing reads it, and
+/// its hard links kept alive files that retention had deleted from the
+/// branch they came from. Any other directory the catalog does not name is
+/// left as it is: a snapshot an operator put there to restore from (a
+/// black-box test saw such a backup removed), or whatever it is, an
+/// operator's to judge.
+fn remove_unfinished(data: &Path, catalog: &Catalog) -> Result<()> {
+    for (name, path) in subdirs(&data.join("snapshots"))? {
+        if name.starts_with('.') && name.ends_with(".tmp") && !catalog.snapshots.iter().any(|s| s.name == name) {
             std::fs::remove_dir_all(path)?;
         }
     }
-    for (database, path) in dirs(&data.join("db"))? {
-        for (branch, path) in dirs(&path)? {
-            if !catalog.branches.iter().any(|b| b.database_id == database && b.branch_id == branch) {
+    for (database, path) in subdirs(&data.join("db"))? {
+        for (branch, path) in subdirs(&path)? {
+            let named = catalog.branches.iter().any(|b| b.database_id == database && b.branch_id == branch);
+            if !named && path.join(RESTORING).exists() {
                 std::fs::remove_dir_all(path)?;
             }
         }
     }
     Ok(())
+}
+
+/// The directories in `path`, by name.
+fn subdirs(path: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            out.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A start without catalog.json would serve main alone: refused when the
+/// data directory holds other branches or snapshots, which the catalog
+/// names (found by a black-box test: that start removed them all).
+fn refuse_without_catalog(data: &Path) -> Result<()> {
+    let mut held = Vec::new();
+    for (database, path) in subdirs(&data.join("db"))? {
+        for (branch, _) in subdirs(&path)? {
+            if !(database == DEFAULT_DATABASE && branch == DEFAULT_BRANCH) {
+                held.push(format!("db/{database}/{branch}"));
+            }
+        }
+    }
+    for (name, _) in subdirs(&data.join("snapshots"))? {
+        if !name.starts_with('.') {
+            held.push(format!("snapshots/{name}"));
+        }
+    }
+    if held.is_empty() {
+        return Ok(());
+    }
+    Err(Error::storage(format!(
+        "{} has no catalog.json, but holds branches or snapshots that it would name ({}); put catalog.json back (a start without it would serve main alone)",
+        data.display(),
+        held.join(", ")
+    )))
 }
 
 fn branch_dir(data: &Path, database: &str, branch: &str) -> PathBuf {

@@ -144,6 +144,10 @@ impl Branch {
             crate::fsutil::sync_dir(&legacy)?;
         }
         let base = ckpt.unwrap_or(0);
+        // before anything is removed: a start from a log that does not
+        // continue its checkpoint would drop the writes in between, and
+        // remove_stale below every record file past the older base
+        checkpoint::check_tail(dir, ckpt)?;
         checkpoint::remove_stale(dir, base)?;
         let mut state = match ckpt {
             Some(gen) => checkpoint::load(dir, gen)?,
