@@ -73,6 +73,9 @@ describe('README tour', () => {
     // the JSON form finds the same
     const json = await s.post('/v1/query', { table: 'articles', tenant_id: 'acme', text: 'solar', vector: [1, 0, 0], scalar_eq: { topic: 'energy' }, top_k: 5 });
     expect(json.body.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a1', 'a2']);
+    // found by a black-box test: the walk started at a3 as of epoch 1, before a3 was written, and found nothing
+    const walk = await s.post('/v1/explain', { table: 'articles', tenant_id: 'acme', graph_seed: 'a3', temporal_as_of: 2 });
+    expect(walk.body.access_paths).toContainEqual(expect.objectContaining({ access_path_id: 'graph', candidates: 2 }));
     const audit = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'a1' }, { 'x-braid-branch': 'audit' });
     expect(audit.body.record.id).toBe('a1');
   });

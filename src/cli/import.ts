@@ -1,5 +1,5 @@
 /** The import client command: NDJSON records in put-batch chunks. docs/cli.md. */
-import { createReadStream, statSync } from 'node:fs';
+import { accessSync, constants, createReadStream, statSync } from 'node:fs';
 import { isUtf8 } from 'node:buffer';
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
@@ -109,6 +109,9 @@ function inputBytes(file: string): number {
   try {
     const stat = statSync(file);
     if (!stat.isFile() && !stat.isFIFO()) throw new Error(`${file} is not a file`);
+    // found by a black-box test: a file there but not readable (mode 000) was
+    // only found out once the data directory had been created
+    accessSync(file, constants.R_OK);
     return stat.size;
   } catch (err) {
     throw unreadable(file, err);

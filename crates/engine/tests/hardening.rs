@@ -493,3 +493,24 @@ fn a_damaged_snapshot_is_named_in_its_restore_error() {
     // the branch it came from still reads
     assert!(engine.get(None, None, &key("r7"), None).unwrap().is_some());
 }
+
+/// Found by a black-box test: a log whose header was damaged made the whole
+/// doctor report fail, naming no other log; it is now one of the report's
+/// problems, and the report goes on.
+#[test]
+fn doctor_reports_a_log_it_cannot_read_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    write_five(dir.path());
+    let engine = open(dir.path());
+    engine.snapshot(None, None, "s1").unwrap();
+    drop(engine);
+    let path = main_wal(dir.path());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+    assert!(!report.healthy);
+    assert!(report.problems.iter().any(|p| p.starts_with("branch default/main: ")), "{:?}", report.problems);
+    let salvaged = braid_engine::doctor::doctor(dir.path(), true).unwrap();
+    assert!(!salvaged.healthy);
+}
