@@ -172,7 +172,11 @@ export class Braid {
    * not parse rejects with `QlSyntaxError` (code `ql_syntax_error`).
    */
   nativeQuery(text: string, options?: BranchRef): Promise<Native.QueryResponse> {
-    return call(() => runNativeQuery(this.engine, text, options));
+    return call(() => {
+      // as POST /v1/nativeql answers {"query": 42} (found by a black-box test: ql_syntax_error here)
+      if (typeof text !== 'string') throw new BraidError('invalid_request', `the statement must be a string, got ${text === null ? 'null' : typeof text}`);
+      return runNativeQuery(this.engine, text, options);
+    });
   }
 
   /** Declares a table or adds columns to it. */

@@ -117,8 +117,12 @@ describe('embedded API errors carry stable codes', () => {
     expect(ql.diagnostic.column).toBe(25);
     expect(ql.diagnostic.found).toBe("'LIMTI'");
     expect(ql.message).toMatch(/^line 1, column 25: expected/);
-    // a non-string is a diagnostic too, not a TypeError
-    await expect(db.nativeQuery(42 as unknown as string)).rejects.toBeInstanceOf(QlSyntaxError);
+    // a non-string is invalid_request, as POST /v1/nativeql answers {"query": 42} (a black-box test found
+    // ql_syntax_error here), and not a TypeError
+    const notText = await db.nativeQuery(42 as unknown as string).catch((e: unknown) => e);
+    expect(notText).toBeInstanceOf(BraidError);
+    expect(notText).not.toBeInstanceOf(QlSyntaxError);
+    expect((notText as BraidError).code).toBe('invalid_request');
   });
 
   it('snapshot_exists, snapshot_not_found, branch_exists, branch_not_found', async () => {
@@ -149,6 +153,11 @@ describe('embedded API errors carry stable codes', () => {
     try {
       expect(await codeOf(other.query({ table: 'notes', tenant_id: 't' }))).toBe('shutting_down');
       expect(await codeOf(other.nativeQuery("SEARCH notes TENANT 't'"))).toBe('shutting_down');
+      // found by a black-box test: startIndexing answered as if open
+      expect(() => other.startIndexing()).toThrow(expect.objectContaining({ code: 'shutting_down' }));
+      // events stay readable: the close's checkpoint is one
+      expect(Array.isArray(other.events())).toBe(true);
+      other.close();
     } finally {
       rmSync(closedDir, { recursive: true, force: true });
     }
