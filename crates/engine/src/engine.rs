@@ -225,7 +225,14 @@ pub struct Engine {
     /// Set by `close` (under the branch map's lock): a restore finishing
     /// after it closes the branch it opened instead of adding it.
     closed: std::sync::atomic::AtomicBool,
+    /// Each branch's last metrics, answered while a long commit holds its
+    /// state ([`Engine::metrics`]).
+    last_metrics: Mutex<HashMap<(String, String), Metrics>>,
 }
+
+/// How long a metrics read waits for a branch's state before it answers the
+/// branch's last figures instead.
+const METRICS_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn ident(kind: &str, s: &str) -> Result<()> {
     names::check_identifier(kind, s)
@@ -295,6 +302,7 @@ impl Engine {
             opened_at: Instant::now(),
             lock: Mutex::new(Some(lock)),
             closed: std::sync::atomic::AtomicBool::new(false),
+            last_metrics: Mutex::new(HashMap::new()),
         })
     }
 
@@ -691,6 +699,14 @@ impl Engine {
 
     /// Metrics of one branch (epochs, schemas, indexes, the committer's
     /// counters, index lag, memory estimates) plus engine-wide counts.
+    ///
+    /// The service reads metrics on its JS thread (readiness, `/metrics`), so
+    /// this waits at most [`METRICS_WAIT`] for the branch's state: a commit
+    /// applying a huge record holds it for up to a second (tokenising 1.8
+    /// million distinct words), which had stalled every request of the server
+    /// behind one readiness probe (found by a black-box test). Meanwhile it
+    /// answers the branch's last figures, which the commit being applied has
+    /// not changed for any reader yet.
     pub fn metrics(&self, database: Option<&str>, branch: Option<&str>) -> Result<Metrics> {
         let handle = self.branch(database, branch)?;
         let (branch_count, database_count) = {
@@ -698,7 +714,15 @@ impl Engine {
             let databases: std::collections::HashSet<&str> = open.keys().map(|(db, _)| db.as_str()).collect();
             (open.len() as u64, databases.len() as u64)
         };
-        let state = handle.state.read();
+        let cache_key =
+            (database.unwrap_or(DEFAULT_DATABASE).to_string(), branch.unwrap_or(DEFAULT_BRANCH).to_string());
+        let state = match handle.state.try_read_for(METRICS_WAIT) {
+            Some(state) => state,
+            None => match self.last_metrics.lock().get(&cache_key) {
+                Some(last) => return Ok(Metrics { branch_count, database_count, ..last.clone() }),
+                None => handle.state.read(),
+            },
+        };
         let vector_indexes: u64 = state.tables.values().map(|t| t.vectors.len() as u64).sum();
         let scalar_indexes: u64 = state.tables.values().map(|t| t.scalar.len() as u64).sum();
         // per table: tenant masks and the text index scope, plus vector graphs and scalar bitmaps
@@ -715,7 +739,7 @@ impl Engine {
         } else {
             "healthy"
         };
-        Ok(Metrics {
+        let metrics = Metrics {
             durable_epoch: state.durable_epoch,
             latest_epoch: state.latest_epoch,
             index_count,
@@ -739,7 +763,9 @@ impl Engine {
             index_lag,
             vector_graphs: stats::vector_graphs(&state),
             memory: stats::memory(&state, handle.stats()),
-        })
+        };
+        self.last_metrics.lock().insert(cache_key, metrics.clone());
+        Ok(metrics)
     }
 
     /// Drains the events every branch recorded since the last call (recovery,

@@ -259,3 +259,25 @@ fn checkpoints_come_by_rows_counting_the_replayed_tail() {
     assert_eq!(replayed, Some(1), "only the write after the checkpoint is replayed");
     assert_eq!(engine.get(None, None, &common::key("r0"), None).unwrap().unwrap().fields["n"], json!(0));
 }
+
+/// Found by a black-box test: the service reads metrics on its JS thread,
+/// and a commit applying a huge record held the branch's state for up to a
+/// second, stalling every request behind one readiness probe. While the
+/// state is held, metrics answer the branch's last figures (here the state
+/// is held by this very thread, where waiting for it would never end).
+#[test]
+fn metrics_answer_the_last_figures_while_a_commit_holds_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, vec![rec("a", json!({"title": "one"}))], None).unwrap();
+    let before = engine.metrics(None, None).unwrap();
+    let branch = engine.branch(None, None).unwrap();
+    let held = branch.state.write();
+    let during = engine.metrics(None, None).unwrap();
+    drop(held);
+    assert_eq!((during.latest_epoch, during.record_count), (before.latest_epoch, before.record_count));
+    engine.put(None, None, vec![rec("b", json!({"title": "two"}))], None).unwrap();
+    let after = engine.metrics(None, None).unwrap();
+    assert_eq!(after.record_count, 2);
+    assert!(after.latest_epoch > before.latest_epoch);
+}
