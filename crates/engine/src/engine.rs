@@ -921,10 +921,15 @@ fn remove_unfinished(data: &Path, catalog: &Catalog) -> Result<()> {
     Ok(())
 }
 
-/// The directories in `path`, by name.
+/// The directories in `path`, by name (none when `path` does not exist).
 fn subdirs(path: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(path)? {
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in entries {
         let entry = entry?;
         if entry.file_type()?.is_dir() {
             out.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
