@@ -666,10 +666,16 @@ describe('gateway in front of a real engine', () => {
     const spread = await gql(managed.url, 'query Q { ...F } fragment F on Query { all: branches { branch_id } __typename }', M);
     expect(spread.body.data.all).toHaveLength(rest.length);
     expect(spread.body.data.__typename).toBe('Query');
-    // a document that also asks the engine for something is refused, not half answered
-    const mixed = await gql(managed.url, '{ branches { branch_id } tables { name } }', M);
-    expect(mixed.status).toBe(400);
-    expect(mixed.body.code).toBe('graphql_not_allowed');
+    // a document that also asks the engine for something runs there, with its branches answered here
+    const mixed = await gql(managed.url, '{ tables { name } mine: branches { ...B } } fragment B on Branch { database_id branch_id }', M);
+    expect(mixed.status).toBe(200);
+    expect(mixed.body.data.tables).toContainEqual(expect.objectContaining({ name: 'notes' }));
+    expect(mixed.body.data.mine).toEqual(rest.map(({ database_id, branch_id }) => ({ database_id, branch_id })));
+    expect(Object.keys(mixed.body.data)).toEqual(['tables', 'mine']);
+    // but not through a fragment at the root beside other fields: it cannot be split from them
+    const spreadMixed = await gql(managed.url, '{ tables { name } ...R } fragment R on Query { branches { branch_id } }', M);
+    expect(spreadMixed.status).toBe(400);
+    expect(spreadMixed.body.code).toBe('graphql_not_allowed');
     const invalid = await gql(managed.url, '{ branches { no_such_field } }', M);
     expect(invalid.status).toBe(200);
     expect(invalid.body.errors[0].extensions.code).toBe('graphql_validation_failed');
@@ -689,6 +695,9 @@ describe('gateway in front of a real engine', () => {
       expect((await gql(engineUrl, '{ branches { branch_id } }', {})).body.data.branches.length).toBeGreaterThan(1);
       const hidden = await gql(pinned.url, '{ branches { database_id branch_id endpoint } }', P);
       expect(hidden.body).toEqual({ data: { branches: [{ database_id: 'default', branch_id: 'main', endpoint: engineUrl }] } });
+      // mixed with another field, too
+      const mixedHidden = await gql(pinned.url, '{ tables { name } branches { branch_id } }', P);
+      expect(mixedHidden.body.data.branches).toEqual([{ branch_id: 'main' }]);
     } finally {
       await stopChild(pinned);
     }

@@ -16,7 +16,7 @@ import { parseRequestJson } from '../json.js';
 import { checkBranchNames } from '../names.js';
 import { parseDocument } from '../graphql/bounds.js';
 import { authOf } from './auth.js';
-import { answerBranches, asksForBranches } from './graphql-branches.js';
+import { answerBranches, asksForBranches, mergeBranches } from './graphql-branches.js';
 import { LimitedBody, SMALL_BODY_BYTES, hasBody, readBody } from './body.js';
 import { isObject, type Engines } from './engines.js';
 import { responseHeaders } from './headers.js';
@@ -121,6 +121,8 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     const limit = config.bodyLimitBytes;
     let route: Route;
     let body: Buffer | undefined;
+    /** GraphQL `branches` fields answered here, to put into the engine's answer. */
+    let branches: Record<string, unknown> | undefined;
     const buffered = Buffer.isBuffer(request.body) ? request.body : undefined;
     if (request.method === 'POST' && pathname === PUT_PATH) {
       ({ route, body } = await routePut(engines, request, buffered ?? await readBody(raw, limit), limit));
@@ -128,7 +130,11 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
       const bytes = buffered ?? await readBody(raw, limit);
       const read = readGraphql(bytes);
       requireScope(authOf(request)!.scope, read.scope, 'this GraphQL operation');
-      if (read.body && read.document && asksForBranches(read.document)) return answerBranches(reply, engines, request, read.body, read.document);
+      if (read.body && read.document && asksForBranches(read.document)) {
+        const answer = await answerBranches(engines, request, read.body, read.document);
+        if (answer.whole) return reply.status(200).send(answer.whole);
+        branches = answer.fields;
+      }
       route = await engines.route(request);
       body = bytes;
     } else {
@@ -162,7 +168,7 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     // anything else streams through.
     let payload: Buffer | Dispatcher.ResponseData['body'] = res.body;
     const length = Number(res.headers['content-length']);
-    if (request.method !== 'HEAD' && Number.isInteger(length) && length <= SMALL_BODY_BYTES) {
+    if (branches || (request.method !== 'HEAD' && Number.isInteger(length) && length <= SMALL_BODY_BYTES)) {
       try {
         payload = Buffer.from(await res.body.arrayBuffer());
       } catch (err) {
@@ -170,8 +176,9 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
         throw upstreamFailure(route.endpoint, err);
       }
     }
-    const renamed = request.method === 'POST' && pathname === SNAPSHOT_PATH && res.statusCode === 200 && Buffer.isBuffer(payload);
-    if (renamed) payload = inCatalogNames(payload as Buffer, route);
+    const renamed = Buffer.isBuffer(payload) && res.statusCode === 200 && ((request.method === 'POST' && pathname === SNAPSHOT_PATH) || branches !== undefined);
+    if (renamed && branches) payload = mergeBranches(payload as Buffer, branches);
+    else if (renamed) payload = inCatalogNames(payload as Buffer, route);
     if (res.statusCode >= 500) request.log.error({ engine: route.endpoint, status: res.statusCode, code: engineCode(payload) }, 'engine answered with a server error');
     reply.status(res.statusCode);
     for (const [name, value] of responseHeaders(res.headers)) reply.header(name, value);
