@@ -156,6 +156,30 @@ describe('against a running server (--url)', () => {
     expect(got.body.record.fields).toEqual({ user_id: 7, name: 'user 7', team: 'blue' });
   });
 
+  // found by a black-box test: Ctrl-C during an import printed nothing, with 95,000 records written
+  it('import stopped by SIGINT finishes the chunk in hand, says where to go on and exits 130', async () => {
+    const base = { ...process.env };
+    delete base.BRAID_URL;
+    delete base.BRAID_TOKEN;
+    const child = spawn(process.execPath, [CLI, 'import', 'stopped', '--tenant', 'acme', '--batch', '10', ...url], { cwd: ROOT, env: base, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
+    const line = (i: number) => `${JSON.stringify({ id: `s${i}`, n: i })}\n`;
+    // 25 lines: two chunks of 10 are written, 5 wait for the next line
+    child.stdin.write(Array.from({ length: 25 }, (_, i) => line(i + 1)).join(''));
+    const count = async () => (await s.post('/v1/query', { table: 'stopped', tenant_id: 'acme', top_k: 100, return_fields: [] })).body.results?.length ?? 0;
+    await waitFor('two chunks written', async () => (await count()) === 20);
+    child.kill('SIGINT');
+    // the import reads on only to see the signal: line 26 is not imported
+    child.stdin.end(line(26));
+    expect(await closed).toBe(130);
+    const sum = summary(stdout.split('\ninterrupted')[0]!);
+    expect(sum['records imported']).toBe('25');
+    expect(stdout).toContain('interrupted by SIGINT after line 25: every line up to it is written or reported; go on from line 26');
+    expect(await count()).toBe(25);
+  });
+
   it('import into a branch with --branch', async () => {
     await s.post('/v1/admin/snapshot', { target: 'for_import' });
     await s.post('/v1/admin/restore', { source: 'for_import', target: 'imports' });

@@ -21,7 +21,12 @@ interface ImportSummary {
   firstFailure: { line: number; reason: string } | null;
   /** What stopped the import early (a network or server failure), after the summary so far. */
   aborted?: unknown;
+  /** The signal that stopped the import, and the last line whose record was written or reported. */
+  interrupted?: { signal: NodeJS.Signals; line: number };
 }
+
+/** The signals that stop an import: it finishes the chunk in hand, prints its summary and exits 128 + n. */
+const STOP_SIGNALS = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 } as const;
 
 const RECORD_KEYS = new Set(['table', 'tenant_id', 'id', 'fields']);
 
@@ -190,8 +195,18 @@ async function importRecords(backend: Backend, table: string, file: string | und
 
   let lineNo = 0;
   let pending: { line: number; record: RecordInput }[] = [];
+  // found by a black-box test: Ctrl-C printed nothing, with 95,000 records
+  // written, so the user could not tell where to go on from
+  let stopSignal: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    // a second signal does not wait for the chunk in hand
+    if (stopSignal !== undefined) process.exit(128 + STOP_SIGNALS[signal as keyof typeof STOP_SIGNALS]);
+    stopSignal = signal;
+  };
+  for (const signal of Object.keys(STOP_SIGNALS) as NodeJS.Signals[]) process.on(signal, onSignal);
   try {
     for await (const line of readLines(input)) {
+      if (stopSignal !== undefined) break;
       lineNo += 1;
       bytesRead += line.bytes + 1;
       if ('refused' in line) {
@@ -209,10 +224,12 @@ async function importRecords(backend: Backend, table: string, file: string | und
       }
     }
     if (pending.length > 0) await flush(pending);
+    if (stopSignal !== undefined) summary.interrupted = { signal: stopSignal, line: lineNo };
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     summary.aborted = err instanceof BraidError || typeof e?.code !== 'string' || !e.syscall ? err : unreadable(fromStdin ? 'stdin' : file, e);
   } finally {
+    for (const signal of Object.keys(STOP_SIGNALS) as NodeJS.Signals[]) process.off(signal, onSignal);
     if ('destroy' in input && input !== process.stdin) input.destroy();
     bar?.stop();
     summary.seconds = (performance.now() - started) / 1000;
@@ -228,6 +245,8 @@ function printImportSummary(summary: ImportSummary): void {
   console.log(`records/s: ${rate}`);
   const first = summary.firstFailure;
   console.log(`failures: ${summary.failures}${first ? ` (first bad record: line ${first.line}: ${first.reason})` : ''}`);
+  const stop = summary.interrupted;
+  if (stop) console.log(`interrupted by ${stop.signal} after line ${stop.line}: every line up to it is written or reported; go on from line ${stop.line + 1}`);
 }
 
 export function addImportCommand(program: Command): void {
@@ -257,6 +276,7 @@ export function addImportCommand(program: Command): void {
         printImportSummary(summary);
         if (summary.aborted !== undefined) throw summary.aborted;
         if (summary.failures > 0) process.exitCode = 1;
+        if (summary.interrupted) process.exitCode = 128 + STOP_SIGNALS[summary.interrupted.signal as keyof typeof STOP_SIGNALS];
       }),
     );
 }
