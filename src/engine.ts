@@ -83,6 +83,18 @@ function call<T>(run: () => Promise<T>): Promise<T> {
 /** Options of a write: its branch, and for a keyed write its request key (a retry answers `replayed`). */
 export type WriteOptions = BranchRef & { requestKey?: Native.RequestKey };
 
+/** What a wrong argument is, for its message: `null`, `an array` or its type. */
+function describe(value: unknown): string {
+  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
+}
+
+/** Open options that are not an object are refused as the binding refuses bad ones (found by a black-box test: a TypeError's text). */
+function checkOpenOptions(options: unknown): void {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new BraidError('invalid_record', `open options must be an object such as {dataDir: './data'}, got ${describe(options)}`);
+  }
+}
+
 export class Braid {
   /**
    * The typed binding under this API, which `buildApp` hands its routes'
@@ -97,6 +109,7 @@ export class Braid {
   /** Opens (or creates) a Braid data directory. */
   static open(options: Native.OpenOptions): Braid {
     try {
+      checkOpenOptions(options);
       return new Braid(Engine.open(options));
     } catch (err) {
       throw braidError(err);
@@ -110,6 +123,7 @@ export class Braid {
    */
   static openInBackground(options: Native.OpenOptions): Braid {
     try {
+      checkOpenOptions(options);
       return new Braid(Engine.openInBackground(options));
     } catch (err) {
       throw braidError(err);
@@ -128,7 +142,12 @@ export class Braid {
   /** Full replacement write of one record; resolves once it is durable. */
   put(record: Native.RecordInput, options?: WriteOptions): Promise<WriteResult> {
     return call(() => {
-      checkArgumentSize(record, 'record', 'invalid_record');
+      try {
+        checkArgumentSize(record, 'record', 'invalid_record');
+      } catch (err) {
+        // a put is a batch of one: its refusal carries index 0, as put(null) does (found by a black-box test)
+        throw err instanceof BraidError ? new BraidError(err.code, `records[0]: ${err.message}`, 0) : err;
+      }
       return putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey });
     });
   }
@@ -136,6 +155,8 @@ export class Braid {
   /** Atomic write of many records at one epoch. */
   putBatch(records: Native.RecordInput[], options?: WriteOptions): Promise<WriteResult> {
     return call(() => {
+      // as POST /v1/records/put-batch says it (found by a black-box test: JavaScript's own TypeError text)
+      if (!Array.isArray(records)) throw new BraidError('invalid_request', `records must be an array, got ${describe(records)}`);
       checkArgumentSize(records, 'records', 'invalid_record');
       return putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey });
     });
@@ -148,7 +169,10 @@ export class Braid {
 
   /** The visible version of a record, at the latest epoch or at `epoch`. */
   get(key: Native.RecordKey, options?: BranchRef & { epoch?: number }): Promise<Native.RecordOutput | null> {
-    return call(() => getRecord(this.engine, key, options, options?.epoch));
+    return call(() => {
+      if (key === null || typeof key !== 'object') throw new BraidError('invalid_request', `the key must be an object {table, tenant_id, id}, got ${describe(key)}`);
+      return getRecord(this.engine, key, options, options?.epoch);
+    });
   }
 
   /** Runs a hybrid query. */

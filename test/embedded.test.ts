@@ -3,7 +3,7 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { BraidError, open, type Braid } from '../src/index.js';
+import { BraidError, open, type Braid, type OpenOptions, type RecordInput, type RecordKey } from '../src/index.js';
 import { QlSyntaxError } from '../src/ql/index.js';
 import { ROOT, tempDir } from './helpers.js';
 
@@ -144,6 +144,17 @@ describe('embedded API errors carry stable codes', () => {
     }
     expect(err).toBeInstanceOf(BraidError);
     expect((err as BraidError).code).toBe('data_dir_locked');
+  });
+
+  // found by a black-box test: JavaScript's own TypeError text, and no index for an oversized put
+  it('arguments of the wrong JavaScript type are invalid_request in words of their own', async () => {
+    const batch = await db.putBatch('nope' as unknown as RecordInput[]).catch((e: unknown) => e);
+    expect(batch).toMatchObject({ code: 'invalid_request', message: 'records must be an array, got string' });
+    const get = await db.get(null as unknown as RecordKey).catch((e: unknown) => e);
+    expect(get).toMatchObject({ code: 'invalid_request', message: 'the key must be an object {table, tenant_id, id}, got null' });
+    expect(() => open(undefined as unknown as OpenOptions)).toThrow(expect.objectContaining({ code: 'invalid_record', message: expect.stringContaining('open options must be an object') }));
+    const huge = await db.put(new Array(2 ** 32 - 1) as unknown as RecordInput).catch((e: unknown) => e);
+    expect(huge).toMatchObject({ code: 'invalid_record', index: 0 });
   });
 
   it('shutting_down after close, for query and nativeQuery alike', async () => {
