@@ -198,7 +198,7 @@ export class Braid {
   nativeQuery(text: string, options?: BranchRef): Promise<Native.QueryResponse> {
     return call(() => {
       // as POST /v1/nativeql answers {"query": 42} (found by a black-box test: ql_syntax_error here)
-      if (typeof text !== 'string') throw new BraidError('invalid_request', `the statement must be a string, got ${text === null ? 'null' : typeof text}`);
+      if (typeof text !== 'string') throw new BraidError('invalid_request', `the statement must be a string, got ${describe(text)}`);
       return runNativeQuery(this.engine, text, options);
     });
   }

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
  * or a supervisor's hang-up had killed the process at once (status 129),
  * with no drain and no close checkpoint.
  */
-const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+export const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
 
 export function exitOnSignals(running: { app: FastifyInstance; close(): Promise<void> }): void {
   const stop = (signal: string) => {

@@ -6,6 +6,8 @@ import cliProgress from 'cli-progress';
 import type { RecordInput } from '../engine.js';
 import { BraidError } from '../errors.js';
 import { connectionOptions, integerOption, run, unreadable, withBackend, type Backend, type ConnectionFlags } from './backend.js';
+import { constants as osConstants } from 'node:os';
+import { STOP_SIGNALS } from '../signals.js';
 
 interface ImportFlags extends ConnectionFlags {
   batch: number;
@@ -25,8 +27,8 @@ interface ImportSummary {
   interrupted?: { signal: NodeJS.Signals; line: number };
 }
 
-/** The signals that stop an import: it finishes the chunk in hand, prints its summary and exits 128 + n. */
-const STOP_SIGNALS = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 } as const;
+/** The exit status after a stop signal: 128 + its number (130 for SIGINT). */
+const signalStatus = (signal: NodeJS.Signals): number => 128 + osConstants.signals[signal];
 
 const RECORD_KEYS = new Set(['table', 'tenant_id', 'id', 'fields']);
 
@@ -200,10 +202,11 @@ async function importRecords(backend: Backend, table: string, file: string | und
   let stopSignal: NodeJS.Signals | undefined;
   const onSignal = (signal: NodeJS.Signals) => {
     // a second signal does not wait for the chunk in hand
-    if (stopSignal !== undefined) process.exit(128 + STOP_SIGNALS[signal as keyof typeof STOP_SIGNALS]);
+    if (stopSignal !== undefined) process.exit(signalStatus(signal));
     stopSignal = signal;
   };
-  for (const signal of Object.keys(STOP_SIGNALS) as NodeJS.Signals[]) process.on(signal, onSignal);
+  // the signals that stop a server stop an import: it finishes the chunk in hand and prints its summary
+  for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
   try {
     for await (const line of readLines(input)) {
       if (stopSignal !== undefined) break;
@@ -229,7 +232,7 @@ async function importRecords(backend: Backend, table: string, file: string | und
     const e = err as NodeJS.ErrnoException;
     summary.aborted = err instanceof BraidError || typeof e?.code !== 'string' || !e.syscall ? err : unreadable(fromStdin ? 'stdin' : file, e);
   } finally {
-    for (const signal of Object.keys(STOP_SIGNALS) as NodeJS.Signals[]) process.off(signal, onSignal);
+    for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
     if ('destroy' in input && input !== process.stdin) input.destroy();
     bar?.stop();
     summary.seconds = (performance.now() - started) / 1000;
@@ -276,7 +279,7 @@ export function addImportCommand(program: Command): void {
         printImportSummary(summary);
         if (summary.aborted !== undefined) throw summary.aborted;
         if (summary.failures > 0) process.exitCode = 1;
-        if (summary.interrupted) process.exitCode = 128 + STOP_SIGNALS[summary.interrupted.signal as keyof typeof STOP_SIGNALS];
+        if (summary.interrupted) process.exitCode = signalStatus(summary.interrupted.signal);
       }),
     );
 }

@@ -258,7 +258,7 @@ impl Engine {
         };
         // the one branch a start may create: main, the first time
         let mut created_main = false;
-        if !catalog.branches.iter().any(|b| b.database_id == DEFAULT_DATABASE && b.branch_id == DEFAULT_BRANCH) {
+        if !catalog.branches.iter().any(is_main) {
             created_main = true;
             catalog.branches.insert(
                 0,
@@ -277,15 +277,8 @@ impl Engine {
         let mut branches = HashMap::new();
         for meta in &catalog.branches {
             let dir = branch_dir(data, &meta.database_id, &meta.branch_id);
-            let new_main = created_main && meta.database_id == DEFAULT_DATABASE && meta.branch_id == DEFAULT_BRANCH;
-            if !new_main && !dir.exists() {
-                // found by a black-box test: the branch came up empty, every write gone, and healthy
-                return Err(Error::storage(format!(
-                    "branch {}/{} is in catalog.json but its directory {} is missing; put it back, or remove the branch from catalog.json to start without it",
-                    meta.database_id,
-                    meta.branch_id,
-                    dir.display()
-                )));
+            if !(created_main && is_main(meta)) {
+                check_branch_dir(meta, &dir)?;
             }
             // a restore that finished: its mark may outlive the catalog write
             let _ = std::fs::remove_file(dir.join(RESTORING));
@@ -870,13 +863,8 @@ pub fn start_problems(data: &Path) -> Vec<String> {
             let dir = branch_dir(data, &meta.database_id, &meta.branch_id);
             if dir.exists() {
                 dirs.push(dir);
-            } else if !(meta.database_id == DEFAULT_DATABASE && meta.branch_id == DEFAULT_BRANCH) {
-                problems.push(format!(
-                    "branch {}/{} is in catalog.json but its directory {} is missing",
-                    meta.database_id,
-                    meta.branch_id,
-                    dir.display()
-                ));
+            } else if !is_main(meta) {
+                problems.extend(check_branch_dir(meta, &dir).err().map(|e| e.message));
             }
         }
     }
@@ -888,6 +876,25 @@ pub fn start_problems(data: &Path) -> Vec<String> {
         }
     }
     problems
+}
+
+fn is_main(meta: &BranchMeta) -> bool {
+    meta.database_id == DEFAULT_DATABASE && meta.branch_id == DEFAULT_BRANCH
+}
+
+/// A branch the catalog names must have its directory: without it, a start
+/// had brought the branch up empty, every write gone, and healthy (found by
+/// a black-box test).
+fn check_branch_dir(meta: &BranchMeta, dir: &Path) -> Result<()> {
+    if dir.exists() {
+        return Ok(());
+    }
+    Err(Error::storage(format!(
+        "branch {}/{} is in catalog.json but its directory {} is missing; put it back, or remove the branch from catalog.json to start without it",
+        meta.database_id,
+        meta.branch_id,
+        dir.display()
+    )))
 }
 
 /// The file that marks a branch directory as a restore's until the catalog
