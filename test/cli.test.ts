@@ -163,7 +163,9 @@ describe('against a running server (--url)', () => {
     delete base.BRAID_TOKEN;
     const child = spawn(process.execPath, [CLI, 'import', 'stopped', '--tenant', 'acme', '--batch', '10', ...url], { cwd: ROOT, env: base, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
+    let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
     const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
     const line = (i: number) => `${JSON.stringify({ id: `s${i}`, n: i })}\n`;
     // 25 lines: two chunks of 10 are written, 5 wait for the next line
@@ -171,7 +173,8 @@ describe('against a running server (--url)', () => {
     const count = async () => (await s.post('/v1/query', { table: 'stopped', tenant_id: 'acme', top_k: 100, return_fields: [] })).body.results?.length ?? 0;
     await waitFor('two chunks written', async () => (await count()) === 20);
     child.kill('SIGINT');
-    // the import reads on only to see the signal: line 26 is not imported
+    // once the import has taken the signal, it reads on only to see it: line 26 is not imported
+    await waitFor('the signal taken', () => stderr.includes('braid import: SIGINT: stopping at the next line'));
     child.stdin.end(line(26));
     expect(await closed).toBe(130);
     const sum = summary(stdout.split('\ninterrupted')[0]!);

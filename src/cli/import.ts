@@ -204,6 +204,7 @@ async function importRecords(backend: Backend, table: string, file: string | und
     // a second signal does not wait for the chunk in hand
     if (stopSignal !== undefined) process.exit(signalStatus(signal));
     stopSignal = signal;
+    process.stderr.write(`braid import: ${signal}: stopping at the next line, once the chunk in hand is written; send it again to stop at once\n`);
   };
   // the signals that stop a server stop an import: it finishes the chunk in hand and prints its summary
   for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
