@@ -66,6 +66,35 @@ pub fn point(arena: &VectorArena, slot: u32) -> Option<Point<'_>> {
     }
 }
 
+/// Writes into `out` what the graph build compares `slot` by: its code
+/// decoded (`scale · c`) when it has one, else its vector. The build reads
+/// codes only, so it never brings a vector's page in: vectors a checkpoint
+/// mapped from their file stay in the page cache, not in the process's
+/// memory, and only a query's final scoring reads them.
+pub fn decoded(arena: &VectorArena, slot: u32, out: &mut Vec<f32>) -> bool {
+    out.clear();
+    match arena.code(slot) {
+        Some((bytes, code)) => out.extend(bytes.iter().map(|&c| f32::from(c) * code.scale)),
+        None => match arena.vector(slot) {
+            Some(v) => out.extend_from_slice(v),
+            None => return false,
+        },
+    }
+    true
+}
+
+/// Whether two slots hold the same vector, by their codes first: distinct
+/// codes are distinct vectors, and only equal codes (copies, mostly) read
+/// the vectors to be sure.
+pub fn same_vector(arena: &VectorArena, a: u32, b: u32) -> bool {
+    if let (Some((x, cx)), Some((y, cy))) = (arena.code(a), arena.code(b)) {
+        if x != y || cx.scale.to_bits() != cy.scale.to_bits() {
+            return false;
+        }
+    }
+    matches!((arena.vector(a), arena.vector(b)), (Some(x), Some(y)) if x == y)
+}
+
 impl<'a> CodedQuery<'a> {
     pub fn new(metric: Metric, vector: &'a [f32]) -> CodedQuery<'a> {
         let l1 = vector.iter().map(|x| x.abs()).sum();

@@ -1,0 +1,119 @@
+// The HTTP server's memory while it loads a corpus (issue 11's "at most 2x
+// the raw bytes of the records' vectors and text"): `braid serve` on the
+// release addon, the corpus of bench/hybrid.mjs (synthetic, or WordNet with
+// BRAID_BENCH_CORPUS=wordnet) written with put-batches of 2,500 records, as
+// bench/hybrid.mjs's braid-http does, until every index covers them. Its
+// /proc status is read every 5 ms, so the peak is the process's own VmHWM
+// split into anonymous memory (the process's own) and mapped file pages
+// (page cache the kernel may drop and read again), with the engine's own
+// per-structure estimate (braid_branch_memory_bytes) beside it.
+//
+//   node scripts/build-native.mjs --release && npm run build:ts
+//   [BRAID_BENCH_CORPUS=wordnet] node bench/server-memory.mjs [--records 100000]
+import http from 'node:http';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { CORPUS_KIND, ensureCorpus, loadCorpus } from './corpus.mjs';
+import { TABLE, columns, f32 } from './braid-schema.mjs';
+import { flag } from './peers/common.mjs';
+import { startServer } from './server-process.mjs';
+
+const records = Number(flag('records', 100_000));
+const chunk = 2_500;
+ensureCorpus(records);
+const corpus = loadCorpus(records);
+const dataDir = mkdtempSync(path.join(tmpdir(), 'braid-server-memory-'));
+const server = await startServer(dataDir);
+const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
+
+function request(method, route, body) {
+  const payload = body === undefined ? null : Buffer.from(JSON.stringify(body));
+  const headers = payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {};
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${server.url}${route}`, { method, agent, headers }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        if (res.statusCode !== 200) reject(new Error(`${route}: ${res.statusCode} ${text.slice(0, 300)}`));
+        else resolve(text);
+      });
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+const mb = (kb) => kb / 1024;
+function status() {
+  const text = readFileSync(`/proc/${server.child.pid}/status`, 'utf8');
+  const kb = (k) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(text)?.[1] ?? 0);
+  return { rss: mb(kb('VmRSS')), anon: mb(kb('RssAnon')), file: mb(kb('RssFile')), hwm: mb(kb('VmHWM')) };
+}
+
+/** The engine's estimate per structure, in MB. */
+async function structures() {
+  const out = {};
+  for (const line of (await request('GET', '/metrics')).split('\n')) {
+    const m = /^braid_branch_memory_bytes\{.*structure="(\w+)"\} (\S+)/.exec(line);
+    if (m) out[m[1]] = (out[m[1]] ?? 0) + Number(m[2]) / 2 ** 20;
+  }
+  return out;
+}
+
+const idle = status();
+let peak = { ...idle, at_s: 0, phase: 'idle' };
+let phase = 'writes';
+const t0 = performance.now();
+const sampler = setInterval(() => {
+  const s = status();
+  if (s.rss > peak.rss) peak = { ...s, at_s: (performance.now() - t0) / 1000, phase };
+}, 5);
+
+await request('POST', '/v1/graphql', {
+  query: 'mutation($t: String!, $c: JSON!) { declare_table(table: $t, columns: $c) { epoch } }',
+  variables: { t: TABLE, c: columns(corpus.dim) },
+});
+let rawBytes = 0;
+for (let start = 0; start < corpus.n; start += chunk) {
+  const batch = [];
+  for (let i = start; i < Math.min(corpus.n, start + chunk); i++) {
+    const text = corpus.text(i);
+    rawBytes += Buffer.byteLength(text) + corpus.dim * 4;
+    batch.push({
+      table: TABLE,
+      tenant_id: corpus.tenant(i),
+      id: corpus.id(i),
+      fields: { text, category: corpus.category(i), year: corpus.year[i], flag: corpus.flag[i] === 1, embedding: Array.from(corpus.vector(i), f32) },
+    });
+  }
+  await request('POST', '/v1/records/put-batch', { records: batch });
+}
+const writesS = (performance.now() - t0) / 1000;
+const afterWrites = { ...status(), structures: await structures() };
+phase = 'indexing';
+const q = corpus.queries[0];
+const probe = { table: TABLE, tenant_id: q.tenant, text: q.text, text_field: 'text', vector: Array.from(q.vector, f32), vector_field: 'embedding' };
+while (JSON.parse(await request('POST', '/v1/explain', probe)).pending_feature_count > 0) await new Promise((r) => setTimeout(r, 100));
+const indexedS = (performance.now() - t0) / 1000;
+clearInterval(sampler);
+const end = { ...status(), structures: await structures() };
+server.child.kill('SIGTERM');
+await server.exited;
+agent.destroy();
+rmSync(dataDir, { recursive: true, force: true });
+
+const f = (x) => x.toFixed(0);
+const raw = rawBytes / 2 ** 20;
+console.log(`${records.toLocaleString('en')} ${CORPUS_KIND} records (${corpus.dim}-d), put-batches of ${chunk}; writes ${writesS.toFixed(1)} s, indexed ${indexedS.toFixed(1)} s`);
+console.log(`raw vectors + text: ${f(raw)} MB (2x: ${f(2 * raw)} MB)`);
+console.log('');
+console.log('| moment | RSS MB | anonymous MB | file pages MB | engine estimate MB (rows / keys / vectors / graphs) |');
+console.log('|---|---:|---:|---:|---|');
+const est = (s) => (s ? ['rows', 'keys', 'vectors', 'vector_graphs'].map((k) => f(s[k] ?? 0)).join(' / ') : '');
+console.log(`| idle, before the first write | ${f(idle.rss)} | ${f(idle.anon)} | ${f(idle.file)} | |`);
+console.log(`| peak (${peak.phase}, at ${peak.at_s.toFixed(1)} s) | **${f(peak.rss)}** (${(peak.rss / raw).toFixed(2)}x raw) | ${f(peak.anon)} | ${f(peak.file)} | |`);
+console.log(`| after the writes | ${f(afterWrites.rss)} | ${f(afterWrites.anon)} | ${f(afterWrites.file)} | ${est(afterWrites.structures)} |`);
+console.log(`| indexed | ${f(end.rss)} | ${f(end.anon)} | ${f(end.file)} | ${est(end.structures)} |`);
+console.log(`VmHWM at the end: ${f(end.hwm)} MB`);
