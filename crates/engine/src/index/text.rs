@@ -393,22 +393,80 @@ impl Bm25StatisticsProvider for QueryStats {
 /// BM25 of one document with the given tokens, as tantivy computes it
 /// (without tantivy's field-norm quantisation).
 pub fn bm25(stats: &QueryStats, query_terms: &[String], doc_tokens: &[String]) -> f32 {
-    if doc_tokens.is_empty() {
-        return 0.0;
+    let mut counts = TermCounts::new(query_terms);
+    for token in doc_tokens {
+        counts.count(token);
     }
-    let len = doc_tokens.len() as f32;
-    let norm = K1 * (1.0 - B + B * len / stats.avg_len());
-    query_terms
-        .iter()
-        .map(|term| {
-            let tf = doc_tokens.iter().filter(|t| *t == term).count() as f32;
-            if tf == 0.0 {
-                0.0
-            } else {
-                stats.idf(term) * (1.0 + K1) * tf / (tf + norm)
-            }
-        })
-        .sum()
+    counts.score(stats)
+}
+
+/// BM25 of `text` for the query's terms, tokenized as the index tokenizes
+/// it, in one pass: each token is looked up among the query's distinct
+/// terms and nothing is kept of it. The hot overlay scores rows the text
+/// index has not taken yet this way, so its cost is the rows' text, not the
+/// text times the query's terms (a 1,024-term query over one unindexed
+/// 15 MB text had compared every term with all 1.8 million tokens, 5.3 s,
+/// and held each token as a string, 350 MB).
+pub fn bm25_text(stats: &QueryStats, query_terms: &[String], analyzer: &mut TextAnalyzer, text: &str) -> f32 {
+    let mut counts = TermCounts::new(query_terms);
+    let mut stream = analyzer.token_stream(text);
+    while let Some(token) = stream.next() {
+        counts.count(&token.text);
+    }
+    counts.score(stats)
+}
+
+/// A document's frequencies of a query's terms, counted token by token.
+struct TermCounts<'q> {
+    terms: &'q [String],
+    /// Each distinct term's place in `tf`.
+    place: HashMap<&'q str, usize>,
+    /// Each query term's place in `tf` (a term given twice counts twice, as
+    /// the index scores it).
+    of_term: Vec<usize>,
+    tf: Vec<u32>,
+    len: u64,
+}
+
+impl<'q> TermCounts<'q> {
+    fn new(terms: &'q [String]) -> TermCounts<'q> {
+        let mut place = HashMap::with_capacity(terms.len());
+        let of_term = terms
+            .iter()
+            .map(|t| {
+                let next = place.len();
+                *place.entry(t.as_str()).or_insert(next)
+            })
+            .collect();
+        let tf = vec![0; place.len()];
+        TermCounts { terms, place, of_term, tf, len: 0 }
+    }
+
+    fn count(&mut self, token: &str) {
+        self.len += 1;
+        if let Some(&at) = self.place.get(token) {
+            self.tf[at] += 1;
+        }
+    }
+
+    fn score(&self, stats: &QueryStats) -> f32 {
+        if self.len == 0 {
+            return 0.0;
+        }
+        let norm = K1 * (1.0 - B + B * self.len as f32 / stats.avg_len());
+        self.terms
+            .iter()
+            .zip(&self.of_term)
+            .map(|(term, &at)| {
+                let tf = self.tf[at] as f32;
+                if tf == 0.0 {
+                    0.0
+                } else {
+                    stats.idf(term) * (1.0 + K1) * tf / (tf + norm)
+                }
+            })
+            .sum()
+    }
 }
 
 struct Fields {
@@ -880,6 +938,28 @@ mod tests {
         assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_common, &doc));
         let long: Vec<String> = std::iter::repeat_n("x".to_string(), 20).chain(["rare".to_string()]).collect();
         assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_rare, &long));
+    }
+
+    #[test]
+    fn bm25_of_a_text_in_one_pass_equals_bm25_of_its_tokens() {
+        let stats = QueryStats {
+            docs: 10,
+            tokens: 80,
+            df: [("fox".to_string(), 2), ("dog".to_string(), 5), ("the".to_string(), 9)].into_iter().collect(),
+        };
+        let mut analyzer = analyzer();
+        let text = "The quick brown fox jumps over the lazy dog; the fox again.";
+        let toks = tokens(&mut analyzer, text);
+        for query in [vec!["fox"], vec!["fox", "dog", "cat"], vec!["fox", "fox", "the"], vec![], vec!["cat"]] {
+            let query: Vec<String> = query.into_iter().map(String::from).collect();
+            let one_pass = bm25_text(&stats, &query, &mut analyzer, text);
+            assert_eq!(one_pass.to_bits(), bm25(&stats, &query, &toks).to_bits(), "{query:?}");
+        }
+        // a term given twice counts twice
+        let once = bm25_text(&stats, &["fox".to_string()], &mut analyzer, text);
+        let twice = bm25_text(&stats, &["fox".to_string(), "fox".to_string()], &mut analyzer, text);
+        assert!((twice - 2.0 * once).abs() < 1e-6 && once > 0.0);
+        assert_eq!(bm25_text(&stats, &["fox".to_string()], &mut analyzer, ""), 0.0);
     }
 
     #[test]

@@ -318,8 +318,7 @@ fn text_overlay(
             let mut score = 0.0;
             for col in &columns {
                 if let Some(s) = fields.get(col).and_then(Value::as_str) {
-                    let toks = text::tokens(&mut analyzer, s);
-                    score += text::bm25(&stats, terms, &toks);
+                    score += text::bm25_text(&stats, terms, &mut analyzer, s);
                     ex.lexical_scored_documents += 1;
                 }
             }
