@@ -274,7 +274,13 @@ export class Braid {
 
   /** Waits until the text and vector indexes cover every committed write. */
   waitIndexed(timeoutMs = 30_000): Promise<boolean> {
-    return this.engine.waitIndexed(timeoutMs);
+    return call(() => {
+      // the binding's own refusal would be its conversion text
+      if (typeof timeoutMs !== 'number' || !Number.isSafeInteger(timeoutMs) || timeoutMs < 0) {
+        throw new BraidError('invalid_request', `timeoutMs must be a whole number of milliseconds, 0 or more, got ${typeof timeoutMs === 'number' ? timeoutMs : describe(timeoutMs)}`);
+      }
+      return this.engine.waitIndexed(timeoutMs);
+    });
   }
 
   /**

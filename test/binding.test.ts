@@ -524,6 +524,23 @@ describe('a restore still running at close()', () => {
 });
 
 describe('waitIndexed and close', () => {
+  it('a timeout that is not a whole number of milliseconds is invalid_request in words of its own', async () => {
+    const dir = tempDir('braid-binding-wait-arg-');
+    const db = Braid.open({ dataDir: dir });
+    for (const bad of ['abc', null, {}, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      const err = await db.waitIndexed(bad as unknown as number).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(err, String(bad)).toMatchObject({ code: 'invalid_request' });
+      expect(String((err as Error).message)).toMatch(/timeout/i);
+      expect(String((err as Error).message)).not.toMatch(/convert|rust type/i);
+    }
+    expect(await db.waitIndexed()).toBe(true);
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('a waitIndexed made before close() answers false once the engine closes, not at its timeout', async () => {
     const dir = tempDir('braid-binding-wait-');
     const db = Braid.open({ dataDir: dir, deferIndexing: true });
