@@ -1,7 +1,8 @@
 //! Where a put-batch's memory goes: heap bytes live and at their peak
 //! (all threads, through a counting allocator) while one body is read and
 //! written, then while the indexers take it.
-//! `cargo run --release --example putprobe -p braid-engine -- BODY.json COLUMNS.json [batches]`
+//! `cargo run --release --example putprobe -p braid-engine -- BODY.json|DIR COLUMNS.json` (a
+//! directory: every body in it, in name order)
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -40,26 +41,38 @@ fn mark(label: &str) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let body = std::fs::read(&args[1]).expect("body");
     let columns: serde_json::Value = serde_json::from_slice(&std::fs::read(&args[2]).expect("columns")).expect("json");
-    let batches: usize = args.get(3).map_or(4, |s| s.parse().unwrap());
+    // BODY.json, or a directory of bodies written one after another
+    let path = std::path::Path::new(&args[1]);
+    let bodies: Vec<std::path::PathBuf> = if path.is_dir() {
+        let mut all: Vec<_> = std::fs::read_dir(path).unwrap().map(|e| e.unwrap().path()).collect();
+        all.sort();
+        all
+    } else {
+        vec![path.to_path_buf()]
+    };
     let dir = std::env::temp_dir().join("braid-putprobe");
     let _ = std::fs::remove_dir_all(&dir);
     let engine = Engine::open(EngineConfig::new(&dir)).expect("open");
     engine.declare_table(None, None, "docs", parse_columns(&columns).unwrap()).unwrap();
     mark("open + declare");
-    for b in 0..batches {
-        let text = String::from_utf8(body.clone()).unwrap().replace("\"id\":\"r", &format!("\"id\":\"b{b}r"));
-        mark("body copy");
-        let started = Instant::now();
-        let batch = braid_engine::wire::put_batch(text.as_bytes()).expect("a batch");
+    let started = Instant::now();
+    for (b, body) in bodies.iter().enumerate() {
+        let text = std::fs::read(body).expect("body");
+        let batch = braid_engine::wire::put_batch(&text).expect("a batch");
         drop(text);
-        mark("parsed");
+        if bodies.len() == 1 {
+            mark("parsed");
+        }
         engine.put(None, None, batch.records, None).expect("put");
-        mark(&format!("put ({:.0} ms)", started.elapsed().as_secs_f64() * 1e3));
-        std::thread::sleep(Duration::from_millis(1500));
-        mark("indexers");
+        if bodies.len() == 1 || b % 8 == 7 {
+            mark(&format!("put {} ({:.1} s)", b + 1, started.elapsed().as_secs_f64()));
+        }
     }
+    engine.wait_indexed(Duration::from_secs(600));
+    mark(&format!("indexed ({:.1} s)", started.elapsed().as_secs_f64()));
+    std::thread::sleep(Duration::from_millis(500));
+    mark("settled");
     engine.close();
     mark("closed");
 }

@@ -869,8 +869,10 @@ pub fn start_problems(data: &Path) -> Vec<String> {
         }
     }
     for dir in dirs {
-        let checked = crate::storage::checkpoint::latest(&dir)
-            .and_then(|ckpt| crate::storage::checkpoint::check_tail(&dir, ckpt));
+        let checked = crate::storage::checkpoint::latest(&dir).and_then(|ckpt| {
+            crate::storage::checkpoint::check_tail(&dir, ckpt)?;
+            crate::storage::checkpoint::check_vector_files(&dir, ckpt)
+        });
         if let Err(e) = checked {
             problems.push(e.message);
         }

@@ -577,3 +577,42 @@ fn a_missing_catalog_or_branch_directory_is_refused() {
     assert!(engine.get(None, Some("b2"), &key("r3"), None).unwrap().is_some());
     assert!(engine.get(None, None, &key("r3"), None).unwrap().is_some());
 }
+
+/// Found by a black-box test: a vector file zeroed in place was served as
+/// it was (vector files had no checksum). A checkpoint now writes a trailer
+/// with the file's CRC-32; a start refuses a file that fails it, and doctor
+/// names it. A file from before the trailer still opens.
+#[test]
+fn a_damaged_vector_file_is_refused_and_one_without_a_trailer_still_opens() {
+    let _failpoints = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    let expected = observe(&engine, &[]);
+    drop(engine);
+    let branch = main_dir(dir.path());
+    let vectors = branch.join(checkpoint::vectors_name(0));
+    let good = std::fs::read(&vectors).unwrap();
+    assert_eq!(&good[good.len() - 24..good.len() - 16], b"BRVECSUM", "a trailer ends the file");
+    assert!(braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+
+    // one vector's bytes zeroed: refused, and doctor names the file
+    let mut damaged = good.clone();
+    let at = damaged.len() - 24 - 32;
+    damaged[at..at + 32].fill(0);
+    std::fs::write(&vectors, &damaged).unwrap();
+    let before = files(&branch, "");
+    let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("the start must be refused");
+    assert_eq!(err.code, Code::WalCorrupt, "{}", err.message);
+    assert!(err.message.contains("vectors-00000000.f32") && err.message.contains("checksum"), "{}", err.message);
+    assert_eq!(files(&branch, ""), before, "the refused start removed files");
+    let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+    assert!(!report.healthy);
+    assert!(report.problems.iter().any(|p| p.contains("vectors-00000000.f32")), "{:?}", report.problems);
+
+    // the same vectors without a trailer, as builds before it wrote them
+    std::fs::write(&vectors, &good[..good.len() - 24]).unwrap();
+    let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
+    assert_eq!(observe(&engine, &[]), expected);
+}

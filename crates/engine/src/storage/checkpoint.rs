@@ -22,6 +22,13 @@
 //! Image file: `b"BRAIDCKP" | format u32 | crc u32 (CRC-32 of body) |
 //! body length u64 | body` where body is an [`Image`] in postcard. A data
 //! directory whose image has a newer format is refused, not guessed at.
+//!
+//! Vector file: the f32 vectors (little-endian, at the offsets the image
+//! gives), then a trailer `b"BRVECSUM" | data length u64 | crc u32 (CRC-32
+//! of the data) | 0u32`. A start checks it before it maps the vectors, so a
+//! damaged file is refused instead of served. Files written before the
+//! trailer existed have none and are read unchecked (an older build reads a
+//! file with a trailer as before: the trailer lies past every chunk).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -408,7 +415,10 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
     }
     let path = dir.join(vectors_name(gen));
     faults::check("checkpoint::vectors")?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, wal::create_private(&path, true)?);
+    let mut out = Summed {
+        out: std::io::BufWriter::with_capacity(1 << 20, wal::create_private(&path, true)?),
+        crc: crc32fast::Hasher::new(),
+    };
     let mut offset = 0u64;
     let mut written_back = 0u64;
     let mut bytes: Vec<u8> = Vec::new();
@@ -430,16 +440,80 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
             offset += bytes.len() as u64;
             // the device writes what is written while the rest is encoded
             if offset - written_back >= fsutil::WRITEBACK_BYTES {
-                out.flush()?;
-                fsutil::start_writeback(out.get_ref(), written_back, offset - written_back);
+                out.out.flush()?;
+                fsutil::start_writeback(out.out.get_ref(), written_back, offset - written_back);
                 written_back = offset;
             }
         }
     }
-    let file = out.into_inner().map_err(|e| Error::from(e.into_error()))?;
+    let Summed { out: mut file, crc } = out;
+    file.write_all(&vector_trailer(offset, crc.finalize()))?;
+    let file = file.into_inner().map_err(|e| Error::from(e.into_error()))?;
     file.sync_all()?;
     fsutil::sync_dir(&path)?;
     Ok(SealedVectors { gen, path: Some(path), placed })
+}
+
+/// A writer that takes the CRC-32 of what goes through it.
+struct Summed<W: Write> {
+    out: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Summed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+const VECTOR_TRAILER_MAGIC: &[u8; 8] = b"BRVECSUM";
+const VECTOR_TRAILER_LEN: usize = 24;
+
+fn vector_trailer(len: u64, crc: u32) -> [u8; VECTOR_TRAILER_LEN] {
+    let mut out = [0u8; VECTOR_TRAILER_LEN];
+    out[..8].copy_from_slice(VECTOR_TRAILER_MAGIC);
+    out[8..16].copy_from_slice(&len.to_le_bytes());
+    out[16..20].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Checks a vector file's bytes against its trailer: `Ok` for a file that
+/// matches it, and for one written before vector files had a trailer.
+fn check_vectors(path: &Path, bytes: &[u8]) -> Result<()> {
+    let Some(at) = bytes.len().checked_sub(VECTOR_TRAILER_LEN) else { return Ok(()) };
+    let trailer = &bytes[at..];
+    if &trailer[..8] != VECTOR_TRAILER_MAGIC {
+        return Ok(());
+    }
+    let len = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(trailer[16..20].try_into().expect("4 bytes"));
+    if len != at as u64 || crc32fast::hash(&bytes[..at]) != crc {
+        return Err(Error::new(
+            Code::WalCorrupt,
+            format!("{} fails its checksum; restore a snapshot (docs/operations.md)", path.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the vector files of a branch or snapshot directory that its
+/// checkpoint `ckpt` may map (those of earlier generations; a later one is
+/// what an unfinished checkpoint left, which a start deletes) against their
+/// trailers (`braid doctor`; a start checks those its checkpoint maps).
+pub fn check_vector_files(dir: &Path, ckpt: Option<u32>) -> Result<()> {
+    let Some(ckpt) = ckpt else { return Ok(()) };
+    for gen in generations(dir, "vectors-", ".f32")?.into_iter().filter(|g| *g < ckpt) {
+        let path = dir.join(vectors_name(gen));
+        let map = map_file(&path)?;
+        check_vectors(&path, &map)?;
+    }
+    Ok(())
 }
 
 fn map_file(path: &Path) -> Result<Arc<Mmap>> {
@@ -894,7 +968,9 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
                 let map = match maps.get(&c.gen) {
                     Some(m) => m.clone(),
                     None => {
-                        let m = map_file(&dir.join(vectors_name(c.gen)))?;
+                        let path = dir.join(vectors_name(c.gen));
+                        let m = map_file(&path)?;
+                        check_vectors(&path, &m)?;
                         maps.insert(c.gen, m.clone());
                         m
                     }
