@@ -510,9 +510,26 @@ impl Hnsw {
     /// The `k` nearest linked nodes whose slot `accept` takes, nearest
     /// first, as (slot, distance); `ef` candidates are kept during the walk.
     pub fn search(&self, vector: &[f32], k: usize, ef: usize, accept: &dyn Fn(u32) -> bool) -> Vec<(u32, f32)> {
+        self.search_checked(vector, k, ef, accept).0
+    }
+
+    /// [`Self::search`], and whether the walk's codes could not tell its
+    /// candidates apart: half or more of the `ef` it kept are within the
+    /// error bound of the nearest one's code distance. Then which of them
+    /// the walk kept, and which it never reached, was decided by rounding,
+    /// not by distance: among hundreds of near-duplicates a query with one
+    /// of them missed it half the time (found by a black-box test). The
+    /// caller scans exactly instead.
+    pub fn search_checked(
+        &self,
+        vector: &[f32],
+        k: usize,
+        ef: usize,
+        accept: &dyn Fn(u32) -> bool,
+    ) -> (Vec<(u32, f32)>, bool) {
         // a walk that reaches nothing (tests of the exact fallback)
-        fail::fail_point!("vector::walk", |_| Vec::new());
-        let Some((top, top_level)) = *self.entry.read() else { return Vec::new() };
+        fail::fail_point!("vector::walk", |_| (Vec::new(), false));
+        let Some((top, top_level)) = *self.entry.read() else { return (Vec::new(), false) };
         let query = &CodedQuery::new(self.metric, vector);
         let mut buf = Vec::with_capacity(M0);
         let mut nearest = Near { dist: self.dist_to(query, top), id: top };
@@ -524,8 +541,19 @@ impl Hnsw {
         let found = VISITED.with_borrow_mut(|visited| {
             self.search_layer(query, &[nearest], ef.max(k), 0, Some(&accept), visited, &mut buf)
         });
-        // the walk compared codes: score what it found with the vectors
         let mut found = found.into_vec();
+        let ef = ef.max(k);
+        // more candidates tied with the nearest than the caller asks for
+        // (or than a quarter of the walk's width) mean that which of them it
+        // reached was decided by rounding
+        let enough = k.min(ef / 4).max(1);
+        let tied = found.len() > enough && {
+            let nearest = found.iter().min().copied();
+            let bound = nearest.and_then(|n| point(&self.arena, n.id)).map_or(0.0, |p| query.error(p));
+            let within = nearest.map_or(0, |n| found.iter().filter(|f| f.dist <= n.dist + bound).count());
+            bound > 0.0 && within > enough
+        };
+        // the walk compared codes: score what it found with the vectors
         for i in 0..found.len() {
             if let Some(ahead) = found.get(i + 4).and_then(|n| self.arena.vector(n.id)) {
                 prefetch(ahead);
@@ -535,7 +563,7 @@ impl Hnsw {
             }
         }
         found.sort_unstable();
-        found.into_iter().take(k).map(|n| (n.id, n.dist)).collect()
+        (found.into_iter().take(k).map(|n| (n.id, n.dist)).collect(), tied)
     }
 
     /// Writes the graph's links (not its vectors, which are the arena's):

@@ -536,14 +536,14 @@ impl VectorIndex {
     /// eligible ones (a region the links do not reach, such as thousands of
     /// copies of one vector) is replaced by an exact scan of the eligible
     /// linked rows: a query gets as many rows as there are, never a short
-    /// list because of the graph's shape.
+    /// list because of the graph's shape. So is a walk whose candidates
+    /// the codes could not tell apart ([`Hnsw::search_checked`]).
     pub fn search(&self, query: &[f32], k: usize, ef: usize, eligible: &RoaringBitmap) -> Vec<(u32, f32)> {
         let arena = &self.arena;
         let linked = self.graph_slots();
         let accept = |slot: u32| arena.row(slot).is_some_and(|row| eligible.contains(row));
-        let hits: Vec<(u32, f32)> = self
-            .graph
-            .search(query, k, ef.max(k), &accept)
+        let (found, tied) = self.graph.search_checked(query, k, ef.max(k), &accept);
+        let hits: Vec<(u32, f32)> = found
             .into_iter()
             .filter_map(|(slot, d)| {
                 let score = match arena.vector(slot) {
@@ -553,12 +553,12 @@ impl VectorIndex {
                 Some((arena.row(slot)?, score))
             })
             .collect();
-        if hits.len() >= k {
+        if hits.len() >= k && !tied {
             return hits;
         }
         let Some(last) = linked.checked_sub(1).and_then(|slot| arena.row(slot)) else { return hits };
         let reachable = eligible.range_cardinality(..=last);
-        if hits.len() as u64 >= reachable.min(k as u64) {
+        if hits.len() as u64 >= reachable.min(k as u64) && !tied {
             return hits;
         }
         let scan = self.linked_slots(eligible, last, linked);
