@@ -611,8 +611,47 @@ fn a_damaged_vector_file_is_refused_and_one_without_a_trailer_still_opens() {
     assert!(!report.healthy);
     assert!(report.problems.iter().any(|p| p.contains("vectors-00000000.f32")), "{:?}", report.problems);
 
+    // cut by a few bytes (so no trailer is left) and damaged: a file
+    // without a trailer must end where its vectors do
+    let mut cut = good[..good.len() - 3].to_vec();
+    cut[10] ^= 0x40;
+    std::fs::write(&vectors, &cut).unwrap();
+    let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("a cut file must be refused");
+    assert_eq!(err.code, Code::WalCorrupt, "{}", err.message);
+    assert!(err.message.contains("no checksum trailer"), "{}", err.message);
+
+    // another generation's file, its own trailer intact, copied over it
+    let mut other = good.clone();
+    let at = other.len() - 4;
+    other[at..].copy_from_slice(&7u32.to_le_bytes());
+    std::fs::write(&vectors, &other).unwrap();
+    let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("another generation's file");
+    assert_eq!(err.code, Code::WalCorrupt, "{}", err.message);
+    assert!(err.message.contains("generation 7, not 0"), "{}", err.message);
+    assert!(!braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+
     // the same vectors without a trailer, as builds before it wrote them
     std::fs::write(&vectors, &good[..good.len() - 24]).unwrap();
     let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
     assert_eq!(observe(&engine, &[]), expected);
+    drop(engine);
+
+    // a damaged snapshot is a problem doctor names, though a start does not read it
+    std::fs::write(&vectors, &good).unwrap();
+    let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
+    engine.snapshot(None, None, "s1").unwrap();
+    drop(engine);
+    assert!(braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+    let snapshot = dir.path().join("snapshots").join("s1");
+    let copied = files(&snapshot, "vectors-");
+    assert!(!copied.is_empty(), "{:?}", files(&snapshot, ""));
+    // a copy, not the hard link the snapshot shares with the branch
+    let in_snapshot = snapshot.join(&copied[0]);
+    let mut bytes = std::fs::read(&in_snapshot).unwrap();
+    std::fs::remove_file(&in_snapshot).unwrap();
+    bytes[0] ^= 0x01;
+    std::fs::write(&in_snapshot, &bytes).unwrap();
+    let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+    assert!(!report.healthy);
+    assert!(report.problems.iter().any(|p| p.starts_with("snapshot s1:")), "{:?}", report.problems);
 }

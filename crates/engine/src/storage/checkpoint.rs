@@ -25,9 +25,11 @@
 //!
 //! Vector file: the f32 vectors (little-endian, at the offsets the image
 //! gives), then a trailer `b"BRVECSUM" | data length u64 | crc u32 (CRC-32
-//! of the data) | 0u32`. A start checks it before it maps the vectors, so a
-//! damaged file is refused instead of served. Files written before the
-//! trailer existed have none and are read unchecked (an older build reads a
+//! of the data) | generation u32`. A start checks it before it maps the
+//! vectors, so a damaged file, or another generation's file copied over it,
+//! is refused instead of served. A file written before the trailer existed
+//! has none: it is read unchecked when it is whole f32 values reaching its
+//! image's last vector in it, as such a file is (an older build reads a
 //! file with a trailer as before: the trailer lies past every chunk).
 
 use std::collections::{BTreeMap, HashMap};
@@ -447,7 +449,7 @@ pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVector
         }
     }
     let Summed { out: mut file, crc } = out;
-    file.write_all(&vector_trailer(offset, crc.finalize()))?;
+    file.write_all(&vector_trailer(offset, crc.finalize(), gen))?;
     let file = file.into_inner().map_err(|e| Error::from(e.into_error()))?;
     file.sync_all()?;
     fsutil::sync_dir(&path)?;
@@ -475,29 +477,55 @@ impl<W: Write> Write for Summed<W> {
 const VECTOR_TRAILER_MAGIC: &[u8; 8] = b"BRVECSUM";
 const VECTOR_TRAILER_LEN: usize = 24;
 
-fn vector_trailer(len: u64, crc: u32) -> [u8; VECTOR_TRAILER_LEN] {
+fn vector_trailer(len: u64, crc: u32, gen: u32) -> [u8; VECTOR_TRAILER_LEN] {
     let mut out = [0u8; VECTOR_TRAILER_LEN];
     out[..8].copy_from_slice(VECTOR_TRAILER_MAGIC);
     out[8..16].copy_from_slice(&len.to_le_bytes());
     out[16..20].copy_from_slice(&crc.to_le_bytes());
+    out[20..24].copy_from_slice(&gen.to_le_bytes());
     out
 }
 
-/// Checks a vector file's bytes against its trailer: `Ok` for a file that
-/// matches it, and for one written before vector files had a trailer.
-fn check_vectors(path: &Path, bytes: &[u8]) -> Result<()> {
-    let Some(at) = bytes.len().checked_sub(VECTOR_TRAILER_LEN) else { return Ok(()) };
-    let trailer = &bytes[at..];
-    if &trailer[..8] != VECTOR_TRAILER_MAGIC {
-        return Ok(());
-    }
-    let len = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
-    let crc = u32::from_le_bytes(trailer[16..20].try_into().expect("4 bytes"));
-    if len != at as u64 || crc32fast::hash(&bytes[..at]) != crc {
-        return Err(Error::new(
+/// Checks the bytes of `vectors-<gen>.f32` against its trailer. `end`: where
+/// the last vector its image places in it ends, when the caller knows.
+/// A file without a trailer (written before vector files had one) passes
+/// when it is whole f32 values reaching `end`, as such a file is; its bytes
+/// cannot be checked. Found by a black-box test: a damaged file cut by a
+/// few bytes lost its trailer and was read unchecked, and another
+/// generation's file copied over one passed its own trailer.
+fn check_vectors(path: &Path, bytes: &[u8], gen: u32, end: Option<usize>) -> Result<()> {
+    let damaged = |what: String| {
+        Err(Error::new(
             Code::WalCorrupt,
-            format!("{} fails its checksum; restore a snapshot (docs/operations.md)", path.display()),
-        ));
+            format!(
+                "{} {what}: it changed on disk after its checkpoint wrote it (docs/operations.md, \"braid doctor\")",
+                path.display()
+            ),
+        ))
+    };
+    let trailer = bytes.len().checked_sub(VECTOR_TRAILER_LEN).filter(|at| &bytes[*at..*at + 8] == VECTOR_TRAILER_MAGIC);
+    let Some(at) = trailer else {
+        // whole f32 values, and padding of whole f32 values, reaching at
+        // least its last vector (an image may no longer place vectors in
+        // the whole file: a column rebuilt since is written elsewhere)
+        return if !bytes.len().is_multiple_of(4) || end.is_some_and(|end| end > bytes.len()) {
+            damaged(format!("has no checksum trailer and is {} bytes long, which no checkpoint writes", bytes.len()))
+        } else {
+            Ok(())
+        };
+    };
+    let field = |range: std::ops::Range<usize>| &bytes[at + range.start..at + range.end];
+    let len = u64::from_le_bytes(field(8..16).try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(field(16..20).try_into().expect("4 bytes"));
+    let written_for = u32::from_le_bytes(field(20..24).try_into().expect("4 bytes"));
+    if written_for != gen {
+        return damaged(format!("holds the vectors of generation {written_for}, not {gen}"));
+    }
+    if len != at as u64 || crc32fast::hash(&bytes[..at]) != crc {
+        return damaged("fails its checksum".to_string());
+    }
+    if end.is_some_and(|end| end > at) {
+        return damaged(format!("ends at byte {at}, before its vectors do"));
     }
     Ok(())
 }
@@ -511,7 +539,7 @@ pub fn check_vector_files(dir: &Path, ckpt: Option<u32>) -> Result<()> {
     for gen in generations(dir, "vectors-", ".f32")?.into_iter().filter(|g| *g < ckpt) {
         let path = dir.join(vectors_name(gen));
         let map = map_file(&path)?;
-        check_vectors(&path, &map)?;
+        check_vectors(&path, &map, gen, None)?;
     }
     Ok(())
 }
@@ -917,6 +945,20 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
     let slot_bases: HashMap<(&str, &str), u32> =
         slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
     let mut maps: HashMap<u32, Arc<Mmap>> = HashMap::new();
+    // where the last vector the image places in each vector file ends
+    let mut ends: HashMap<u32, usize> = HashMap::new();
+    for t in &images {
+        let schema = schemas.get(&t.name);
+        for v in &t.vectors {
+            let dim =
+                schema.and_then(|s| s.vector_columns().find(|(c, ..)| *c == v.column.as_str())).map(|(_, d, _)| d);
+            for c in v.chunks.iter().filter(|_| dim.is_some()) {
+                let bytes = (c.count as usize).saturating_mul(dim.unwrap_or(0) as usize * 4);
+                let end = ends.entry(c.gen).or_default();
+                *end = (*end).max((c.offset as usize).saturating_add(bytes));
+            }
+        }
+    }
     let mut tables = HashMap::new();
     for t in images {
         let schema = schemas.get(&t.name);
@@ -970,7 +1012,7 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
                     None => {
                         let path = dir.join(vectors_name(c.gen));
                         let m = map_file(&path)?;
-                        check_vectors(&path, &m)?;
+                        check_vectors(&path, &m, c.gen, ends.get(&c.gen).copied())?;
                         maps.insert(c.gen, m.clone());
                         m
                     }
