@@ -478,11 +478,20 @@ const VECTOR_TRAILER_MAGIC: &[u8; 8] = b"BRVECSUM";
 const VECTOR_TRAILER_LEN: usize = 24;
 
 fn vector_trailer(len: u64, crc: u32, gen: u32) -> [u8; VECTOR_TRAILER_LEN] {
-    let mut out = [0u8; VECTOR_TRAILER_LEN];
-    out[..8].copy_from_slice(VECTOR_TRAILER_MAGIC);
-    out[8..16].copy_from_slice(&len.to_le_bytes());
-    out[16..20].copy_from_slice(&crc.to_le_bytes());
-    out[20..24].copy_from_slice(&gen.to_le_bytes());
+    magic_and_fields(VECTOR_TRAILER_MAGIC, [&len.to_le_bytes(), &crc.to_le_bytes(), &gen.to_le_bytes()])
+}
+
+/// An image header or a vector trailer: 8 magic bytes, then the fields'
+/// little-endian bytes back to back (16 bytes in all).
+fn magic_and_fields(magic: &[u8; 8], fields: [&[u8]; 3]) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    out[..8].copy_from_slice(magic);
+    let mut at = 8;
+    for field in fields {
+        out[at..at + field.len()].copy_from_slice(field);
+        at += field.len();
+    }
+    debug_assert_eq!(at, out.len());
     out
 }
 
@@ -771,12 +780,7 @@ impl Captured {
 
 /// The header of an image file whose body has checksum `crc` and `len` bytes.
 fn header_for(format: u32, crc: u32, len: u64) -> [u8; HEADER_LEN] {
-    let mut out = [0u8; HEADER_LEN];
-    out[..8].copy_from_slice(MAGIC);
-    out[8..12].copy_from_slice(&format.to_le_bytes());
-    out[12..16].copy_from_slice(&crc.to_le_bytes());
-    out[16..24].copy_from_slice(&len.to_le_bytes());
-    out
+    magic_and_fields(MAGIC, [&format.to_le_bytes(), &crc.to_le_bytes(), &len.to_le_bytes()])
 }
 
 /// An image file's bytes: header, then `body`.
