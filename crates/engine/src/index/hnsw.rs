@@ -514,8 +514,9 @@ impl Hnsw {
     }
 
     /// [`Self::search`], and whether the walk's codes could not tell its
-    /// candidates apart: half or more of the `ef` it kept are within the
-    /// error bound of the nearest one's code distance. Then which of them
+    /// candidates apart: more of those it kept than `k` (or than a quarter
+    /// of `ef`) are within the error bound of the nearest one's code
+    /// distance. Then which of them
     /// the walk kept, and which it never reached, was decided by rounding,
     /// not by distance: among hundreds of near-duplicates a query with one
     /// of them missed it half the time (found by a black-box test). The
