@@ -62,7 +62,16 @@ async function structures() {
   return out;
 }
 
-const idle = status();
+/** V8's heap (total reserved) and external memory (Buffers), in MB. */
+async function v8() {
+  const text = await request('GET', '/metrics');
+  const get = (name) => Number(new RegExp(`^braid_${name} (\\S+)`, 'm').exec(text)?.[1] ?? 0) / 2 ** 20;
+  return { heap: get('nodejs_heap_size_total_bytes'), external: get('nodejs_external_memory_bytes') };
+}
+
+const idle = { ...status(), ...(await v8()) };
+let v8Peak = { heap: 0, external: 0 };
+let v8AtPeak = idle;
 let peak = { ...idle, at_s: 0, phase: 'idle' };
 let phase = 'writes';
 const t0 = performance.now();
@@ -70,6 +79,13 @@ const sampler = setInterval(() => {
   const s = status();
   if (s.rss > peak.rss) peak = { ...s, at_s: (performance.now() - t0) / 1000, phase };
 }, 5);
+// V8's figures come from /metrics, so they are read between batches, 4 times a second.
+const v8Sampler = setInterval(async () => {
+  const v = await v8().catch(() => null);
+  if (!v) return;
+  v8Peak = { heap: Math.max(v8Peak.heap, v.heap), external: Math.max(v8Peak.external, v.external) };
+  if (status().rss >= peak.rss * 0.97) v8AtPeak = v;
+}, 250);
 
 await request('POST', '/v1/graphql', {
   query: 'mutation($t: String!, $c: JSON!) { declare_table(table: $t, columns: $c) { epoch } }',
@@ -98,7 +114,8 @@ const probe = { table: TABLE, tenant_id: q.tenant, text: q.text, text_field: 'te
 while (JSON.parse(await request('POST', '/v1/explain', probe)).pending_feature_count > 0) await new Promise((r) => setTimeout(r, 100));
 const indexedS = (performance.now() - t0) / 1000;
 clearInterval(sampler);
-const end = { ...status(), structures: await structures() };
+clearInterval(v8Sampler);
+const end = { ...status(), structures: await structures(), ...(await v8()) };
 server.child.kill('SIGTERM');
 await server.exited;
 agent.destroy();
@@ -117,3 +134,7 @@ console.log(`| peak (${peak.phase}, at ${peak.at_s.toFixed(1)} s) | **${f(peak.r
 console.log(`| after the writes | ${f(afterWrites.rss)} | ${f(afterWrites.anon)} | ${f(afterWrites.file)} | ${est(afterWrites.structures)} |`);
 console.log(`| indexed | ${f(end.rss)} | ${f(end.anon)} | ${f(end.file)} | ${est(end.structures)} |`);
 console.log(`VmHWM at the end: ${f(end.hwm)} MB`);
+console.log(
+  `V8 heap (reserved) / external MB: idle ${f(idle.heap)} / ${f(idle.external)}, near the peak ${f(v8AtPeak.heap)} / ${f(v8AtPeak.external)}, ` +
+    `highest ${f(v8Peak.heap)} / ${f(v8Peak.external)}, indexed ${f(end.heap)} / ${f(end.external)}`,
+);

@@ -197,6 +197,37 @@ describe('the binding itself', () => {
   });
 });
 
+describe('a get read at once or on the pool', () => {
+  const engine = nativeEngineForSuite('braid-binding-now-');
+
+  it('a get answers the same read at once on the JS thread or on the pool: alone, beside other calls, over the size cap', async () => {
+    // a small record whose bytes are in memory is read on the JS thread when
+    // no other call is in flight; a large one (over 64 KiB), or one asked
+    // while another call runs, on the pool (crates/node/src/lib.rs, `now`)
+    const big = 'y'.repeat(70_000);
+    await engine().put(undefined, [
+      { table: TABLE, tenant_id: 'reads-now', id: 'now-small', fields: { title: 'small' } },
+      { table: TABLE, tenant_id: 'reads-now', id: 'now-big', fields: { title: big } },
+    ]);
+    const key = (id: string) => ({ table: TABLE, tenant_id: 'reads-now', id });
+    const alone = engine().get(undefined, key('now-small'));
+    expect(alone).toBeInstanceOf(Promise);
+    const small = await alone;
+    expect(small).toMatchObject({ id: 'now-small', version_id: 1, fields: { title: 'small' } });
+    expect((await engine().get(undefined, key('now-big')))!.fields.title).toBe(big);
+    const [beside, query, many] = await Promise.all([
+      engine().get(undefined, key('now-small')),
+      engine().query(undefined, { table: TABLE, tenant_id: 'reads-now', text: 'small', text_field: 'title', top_k: 1 }),
+      Promise.all(Array.from({ length: 50 }, () => engine().get(undefined, key('now-small')))),
+    ]);
+    expect(beside).toEqual(small);
+    expect(query.results.length).toBeLessThanOrEqual(1);
+    for (const m of many) expect(m).toEqual(small);
+    expect(await rejection(engine().get(undefined, key('')))).toMatchObject({ code: 'invalid_name', status: 400 });
+  });
+
+});
+
 describe('request bodies read by the engine from their bytes', () => {
   const engine = nativeEngineForSuite('braid-binding-json-');
   let native: NativeEngine;

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
@@ -309,11 +309,7 @@ impl Engine {
         let br = branch.unwrap_or(DEFAULT_BRANCH);
         ident("database_id", db)?;
         ident("branch_id", br)?;
-        self.branches
-            .read()
-            .get(&(db.to_string(), br.to_string()))
-            .cloned()
-            .ok_or_else(|| Error::new(Code::BranchNotFound, format!("branch {db}/{br} does not exist")))
+        self.branches.read().get(&(db.to_string(), br.to_string())).cloned().ok_or_else(|| branch_not_found(db, br))
     }
 
     fn write(&self, database: Option<&str>, branch: Option<&str>, op: WriteOp) -> Result<WriteResult> {
@@ -408,22 +404,38 @@ impl Engine {
         key: &RecordKey,
         epoch: Option<u64>,
     ) -> Result<Option<RecordOutput>> {
-        names::check_table(&key.table)?;
-        names::check_key("tenant_id", &key.tenant_id)?;
-        names::check_key("id", &key.id)?;
+        check_key_names(key)?;
         let branch = self.branch(database, branch)?;
         let state = branch.state.read();
-        let horizon = branch.horizon(&state);
-        match epoch {
-            Some(e) if e < horizon => {
-                bail!(TemporalBeforeHorizon, "epoch {e} is below the retained horizon {horizon}")
-            }
-            // as a query's temporal_as_of: an epoch not yet written has no versions to read
-            Some(e) if e > state.latest_epoch => {
-                bail!(TemporalInFuture, "epoch {e} is after the latest epoch {}", state.latest_epoch)
-            }
-            _ => read_record_at(&state, key, epoch.unwrap_or(state.latest_epoch)),
+        let read = |row| Some(state.fields(row, None));
+        get_from(&branch, &state, key, epoch, read).expect("a read that may wait answers")
+    }
+
+    /// [`Engine::get`] if it can answer at once, else `None`: for a caller
+    /// whose thread serves others (Node's JS thread), which then asks
+    /// [`Engine::get`] on a thread that may wait. It waits for no lock (the
+    /// branch list's, the branch state's, the record files' handles) and for
+    /// no disk: the record's bytes must be in the page cache
+    /// (`RWF_NOWAIT`) and at most [`records::NOW_MAX_BYTES`](crate::storage::records::NOW_MAX_BYTES).
+    /// Its answer, given, is [`Engine::get`]'s.
+    pub fn get_now(
+        &self,
+        database: Option<&str>,
+        branch: Option<&str>,
+        key: &RecordKey,
+        epoch: Option<u64>,
+    ) -> Option<Result<Option<RecordOutput>>> {
+        let db = database.unwrap_or(DEFAULT_DATABASE);
+        let br = branch.unwrap_or(DEFAULT_BRANCH);
+        if let Err(e) =
+            check_key_names(key).and_then(|()| ident("database_id", db)).and_then(|()| ident("branch_id", br))
+        {
+            return Some(Err(e));
         }
+        let found = self.branches.try_read()?.get(&(db.to_string(), br.to_string())).cloned();
+        let Some(branch) = found else { return Some(Err(branch_not_found(db, br))) };
+        let state = branch.state.try_read()?;
+        get_from(&branch, &state, key, epoch, |row| state.fields_now(row, None))
     }
 
     pub fn query(&self, database: Option<&str>, branch: Option<&str>, q: &HybridQuery) -> Result<QueryResponse> {
@@ -814,18 +826,66 @@ impl Drop for Engine {
 }
 
 fn read_record(state: &crate::storage::State, key: &RecordKey) -> Result<Option<RecordOutput>> {
-    read_record_at(state, key, state.latest_epoch)
+    let Some(row) = state.visible_version(&key.table, &key.tenant_id, &key.id, state.latest_epoch) else {
+        return Ok(None);
+    };
+    record_output(state, key, row, state.fields(row, None)?)
 }
 
-fn read_record_at(state: &crate::storage::State, key: &RecordKey, epoch: u64) -> Result<Option<RecordOutput>> {
-    let Some(row) = state.visible_version(&key.table, &key.tenant_id, &key.id, epoch) else { return Ok(None) };
+fn record_output(
+    state: &crate::storage::State,
+    key: &RecordKey,
+    row: u32,
+    fields: Map<String, Value>,
+) -> Result<Option<RecordOutput>> {
     Ok(Some(RecordOutput {
-        fields: state.fields(row, None)?,
+        fields,
         id: key.id.clone(),
         table: key.table.clone(),
         tenant_id: key.tenant_id.clone(),
         version_id: state.rows[row as usize].version_id,
     }))
+}
+
+fn branch_not_found(db: &str, br: &str) -> Error {
+    Error::new(Code::BranchNotFound, format!("branch {db}/{br} does not exist"))
+}
+
+/// A record key's names, checked as a write checks them.
+fn check_key_names(key: &RecordKey) -> Result<()> {
+    names::check_table(&key.table)?;
+    names::check_key("tenant_id", &key.tenant_id)?;
+    names::check_key("id", &key.id)
+}
+
+/// The version of `key` visible at `epoch` (the latest by default), its
+/// fields read by `read`; `None` when `read` would wait.
+fn get_from(
+    branch: &Branch,
+    state: &crate::storage::State,
+    key: &RecordKey,
+    epoch: Option<u64>,
+    read: impl FnOnce(u32) -> Option<Result<Map<String, Value>>>,
+) -> Option<Result<Option<RecordOutput>>> {
+    let checked = || -> Result<u64> {
+        let horizon = branch.horizon(state);
+        match epoch {
+            Some(e) if e < horizon => {
+                bail!(TemporalBeforeHorizon, "epoch {e} is below the retained horizon {horizon}")
+            }
+            // as a query's temporal_as_of: an epoch not yet written has no versions to read
+            Some(e) if e > state.latest_epoch => {
+                bail!(TemporalInFuture, "epoch {e} is after the latest epoch {}", state.latest_epoch)
+            }
+            _ => Ok(epoch.unwrap_or(state.latest_epoch)),
+        }
+    };
+    let at = match checked() {
+        Ok(at) => at,
+        Err(e) => return Some(Err(e)),
+    };
+    let Some(row) = state.visible_version(&key.table, &key.tenant_id, &key.id, at) else { return Some(Ok(None)) };
+    Some(read(row)?.and_then(|fields| record_output(state, key, row, fields)))
 }
 
 /// A restore's failure as its client can act on it: about the snapshot, and

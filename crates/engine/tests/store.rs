@@ -47,6 +47,10 @@ fn check(engine: &Engine, model: &Model, rng: &mut StdRng) {
         // latest and a random past epoch
         for epoch in [model.epoch, rng.gen_range(0..=model.epoch)] {
             let got = engine.get(None, None, &rk, Some(epoch)).unwrap();
+            // an answer given without waiting is get's
+            if let Some(now) = engine.get_now(None, None, &rk, Some(epoch)) {
+                assert_eq!(now.unwrap(), got, "{key:?} at {epoch}: get_now");
+            }
             match model.at(key, epoch) {
                 None => assert!(got.is_none(), "{key:?} at {epoch}: expected nothing, got {got:?}"),
                 Some((version, fields)) => {
@@ -258,4 +262,59 @@ fn a_dropped_reply_answers_shutting_down() {
         .send(Err(braid_engine::Error::new(braid_engine::Code::InvalidRecord, "x")));
     assert_eq!(rx.recv().unwrap().unwrap_err().code.as_str(), "invalid_record");
     assert!(rx.recv().is_err(), "answered once");
+}
+
+fn record(id: &str, fields: Value) -> RecordInput {
+    let Value::Object(fields) = fields else { panic!("fields are an object") };
+    RecordInput { table: "docs".into(), tenant_id: "acme".into(), id: id.into(), fields }
+}
+
+fn rkey(table: &str, id: &str) -> RecordKey {
+    RecordKey { table: table.into(), tenant_id: "acme".into(), id: id.into() }
+}
+
+/// `get_now` answers as `get` does when it can answer at once, and leaves
+/// to `get` what would wait: a record past its size cap, a branch whose
+/// state another thread holds.
+#[test]
+fn get_now_answers_as_get_or_leaves_the_read_to_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let large = "x".repeat(braid_engine::storage::records::NOW_MAX_BYTES + 1);
+    let records = vec![
+        record("small", json!({"n": 1, "s": "one"})),
+        record("large", json!({"s": large})),
+        record("gone", json!({"n": 3})),
+    ];
+    engine.put(None, None, records, None).unwrap();
+    engine.delete(None, None, rkey("docs", "gone"), None).unwrap();
+    let now = |table: &str, id: &str, epoch: Option<u64>| engine.get_now(None, None, &rkey(table, id), epoch);
+    let get = |table: &str, id: &str, epoch: Option<u64>| engine.get(None, None, &rkey(table, id), epoch);
+
+    // answered at once: the record (its bytes were just written, so they
+    // are in the page cache), at an earlier epoch too, a deleted and a missing one
+    let small = now("docs", "small", None).expect("a small cached record is answered at once").unwrap();
+    assert_eq!(small, get("docs", "small", None).unwrap());
+    assert_eq!(small.unwrap().fields, json!({"n": 1, "s": "one"}).as_object().unwrap().clone());
+    assert!(now("docs", "gone", Some(1)).unwrap().unwrap().is_some());
+    assert_eq!(now("docs", "gone", None).unwrap().unwrap(), None);
+    assert_eq!(now("docs", "never", None).unwrap().unwrap(), None);
+
+    // refusals are get's
+    for (table, epoch) in [("", None), ("docs", Some(99))] {
+        let a = now(table, "small", epoch).expect("a refusal is answered at once").unwrap_err();
+        let b = get(table, "small", epoch).unwrap_err();
+        assert_eq!((a.code, a.message), (b.code, b.message));
+    }
+    let missing = engine.get_now(None, Some("nope"), &rkey("docs", "small"), None).unwrap().unwrap_err();
+    assert_eq!(missing.code, engine.get(None, Some("nope"), &rkey("docs", "small"), None).unwrap_err().code);
+
+    // left to get: a record over the cap, and any read while a writer holds the state
+    assert!(now("docs", "large", None).is_none());
+    assert_eq!(get("docs", "large", None).unwrap().unwrap().fields["s"].as_str().unwrap().len(), large.len());
+    let branch = engine.branch(None, None).unwrap();
+    let held = branch.state.write();
+    assert!(now("docs", "small", None).is_none());
+    drop(held);
+    assert!(now("docs", "small", None).is_some());
 }

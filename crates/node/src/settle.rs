@@ -109,6 +109,13 @@ impl Settler {
     }
 }
 
+impl Settler {
+    /// Promises made and not yet settled.
+    pub fn unsettled(&self) -> usize {
+        self.shared.pending.load(Ordering::Relaxed)
+    }
+}
+
 impl Pending {
     /// Settles now (on the JS thread of `env`).
     ///

@@ -73,6 +73,41 @@ pub fn gen_of(name: &str) -> Option<u32> {
 /// Sealed files a branch keeps open at once (see the module docs).
 pub const OPEN_SEALED: usize = 16;
 
+/// The largest entry a read that must not wait ([`Wait::Never`]) takes: it
+/// runs on a caller's thread that serves others (Node's), so a larger
+/// record is read and decoded where waiting is allowed.
+pub const NOW_MAX_BYTES: usize = 64 * 1024;
+
+/// Whether a read may wait for the disk or for another thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Wait as long as the read takes.
+    Block,
+    /// Answer only from memory (the page cache), else not at all.
+    Never,
+}
+
+/// Fills `buf` from `offset` of `file` only if every byte is in the page
+/// cache: `preadv2` with `RWF_NOWAIT` (Linux 4.14) fails with `EAGAIN`, or
+/// reads short, rather than wait for the disk. Any failure, including a
+/// file system or kernel without the flag, is `false`: the caller reads the
+/// usual way, where waiting is allowed, and reports a real error from there.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(offset) = libc::off_t::try_from(offset) else { return false };
+    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: one iovec over `buf`, which outlives the call; the descriptor is `file`'s
+    let read = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    usize::try_from(read).is_ok_and(|n| n == buf.len())
+}
+
+/// Elsewhere no read is known not to wait.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn read_cached(_file: &File, _buf: &mut [u8], _offset: u64) -> bool {
+    false
+}
+
 /// The most recently read sealed files' handles, most recent first.
 #[derive(Default)]
 struct Handles(Vec<(u32, Arc<File>)>);
@@ -158,6 +193,20 @@ impl RecordFiles {
         Ok(file)
     }
 
+    /// [`RecordFiles::file`] without waiting: `None` when the handle is not
+    /// open or another thread holds the handles.
+    fn file_now(&self, gen: u32) -> Option<Arc<File>> {
+        if gen == self.open_gen {
+            return Some(self.open.clone());
+        }
+        let mut handles = self.handles.try_lock()?;
+        let at = handles.0.iter().position(|(g, _)| *g == gen)?;
+        let hit = handles.0.remove(at);
+        let file = hit.1.clone();
+        handles.0.insert(0, hit);
+        Some(file)
+    }
+
     /// Sealed files' handles held now (at most [`OPEN_SEALED`]).
     pub fn open_handles(&self) -> usize {
         self.handles.lock().0.len()
@@ -208,6 +257,14 @@ impl RecordFiles {
 
     /// Reads a version's entry bytes (checksum verified).
     fn entry(&self, loc: RecordLoc) -> Result<Vec<u8>> {
+        Ok(self.entry_in(loc, Wait::Block)?.expect("a blocking read answers"))
+    }
+
+    /// [`RecordFiles::entry`], or with [`Wait::Never`] `None` when answering
+    /// would wait: the bytes are not in the page cache, the file's handle is
+    /// not open, another thread holds the handles, or the entry is larger
+    /// than [`NOW_MAX_BYTES`].
+    fn entry_in(&self, loc: RecordLoc, wait: Wait) -> Result<Option<Vec<u8>>> {
         if loc.is_purged() {
             return Err(Error::new(
                 Code::TemporalBeforeHorizon,
@@ -222,11 +279,21 @@ impl RecordFiles {
                 .buffer
                 .get(at..at + loc.len as usize)
                 .ok_or_else(|| Error::storage("record location past the staged bytes"))?;
-            return Ok(bytes[4..].to_vec());
+            return Ok(Some(bytes[4..].to_vec()));
         }
-        let file = self.file(loc.gen)?;
         let mut bytes = vec![0u8; loc.len as usize];
-        file.read_exact_at(&mut bytes, loc.offset)?;
+        match wait {
+            Wait::Block => self.file(loc.gen)?.read_exact_at(&mut bytes, loc.offset)?,
+            Wait::Never => {
+                if loc.len as usize > NOW_MAX_BYTES {
+                    return Ok(None);
+                }
+                let Some(file) = self.file_now(loc.gen) else { return Ok(None) };
+                if !read_cached(&file, &mut bytes, loc.offset) {
+                    return Ok(None);
+                }
+            }
+        }
         let (crc, body) = bytes.split_at(4.min(bytes.len()));
         if crc.len() < 4 || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32fast::hash(body) {
             return Err(Error::storage(format!(
@@ -236,12 +303,22 @@ impl RecordFiles {
             )));
         }
         bytes.drain(..4);
-        Ok(bytes)
+        Ok(Some(bytes))
     }
 
     /// A version's fields; with `only`, just those.
     pub fn read(&self, loc: RecordLoc, only: Option<&[String]>) -> Result<Map<String, Value>> {
         codec::decode_fields(&self.entry(loc)?, only)
+    }
+
+    /// [`RecordFiles::read`] if it can answer without waiting
+    /// ([`RecordFiles::entry_in`]), else `None`.
+    pub fn read_now(&self, loc: RecordLoc, only: Option<&[String]>) -> Option<Result<Map<String, Value>>> {
+        match self.entry_in(loc, Wait::Never) {
+            Ok(Some(entry)) => Some(codec::decode_fields(&entry, only)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// One field of a version.

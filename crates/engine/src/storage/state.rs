@@ -676,6 +676,12 @@ impl State {
         self.records.read(self.rows[row as usize].loc, only)
     }
 
+    /// [`State::fields`] if they can be read without waiting
+    /// ([`RecordFiles::read_now`](crate::storage::records::RecordFiles::read_now)), else `None`.
+    pub fn fields_now(&self, row: u32, only: Option<&[String]>) -> Option<Result<Map<String, Value>>> {
+        self.records.read_now(self.rows[row as usize].loc, only)
+    }
+
     /// One field of a version (None when it does not have it).
     pub fn field(&self, row: u32, name: &str) -> Result<Option<Value>> {
         self.records.read_field(self.rows[row as usize].loc, name)
