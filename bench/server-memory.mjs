@@ -52,6 +52,27 @@ function status() {
   return { rss: mb(kb('VmRSS')), anon: mb(kb('RssAnon')), file: mb(kb('RssFile')), hwm: mb(kb('VmHWM')) };
 }
 
+/** Resident file pages by the kind of file mapped (/proc/<pid>/smaps), in MB, largest first. */
+function filePages() {
+  const by = {};
+  let file = null;
+  for (const line of readFileSync(`/proc/${server.child.pid}/smaps`, 'utf8').split('\n')) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s+(.*)$/.exec(line);
+    if (head) {
+      const name = head[1].trim();
+      file = name.startsWith('/') && !name.includes('(deleted)') ? name : null;
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss && file) {
+      const base = path.basename(file);
+      const kind = file.includes(dataDir) ? base.replace(/[0-9a-f]{8,}|\d+/g, 'N') : base;
+      by[kind] = (by[kind] ?? 0) + Number(rss[1]) / 1024;
+    }
+  }
+  return Object.entries(by).filter(([, mb]) => mb >= 1).sort((a, b) => b[1] - a[1]).map(([k, mb]) => `${k} ${mb.toFixed(0)}`).join(', ');
+}
+
 /** The engine's estimate per structure, in MB. */
 async function structures() {
   const out = {};
@@ -107,7 +128,7 @@ for (let start = 0; start < corpus.n; start += chunk) {
   await request('POST', '/v1/records/put-batch', { records: batch });
 }
 const writesS = (performance.now() - t0) / 1000;
-const afterWrites = { ...status(), structures: await structures() };
+const afterWrites = { ...status(), structures: await structures(), files: filePages() };
 phase = 'indexing';
 const q = corpus.queries[0];
 const probe = { table: TABLE, tenant_id: q.tenant, text: q.text, text_field: 'text', vector: Array.from(q.vector, f32), vector_field: 'embedding' };
@@ -115,7 +136,7 @@ while (JSON.parse(await request('POST', '/v1/explain', probe)).pending_feature_c
 const indexedS = (performance.now() - t0) / 1000;
 clearInterval(sampler);
 clearInterval(v8Sampler);
-const end = { ...status(), structures: await structures(), ...(await v8()) };
+const end = { ...status(), structures: await structures(), ...(await v8()), files: filePages() };
 server.child.kill('SIGTERM');
 await server.exited;
 agent.destroy();
@@ -134,6 +155,8 @@ console.log(`| peak (${peak.phase}, at ${peak.at_s.toFixed(1)} s) | **${f(peak.r
 console.log(`| after the writes | ${f(afterWrites.rss)} | ${f(afterWrites.anon)} | ${f(afterWrites.file)} | ${est(afterWrites.structures)} |`);
 console.log(`| indexed | ${f(end.rss)} | ${f(end.anon)} | ${f(end.file)} | ${est(end.structures)} |`);
 console.log(`VmHWM at the end: ${f(end.hwm)} MB`);
+console.log(`file pages after the writes (MB): ${afterWrites.files}`);
+console.log(`file pages once indexed (MB): ${end.files}`);
 console.log(
   `V8 heap (reserved) / external MB: idle ${f(idle.heap)} / ${f(idle.external)}, near the peak ${f(v8AtPeak.heap)} / ${f(v8AtPeak.external)}, ` +
     `highest ${f(v8Peak.heap)} / ${f(v8Peak.external)}, indexed ${f(end.heap)} / ${f(end.external)}`,

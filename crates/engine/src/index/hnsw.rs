@@ -740,7 +740,12 @@ mod tests {
         use super::super::arena::page_size;
         use std::io::Write;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-        let points = random_unit(&mut rng, 4_000, 64);
+        let mut points = random_unit(&mut rng, 4_000, 64);
+        // copies of a few vectors among them, spread over the file: the
+        // build tells copies apart from other neighbours (`diverse`)
+        for i in (0..points.len()).step_by(7) {
+            points[i] = points[i % 5].clone();
+        }
         let arena = arena_of(&points);
         // the vectors written to a file and mapped over themselves, as a
         // checkpoint does (the file offset shares the first vector's page offset)
@@ -762,8 +767,8 @@ mod tests {
         // read maps a whole page-cache folio, up to 2 MiB of vectors)
         assert_eq!(resident_of(&path), 0, "the build read vectors");
         // a search scores what it found with the vectors themselves
-        let found = graph.search(&points[7], 10, 64, &|_| true);
-        assert_eq!(found[0].0, 7);
+        let found = graph.search(&points[8], 10, 64, &|_| true);
+        assert_eq!(found[0].0, 8);
         assert!(resident_of(&path) > 0, "the measure sees a read");
         let truth = exact(&points, &points[11], 10, |_| true);
         let got: Vec<u32> = graph.search(&points[11], 10, 64, &|_| true).iter().map(|f| f.0).collect();

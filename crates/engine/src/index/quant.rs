@@ -83,16 +83,20 @@ pub fn decoded(arena: &VectorArena, slot: u32, out: &mut Vec<f32>) -> bool {
     true
 }
 
-/// Whether two slots hold the same vector, by their codes first: distinct
-/// codes are distinct vectors, and only equal codes (copies, mostly) read
-/// the vectors to be sure.
+/// Whether the graph build sees two slots as one point (copies): equal
+/// codes, bytes and scale, which is all the build compares them by; a slot
+/// without a code yet (mapped from a checkpoint, not yet encoded) by its
+/// vector. Vectors that differ only below the codes' resolution count as
+/// copies: no distance the build computes tells them apart either. Reading
+/// the vectors of equal codes "to be sure" brought vector files into the
+/// process: one read maps a whole page-cache folio (up to 2 MiB), and
+/// loading WordNet's 100,000 glosses, whose copies are many, held 55 MB of
+/// vector file pages at the end of the writes for it (bench/README.md).
 pub fn same_vector(arena: &VectorArena, a: u32, b: u32) -> bool {
-    if let (Some((x, cx)), Some((y, cy))) = (arena.code(a), arena.code(b)) {
-        if x != y || cx.scale.to_bits() != cy.scale.to_bits() {
-            return false;
-        }
+    match (arena.code(a), arena.code(b)) {
+        (Some((x, cx)), Some((y, cy))) => x == y && cx.scale.to_bits() == cy.scale.to_bits(),
+        _ => matches!((arena.vector(a), arena.vector(b)), (Some(x), Some(y)) if x == y),
     }
-    matches!((arena.vector(a), arena.vector(b)), (Some(x), Some(y)) if x == y)
 }
 
 impl<'a> CodedQuery<'a> {
