@@ -112,10 +112,10 @@ pub fn doctor(data: &Path, salvage: bool) -> Result<DoctorReport> {
     }
     let mut problems = unreadable;
     problems.extend(crate::engine::start_problems(data));
-    // a snapshot's vector files are read at its restore, not at a start
+    // a snapshot's checkpoint is read at its restore, not at a start
     // (found by a black-box test: a damaged snapshot was called healthy)
     for snapshot in subdirs(&data.join("snapshots")) {
-        let checked = checkpoint::latest(&snapshot).and_then(|ckpt| checkpoint::check_vector_files(&snapshot, ckpt));
+        let checked = checkpoint::latest(&snapshot).and_then(|ckpt| crate::engine::check_checkpoint(&snapshot, ckpt));
         if let Err(e) = checked {
             problems.push(format!("snapshot {}: {}", name(&snapshot), e.message));
         }

@@ -931,13 +931,23 @@ pub fn start_problems(data: &Path) -> Vec<String> {
     for dir in dirs {
         let checked = crate::storage::checkpoint::latest(&dir).and_then(|ckpt| {
             crate::storage::checkpoint::check_tail(&dir, ckpt)?;
-            crate::storage::checkpoint::check_vector_files(&dir, ckpt)
+            check_checkpoint(&dir, ckpt)
         });
         if let Err(e) = checked {
             problems.push(e.message);
         }
     }
     problems
+}
+
+/// The checks of a start that read a branch's (or snapshot's) checkpoint
+/// `ckpt` without applying it: its image and the files it names, and the
+/// trailers of its vector files (`braid doctor`).
+pub fn check_checkpoint(dir: &Path, ckpt: Option<u32>) -> Result<()> {
+    if let Some(gen) = ckpt {
+        crate::storage::checkpoint::check_image(dir, gen)?;
+    }
+    crate::storage::checkpoint::check_vector_files(dir, ckpt)
 }
 
 fn is_main(meta: &BranchMeta) -> bool {

@@ -655,3 +655,62 @@ fn a_damaged_vector_file_is_refused_and_one_without_a_trailer_still_opens() {
     assert!(!report.healthy);
     assert!(report.problems.iter().any(|p| p.starts_with("snapshot s1:")), "{:?}", report.problems);
 }
+
+/// Doctor reads a branch's checkpoint image as a start does, without
+/// applying it: a vector or record file the image names that is missing,
+/// and an image that fails its checksum, are problems it names, as the
+/// start refuses them (doctor had called healthy a branch whose start was
+/// refused for a missing vector file).
+#[test]
+fn doctor_names_what_a_start_refuses_in_a_checkpoint_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    engine.put(None, None, (50..60).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.snapshot(None, None, "s1").unwrap();
+    drop(engine);
+    assert!(braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+    let branch = main_dir(dir.path());
+    let image = branch.join(files(&branch, "checkpoint-").pop().expect("a checkpoint image"));
+    let named: Vec<std::path::PathBuf> = ["vectors-", "records-"]
+        .iter()
+        .map(|prefix| branch.join(files(&branch, prefix).into_iter().next().expect("a file the image names")))
+        .collect();
+    let start_refusal =
+        || Engine::open(config_without_checkpoints(dir.path())).err().expect("the start must be refused");
+    for file in named.iter().chain([&image]) {
+        let kept = std::fs::read(file).unwrap();
+        if file == &image {
+            let mut damaged = kept.clone();
+            let last = damaged.len() - 1;
+            damaged[last] ^= 0x01;
+            std::fs::write(file, &damaged).unwrap();
+        } else {
+            std::fs::remove_file(file).unwrap();
+        }
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        let refusal = start_refusal();
+        assert!(refusal.message.contains(&name), "{name}: {}", refusal.message);
+        let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+        assert!(!report.healthy, "{name}: doctor called it healthy");
+        assert!(
+            report.problems.iter().any(|p| p == &refusal.message),
+            "{name}: {:?} against {:?}",
+            report.problems,
+            refusal.message
+        );
+        std::fs::write(file, &kept).unwrap();
+    }
+    // a snapshot's image is read at its restore: doctor names it there too
+    let snapshot = dir.path().join("snapshots").join("s1");
+    let records = files(&snapshot, "records-").into_iter().next().expect("a record file in the snapshot");
+    std::fs::remove_file(snapshot.join(records)).unwrap();
+    let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.starts_with("snapshot s1: ") && p.contains("records-")),
+        "{:?}",
+        report.problems
+    );
+    assert!(Engine::open(config_without_checkpoints(dir.path())).is_ok(), "the branch itself is whole");
+}

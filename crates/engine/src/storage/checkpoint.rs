@@ -32,7 +32,7 @@
 //! image's last vector in it, as such a file is (an older build reads a
 //! file with a trailer as before: the trailer lies past every chunk).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -817,38 +817,10 @@ fn unsupported(path: &Path, what: String) -> Error {
 /// generation `gen` starts empty (the WAL tail refills it).
 pub fn load(dir: &Path, gen: u32) -> Result<State> {
     let path = dir.join(file_name(gen));
-    // mapped, not read: the image's pages are the page cache's, not a copy
-    // as large as the image
-    let file = File::open(&path)?;
-    // SAFETY: an image is written once, fsynced and renamed into place, and
-    // never modified afterwards (only deleted once a newer one is durable)
-    let bytes = unsafe { Mmap::map(&file)? };
-    let bytes: &[u8] = &bytes;
-    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
-        return Err(Error::new(Code::WalCorrupt, format!("{} is not a Braid checkpoint", path.display())));
-    }
-    let format = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if format > FORMAT_VERSION {
-        return Err(unsupported(
-            &path,
-            format!(
-                "checkpoint format {format} was written by a newer Braid; this build reads format {FORMAT_VERSION} \
-                 and older. Run the newer version, or restore a snapshot taken by this one."
-            ),
-        ));
-    }
-    let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
-    let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")) as usize;
-    let body = bytes.get(HEADER_LEN..HEADER_LEN.saturating_add(len)).filter(|b| b.len() == len);
-    let Some(body) = body.filter(|b| crc32fast::hash(b) == crc) else {
-        return Err(Error::new(
-            Code::WalCorrupt,
-            format!("{} fails its checksum; restore a snapshot (docs/operations.md)", path.display()),
-        ));
-    };
-    let undecodable =
-        |e: postcard::Error| Error::new(Code::WalCorrupt, format!("{} cannot be decoded: {e}", path.display()));
-    match format {
+    let image = ImageBytes::read(&path)?;
+    let body = image.body();
+    let undecodable = |e| image.undecodable(e);
+    match image.format {
         1 => {
             let (image, rows) = postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?.upgrade();
             restore(dir, gen, &path, image, rows)
@@ -866,6 +838,97 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
             restore_paged(dir, gen, &path, image)
         }
     }
+}
+
+/// A checkpoint image's bytes, mapped, its header and checksum checked.
+struct ImageBytes {
+    path: PathBuf,
+    /// Mapped, not read: the image's pages are the page cache's, not a copy
+    /// as large as the image.
+    map: Mmap,
+    format: u32,
+    len: usize,
+}
+
+impl ImageBytes {
+    fn read(path: &Path) -> Result<ImageBytes> {
+        let file = File::open(path)?;
+        // SAFETY: an image is written once, fsynced and renamed into place, and
+        // never modified afterwards (only deleted once a newer one is durable)
+        let map = unsafe { Mmap::map(&file)? };
+        let bytes: &[u8] = &map;
+        if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+            return Err(Error::new(Code::WalCorrupt, format!("{} is not a Braid checkpoint", path.display())));
+        }
+        let format = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if format > FORMAT_VERSION {
+            return Err(unsupported(
+                path,
+                format!(
+                    "checkpoint format {format} was written by a newer Braid; this build reads format {FORMAT_VERSION} \
+                     and older. Run the newer version, or restore a snapshot taken by this one."
+                ),
+            ));
+        }
+        let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
+        let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")) as usize;
+        let body = bytes.get(HEADER_LEN..HEADER_LEN.saturating_add(len)).filter(|b| b.len() == len);
+        if body.is_none_or(|b| crc32fast::hash(b) != crc) {
+            return Err(Error::new(
+                Code::WalCorrupt,
+                format!("{} fails its checksum; restore a snapshot (docs/operations.md)", path.display()),
+            ));
+        }
+        Ok(ImageBytes { path: path.to_path_buf(), map, format, len })
+    }
+
+    fn body(&self) -> &[u8] {
+        &self.map[HEADER_LEN..HEADER_LEN + self.len]
+    }
+
+    fn undecodable(&self, e: postcard::Error) -> Error {
+        Error::new(Code::WalCorrupt, format!("{} cannot be decoded: {e}", self.path.display()))
+    }
+}
+
+/// What a start would refuse in checkpoint `gen`'s image short of applying
+/// it (`braid doctor`): an image that fails its checksum or cannot be
+/// decoded, and a record or vector file it names that is missing, each as
+/// the start says it. Writes nothing. (Doctor had called a branch healthy
+/// whose start refused it for a missing vector file: the listing of the
+/// files there cannot show one that is not.)
+pub fn check_image(dir: &Path, gen: u32) -> Result<()> {
+    let image = ImageBytes::read(&dir.join(file_name(gen)))?;
+    let body = image.body();
+    let undecodable = |e| image.undecodable(e);
+    let (record_files, vector_files) = match image.format {
+        1 => {
+            let image = postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?;
+            (image.record_files, named_vector_files(&image.tables))
+        }
+        2 => {
+            let image: Image<ByteBuf, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            (image.record_files, named_vector_files(&image.tables))
+        }
+        3..=5 => {
+            let image: Image<PostingsImage, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            (image.record_files, named_vector_files(&image.tables))
+        }
+        _ => {
+            let image: Image = postcard::from_bytes(body).map_err(undecodable)?;
+            (image.record_files, named_vector_files(&image.tables))
+        }
+    };
+    records::check_sealed(dir, &record_files)?;
+    for gen in vector_files {
+        map_file(&dir.join(vectors_name(gen)))?;
+    }
+    Ok(())
+}
+
+/// The generations of the vector files an image's tables map.
+fn named_vector_files<P, K, S>(tables: &[TableImage<P, K, S>]) -> BTreeSet<u32> {
+    tables.iter().flat_map(|t| &t.vectors).flat_map(|v| &v.chunks).map(|c| c.gen).collect()
 }
 
 /// [`restore`] for an image whose rows are in packed pages (format 2 on).

@@ -70,6 +70,17 @@ pub fn gen_of(name: &str) -> Option<u32> {
     name.strip_prefix("records-")?.strip_suffix(".dat")?.parse().ok()
 }
 
+/// Whether the sealed files `sealed` of `dir` are there, as
+/// [`RecordFiles::open`] requires.
+pub fn check_sealed(dir: &Path, sealed: &[u32]) -> Result<()> {
+    for gen in sealed {
+        let path = dir.join(file_name(*gen));
+        std::fs::metadata(&path)
+            .map_err(|e| Error::storage(format!("record file {} cannot be read: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
 /// Sealed files a branch keeps open at once (see the module docs).
 pub const OPEN_SEALED: usize = 16;
 
@@ -136,11 +147,7 @@ impl RecordFiles {
     /// Opens the sealed files `sealed` and starts generation `open_gen`
     /// empty (whatever a crashed run left in it is rebuilt from the log).
     pub fn open(dir: &Path, sealed: &[u32], open_gen: u32) -> Result<RecordFiles> {
-        for gen in sealed {
-            let path = dir.join(file_name(*gen));
-            std::fs::metadata(&path)
-                .map_err(|e| Error::storage(format!("record file {} cannot be read: {e}", path.display())))?;
-        }
+        check_sealed(dir, sealed)?;
         Ok(RecordFiles {
             dir: dir.to_path_buf(),
             sealed: sealed.iter().copied().collect(),
