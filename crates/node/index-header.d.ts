@@ -113,6 +113,7 @@ export type EngineEvent = {
   | { event: 'vectors_compacted'; column: string; kept: number; removed: number; duration_ms: number }
   | { event: 'index_caught_up'; backlog_rows: number; duration_ms: number }
   | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number }
+  | { event: 'text_index_rebuilt'; error: string }
   | { event: 'indexer_stopped'; failed_features_total: number }
   | { event: 'storage_failed'; stage: 'wal' | 'apply' | 'panic'; error: string }
   | { event: 'events_dropped'; count: number }

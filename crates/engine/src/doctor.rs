@@ -115,7 +115,17 @@ pub fn doctor(data: &Path, salvage: bool) -> Result<DoctorReport> {
     // a snapshot's checkpoint is read at its restore, not at a start
     // (found by a black-box test: a damaged snapshot was called healthy)
     for snapshot in subdirs(&data.join("snapshots")) {
-        let checked = checkpoint::latest(&snapshot).and_then(|ckpt| crate::engine::check_checkpoint(&snapshot, ckpt));
+        let checked = checkpoint::latest(&snapshot).and_then(|ckpt| {
+            // a snapshot is a checkpoint (or, from before checkpoints, a log);
+            // without either a restore brings back none of its writes
+            if ckpt.is_none() && !snapshot.join(crate::storage::branch::WAL_FILE).exists() {
+                return Err(crate::error::Error::storage(format!(
+                    "{} holds no checkpoint image (checkpoint-<g>.ckpt): a restore would bring back none of its writes",
+                    snapshot.display()
+                )));
+            }
+            crate::engine::check_checkpoint(&snapshot, ckpt)
+        });
         if let Err(e) = checked {
             problems.push(format!("snapshot {}: {}", name(&snapshot), e.message));
         }

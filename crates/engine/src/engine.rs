@@ -587,6 +587,7 @@ impl Engine {
         if catalog.branches.iter().any(|b| b.database_id == db && b.branch_id == target) {
             bail!(BranchExists, "branch {db}/{target} already exists");
         }
+        let src = snapshot_dir(&self.config.data_dir, source)?;
         let dir = branch_dir(&self.config.data_dir, &db, target);
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
@@ -597,7 +598,6 @@ impl Engine {
         write_durable(&dir.join(RESTORING), b"")?;
         // a snapshot's files are immutable: the new branch links them (an
         // old snapshot's single log is copied, since the branch appends to it)
-        let src = self.config.data_dir.join("snapshots").join(source);
         let opened = (|| -> Result<_> {
             let mut files = Vec::new();
             for entry in std::fs::read_dir(&src)? {
@@ -612,6 +612,16 @@ impl Engine {
             crate::storage::checkpoint::start_tail(&dir)?;
             let branch = Branch::open(&dir, self.config.branch.clone())?;
             let epoch = branch.state.read().latest_epoch;
+            if epoch != snap.epoch {
+                // found by a black-box test: a snapshot whose checkpoint
+                // image was deleted restored as an empty branch at epoch 0
+                branch.close();
+                return Err(Error::storage(format!(
+                    "its files open at epoch {epoch}, not the epoch {} it was taken at: a file of {} is missing or damaged (braid doctor)",
+                    snap.epoch,
+                    src.display()
+                )));
+            }
             let verified = verify.map(|v| read_record(&branch.state.read(), v)).transpose();
             match verified {
                 Ok(verified) => Ok((branch, epoch, verified)),
@@ -921,10 +931,18 @@ pub fn start_problems(data: &Path) -> Vec<String> {
     if let Some(catalog) = &catalog {
         for meta in &catalog.branches {
             let dir = branch_dir(data, &meta.database_id, &meta.branch_id);
-            if dir.exists() {
-                dirs.push(dir);
-            } else if !is_main(meta) {
-                problems.extend(check_branch_dir(meta, &dir).err().map(|e| e.message));
+            // main too: a start creates it only when the catalog does not name it
+            match check_branch_dir(meta, &dir) {
+                Ok(()) => dirs.push(dir),
+                Err(e) => problems.push(e.message),
+            }
+        }
+        // a restore reads these (found by a black-box test: a snapshot whose
+        // directory was gone was called healthy, and its restore said only
+        // "No such file or directory")
+        for snap in &catalog.snapshots {
+            if let Err(e) = snapshot_dir(data, &snap.name) {
+                problems.push(e.message);
             }
         }
     }
@@ -952,6 +970,19 @@ pub fn check_checkpoint(dir: &Path, ckpt: Option<u32>) -> Result<()> {
 
 fn is_main(meta: &BranchMeta) -> bool {
     meta.database_id == DEFAULT_DATABASE && meta.branch_id == DEFAULT_BRANCH
+}
+
+/// The directory of the snapshot the catalog names `name`, which a restore
+/// reads.
+fn snapshot_dir(data: &Path, name: &str) -> Result<PathBuf> {
+    let dir = data.join("snapshots").join(name);
+    if dir.is_dir() {
+        return Ok(dir);
+    }
+    Err(Error::storage(format!(
+        "snapshot {name:?} is in catalog.json but its directory {} is missing; put it back to restore it",
+        dir.display()
+    )))
 }
 
 /// A branch the catalog names must have its directory: without it, a start

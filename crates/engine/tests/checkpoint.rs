@@ -714,3 +714,111 @@ fn doctor_names_what_a_start_refuses_in_a_checkpoint_image() {
     );
     assert!(Engine::open(config_without_checkpoints(dir.path())).is_ok(), "the branch itself is whole");
 }
+
+/// What a black-box test of doctor found it called healthy while a start
+/// or a restore refused the directory, or a restore lost every write: a
+/// vector file cut to whole f32 values (no trailer left), main's directory
+/// gone, a snapshot's directory gone, a snapshot's image gone.
+#[test]
+fn doctor_and_restore_refuse_what_is_missing_or_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    let epoch = engine.snapshot(None, None, "s1").unwrap().epoch;
+    assert!(epoch > 0);
+    drop(engine);
+    let doctor_problems = || braid_engine::doctor::doctor(dir.path(), false).unwrap().problems;
+    assert_eq!(doctor_problems(), Vec::<String>::new());
+    let branch = main_dir(dir.path());
+
+    // a vector file cut to whole f32 values short of its vectors
+    let vectors = branch.join(checkpoint::vectors_name(0));
+    let kept = std::fs::read(&vectors).unwrap();
+    for len in [0, 12, 16] {
+        std::fs::write(&vectors, &kept[..len]).unwrap();
+        let refusal = Engine::open(config_without_checkpoints(dir.path())).err().expect("a cut vector file");
+        assert!(
+            doctor_problems().contains(&refusal.message),
+            "{len} bytes: {:?} against {}",
+            doctor_problems(),
+            refusal.message
+        );
+    }
+    std::fs::write(&vectors, &kept).unwrap();
+
+    // main's directory gone while the catalog names it
+    let moved = dir.path().join("main-moved");
+    std::fs::rename(&branch, &moved).unwrap();
+    let refusal = Engine::open(config_without_checkpoints(dir.path())).err().expect("main's directory is gone");
+    assert!(doctor_problems().contains(&refusal.message), "{:?} against {}", doctor_problems(), refusal.message);
+    std::fs::rename(&moved, &branch).unwrap();
+    assert_eq!(doctor_problems(), Vec::<String>::new());
+
+    // the snapshot's image gone: the restore is refused, no branch is left, doctor names it
+    let snapshot = dir.path().join("snapshots").join("s1");
+    let image = snapshot.join(files(&snapshot, "checkpoint-").pop().expect("the snapshot's image"));
+    let image_bytes = std::fs::read(&image).unwrap();
+    std::fs::remove_file(&image).unwrap();
+    assert!(doctor_problems().iter().any(|p| p.starts_with("snapshot s1: ") && p.contains("no checkpoint image")));
+    let engine = open_without_checkpoints(dir.path());
+    let err = engine.restore("s1", "r1").expect_err("a snapshot without its image must not restore");
+    assert!(err.message.contains(&format!("not the epoch {epoch}")), "{}", err.message);
+    assert!(engine.branch(None, Some("r1")).is_err(), "the refused restore left a branch");
+    drop(engine);
+    std::fs::write(&image, &image_bytes).unwrap();
+
+    // the snapshot's directory gone
+    let moved = dir.path().join("s1-moved");
+    std::fs::rename(&snapshot, &moved).unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    let err = engine.restore("s1", "r1").expect_err("a snapshot without its directory");
+    assert!(err.message.contains(&*snapshot.to_string_lossy()), "{}", err.message);
+    drop(engine);
+    assert!(doctor_problems().contains(&err.message), "{:?} against {}", doctor_problems(), err.message);
+    std::fs::rename(&moved, &snapshot).unwrap();
+
+    // whole again: the restore brings back the snapshot's epoch
+    let engine = open_without_checkpoints(dir.path());
+    assert_eq!(engine.restore("s1", "r1").unwrap().epoch, epoch);
+}
+
+/// The text index is derived from the record files: one whose files are
+/// damaged is removed at the start and rebuilt, with a warning event,
+/// instead of refusing the branch (found by a black-box test: every start
+/// refused it with "text index: Data corrupted").
+#[test]
+fn a_damaged_text_index_is_rebuilt_at_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    let expected = observe(&engine, &[]);
+    drop(engine);
+    let text = main_dir(dir.path()).join("text");
+    let mut damaged = 0;
+    // one file of each kind in turn (a rebuild writes new segment files)
+    for kind in ["meta.json", ".managed.json", ".idx", ".term", ".store", ".fast", ".fieldnorm", ".pos"] {
+        let found = std::fs::read_dir(&text)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(kind)));
+        let Some(file) = found else { continue };
+        damaged += 1;
+        let mut bytes = std::fs::read(&file).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        bytes.truncate(bytes.len().saturating_sub(3));
+        std::fs::write(&file, &bytes).unwrap();
+        let engine =
+            Engine::open(config_without_checkpoints(dir.path())).unwrap_or_else(|e| panic!("{file:?}: {}", e.message));
+        let events = serde_json::to_value(engine.events()).unwrap().to_string();
+        assert!(events.contains("text_index_rebuilt"), "{file:?}: {events}");
+        assert_eq!(observe(&engine, &[]), expected, "{file:?}: the rebuilt index answers as before");
+        drop(engine);
+        // rebuilt once: the next start finds it whole
+        let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
+        assert!(!serde_json::to_value(engine.events()).unwrap().to_string().contains("text_index_rebuilt"));
+        drop(engine);
+    }
+    assert!(damaged >= 6, "{damaged} kinds of text index file damaged");
+}

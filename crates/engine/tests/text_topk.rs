@@ -54,7 +54,7 @@ fn tokens(text: &str) -> Vec<String> {
 #[test]
 fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
     let dir = tempfile::tempdir().unwrap();
-    let index = TextIndex::open(dir.path()).unwrap();
+    let index = TextIndex::open(dir.path()).unwrap().0;
     let mut rng = Lcg(7);
     let mut stats = QueryStats::default();
     let mut df = std::collections::HashMap::<String, u64>::new();

@@ -506,12 +506,62 @@ fn tantivy_err(err: tantivy::TantivyError) -> Error {
     Error::storage(format!("text index: {err}"))
 }
 
+/// Why an index could not be opened: its files are damaged (it can be
+/// rebuilt from the store), or anything else (a full disk, no descriptors
+/// left, a lock), which rebuilding would not mend.
+enum OpenError {
+    Damaged(String),
+    Other(Error),
+}
+
+impl From<std::io::Error> for OpenError {
+    fn from(e: std::io::Error) -> OpenError {
+        OpenError::Other(e.into())
+    }
+}
+
+fn open_err(err: tantivy::TantivyError) -> OpenError {
+    use std::io::ErrorKind::{InvalidData, UnexpectedEof};
+    use tantivy::directory::error::OpenReadError;
+    use tantivy::TantivyError::{DataCorruption, IncompatibleIndex, OpenReadError as Read};
+    let damaged = match &err {
+        DataCorruption(_) | IncompatibleIndex(_) => true,
+        Read(OpenReadError::FileDoesNotExist(_) | OpenReadError::IncompatibleIndex(_)) => true,
+        // a file cut or overwritten: its footer does not read back
+        Read(OpenReadError::IoError { io_error, .. }) => matches!(io_error.kind(), InvalidData | UnexpectedEof),
+        _ => false,
+    };
+    if damaged {
+        OpenError::Damaged(err.to_string())
+    } else {
+        OpenError::Other(tantivy_err(err))
+    }
+}
+
 impl TextIndex {
     /// Opens (or creates) the index in `dir`. The watermark comes from the
     /// last commit's payload, so a restart resumes indexing where it stopped.
-    /// An index written in an older layout is removed and rebuilt from the
-    /// store by the indexer (it is derived data).
-    pub fn open(dir: &Path) -> Result<TextIndex> {
+    /// An index written in an older layout, or whose files are damaged, is
+    /// removed and rebuilt from the store by the indexer (it is derived
+    /// data); the second value says why, when it was. A damaged file had made
+    /// every start refuse the branch (`storage_failure`, "text index: Data
+    /// corrupted"; found by a black-box test).
+    pub fn open(dir: &Path) -> Result<(TextIndex, Option<String>)> {
+        match Self::try_open(dir) {
+            Ok(index) => Ok((index, None)),
+            Err(OpenError::Damaged(why)) => {
+                std::fs::remove_dir_all(dir)?;
+                match Self::try_open(dir) {
+                    Ok(index) => Ok((index, Some(why))),
+                    Err(OpenError::Damaged(e)) => Err(Error::storage(format!("text index: {e}"))),
+                    Err(OpenError::Other(e)) => Err(e),
+                }
+            }
+            Err(OpenError::Other(e)) => Err(e),
+        }
+    }
+
+    fn try_open(dir: &Path) -> std::result::Result<TextIndex, OpenError> {
         let (index, watermark, purged) = match Self::open_index(dir)? {
             Some(found) => found,
             None => {
@@ -529,8 +579,8 @@ impl TextIndex {
             .memory_budget_per_thread(48_000_000)
             .num_merge_threads(merge_threads)
             .build();
-        let writer = index.writer_with_options(options).map_err(tantivy_err)?;
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(tantivy_err)?;
+        let writer = index.writer_with_options(options).map_err(open_err)?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(open_err)?;
         let s = index.schema();
         let field = |name: &str| s.get_field(name).expect("field defined by schema()");
         let fields = Fields { row: field("row"), scope: field("scope"), col: field("col"), text: field("text") };
@@ -549,13 +599,13 @@ impl TextIndex {
     /// The index in `dir`, its watermark and purge horizon, or `None` when
     /// it was written in another layout. The payload is
     /// `<format>:<watermark>[:<purge horizon>]`.
-    fn open_index(dir: &Path) -> Result<Option<(Index, u32, u64)>> {
+    fn open_index(dir: &Path) -> std::result::Result<Option<(Index, u32, u64)>, OpenError> {
         std::fs::create_dir_all(dir)?;
-        let directory = MmapDirectory::open(dir).map_err(|e| Error::storage(e.to_string()))?;
-        let index = Index::open_or_create(directory, schema()).map_err(tantivy_err)?;
+        let directory = MmapDirectory::open(dir).map_err(|e| OpenError::Other(Error::storage(e.to_string())))?;
+        let index = Index::open_or_create(directory, schema()).map_err(open_err)?;
         index.tokenizers().register(TOKENIZER, analyzer());
-        let metas = index.load_metas().map_err(tantivy_err)?;
-        let bad = |p: &str| Error::storage(format!("text index payload {p:?}"));
+        let metas = index.load_metas().map_err(open_err)?;
+        let bad = |p: &str| OpenError::Damaged(format!("text index payload {p:?}"));
         let (watermark, purged) = match metas.payload.as_deref() {
             None if metas.segments.is_empty() => (0, 0),
             None => return Ok(None),

@@ -215,12 +215,12 @@ impl Branch {
         let vector_watermark = load_vector_graphs(&mut state, &dir.join(VECTOR_DIR), rows);
 
         let text_dir = dir.join("text");
-        let mut text = TextIndex::open(&text_dir)?;
+        let (mut text, text_rebuilt) = TextIndex::open(&text_dir)?;
         if text.watermark() > rows {
             // the index claims rows the log does not have: rebuild it
             drop(text);
             std::fs::remove_dir_all(&text_dir)?;
-            text = TextIndex::open(&text_dir)?;
+            text = TextIndex::open(&text_dir)?.0;
         }
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
@@ -255,6 +255,9 @@ impl Branch {
             replay_ms,
             duration_ms: ms(started.elapsed()),
         });
+        if let Some(error) = text_rebuilt {
+            shared.events.push(Event::TextIndexRebuilt { error });
+        }
         if text.purged() < state.horizon {
             // retention removed versions whose text deletes a crash kept from
             // reaching a commit: delete them again (the indexer commits)

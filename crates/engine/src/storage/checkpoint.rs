@@ -901,34 +901,69 @@ pub fn check_image(dir: &Path, gen: u32) -> Result<()> {
     let image = ImageBytes::read(&dir.join(file_name(gen)))?;
     let body = image.body();
     let undecodable = |e| image.undecodable(e);
-    let (record_files, vector_files) = match image.format {
+    match image.format {
         1 => {
             let image = postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?;
-            (image.record_files, named_vector_files(&image.tables))
+            check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         2 => {
             let image: Image<ByteBuf, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
-            (image.record_files, named_vector_files(&image.tables))
+            check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         3..=5 => {
             let image: Image<PostingsImage, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
-            (image.record_files, named_vector_files(&image.tables))
+            check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         _ => {
             let image: Image = postcard::from_bytes(body).map_err(undecodable)?;
-            (image.record_files, named_vector_files(&image.tables))
+            check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
-    };
-    records::check_sealed(dir, &record_files)?;
-    for gen in vector_files {
-        map_file(&dir.join(vectors_name(gen)))?;
+    }
+}
+
+/// The record files an image names are there, and the vector files its
+/// tables map are there and pass [`check_vectors`] up to the end of the
+/// last vector placed in each, as a start checks them (a file cut to whole
+/// f32 values short of its vectors had passed a check that did not know
+/// where they end).
+fn check_named_files<P, K, S>(
+    dir: &Path,
+    record_files: &[u32],
+    schemas_json: &[u8],
+    tables: &[TableImage<P, K, S>],
+) -> Result<()> {
+    records::check_sealed(dir, record_files)?;
+    let schemas: Vec<TableSchema> = serde_json::from_slice(schemas_json).map_err(Error::storage)?;
+    let schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();
+    let ends = vector_file_ends(&schemas, tables);
+    let named: BTreeSet<u32> = tables.iter().flat_map(|t| &t.vectors).flat_map(|v| &v.chunks).map(|c| c.gen).collect();
+    for gen in named {
+        let path = dir.join(vectors_name(gen));
+        check_vectors(&path, &map_file(&path)?, gen, ends.get(&gen).copied())?;
     }
     Ok(())
 }
 
-/// The generations of the vector files an image's tables map.
-fn named_vector_files<P, K, S>(tables: &[TableImage<P, K, S>]) -> BTreeSet<u32> {
-    tables.iter().flat_map(|t| &t.vectors).flat_map(|v| &v.chunks).map(|c| c.gen).collect()
+/// Where the last vector an image places in each vector file ends, by the
+/// file's generation (columns the schemas do not know are left out).
+fn vector_file_ends<P, K, S>(
+    schemas: &BTreeMap<String, TableSchema>,
+    tables: &[TableImage<P, K, S>],
+) -> HashMap<u32, usize> {
+    let mut ends: HashMap<u32, usize> = HashMap::new();
+    for t in tables {
+        let schema = schemas.get(&t.name);
+        for v in &t.vectors {
+            let dim =
+                schema.and_then(|s| s.vector_columns().find(|(c, ..)| *c == v.column.as_str())).map(|(_, d, _)| d);
+            for c in v.chunks.iter().filter(|_| dim.is_some()) {
+                let bytes = (c.count as usize).saturating_mul(dim.unwrap_or(0) as usize * 4);
+                let end = ends.entry(c.gen).or_default();
+                *end = (*end).max((c.offset as usize).saturating_add(bytes));
+            }
+        }
+    }
+    ends
 }
 
 /// [`restore`] for an image whose rows are in packed pages (format 2 on).
@@ -1012,20 +1047,7 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
     let slot_bases: HashMap<(&str, &str), u32> =
         slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
     let mut maps: HashMap<u32, Arc<Mmap>> = HashMap::new();
-    // where the last vector the image places in each vector file ends
-    let mut ends: HashMap<u32, usize> = HashMap::new();
-    for t in &images {
-        let schema = schemas.get(&t.name);
-        for v in &t.vectors {
-            let dim =
-                schema.and_then(|s| s.vector_columns().find(|(c, ..)| *c == v.column.as_str())).map(|(_, d, _)| d);
-            for c in v.chunks.iter().filter(|_| dim.is_some()) {
-                let bytes = (c.count as usize).saturating_mul(dim.unwrap_or(0) as usize * 4);
-                let end = ends.entry(c.gen).or_default();
-                *end = (*end).max((c.offset as usize).saturating_add(bytes));
-            }
-        }
-    }
+    let ends = vector_file_ends(schemas, &images);
     let mut tables = HashMap::new();
     for t in images {
         let schema = schemas.get(&t.name);

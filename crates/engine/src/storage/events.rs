@@ -125,6 +125,12 @@ pub enum Event {
         text_commit_failed: bool,
         failed_features_total: u64,
     },
+    /// The text index's files were damaged: the open removed it and the
+    /// indexer rebuilds it from the record files (queries find the rows it
+    /// has not reached through the hot overlay meanwhile).
+    TextIndexRebuilt {
+        error: String,
+    },
     /// The indexer thread ended without being asked to: new rows are no
     /// longer indexed until a restart.
     IndexerStopped {
@@ -151,7 +157,10 @@ impl Event {
             | Event::Retention { .. }
             | Event::VectorsCompacted { .. }
             | Event::IndexCaughtUp { .. } => Level::Info,
-            Event::IndexRoundFailed { .. } | Event::EventsDropped { .. } | Event::RetentionFailed { .. } => Level::Warn,
+            Event::IndexRoundFailed { .. }
+            | Event::EventsDropped { .. }
+            | Event::RetentionFailed { .. }
+            | Event::TextIndexRebuilt { .. } => Level::Warn,
             Event::CheckpointFailed { .. } | Event::IndexerStopped { .. } | Event::StorageFailed { .. } => Level::Error,
         }
     }
