@@ -64,12 +64,20 @@ export function memory(pid) {
   return { rssMb: kb('VmRSS') / 1024, hwmMb: kb('VmHWM') / 1024, anonMb: kb('RssAnon') / 1024, fileMb: kb('RssFile') / 1024 };
 }
 
-/** Bytes of every file under `dir`. */
+/**
+ * Bytes of every file under `dir`. A running server deletes files as it
+ * goes (a checkpoint drops the log segment it covers), so one listed and
+ * gone before it is measured counts as nothing.
+ */
 export function du(dir) {
   let total = 0;
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = path.join(dir, e.name);
-    total += e.isDirectory() ? du(p) : statSync(p).size;
+    try {
+      total += e.isDirectory() ? du(p) : statSync(p).size;
+    } catch (err) {
+      if (err.code !== 'ENOENT') throw err;
+    }
   }
   return total;
 }
