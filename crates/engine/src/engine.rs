@@ -309,7 +309,20 @@ impl Engine {
         let br = branch.unwrap_or(DEFAULT_BRANCH);
         ident("database_id", db)?;
         ident("branch_id", br)?;
-        self.branches.read().get(&(db.to_string(), br.to_string())).cloned().ok_or_else(|| branch_not_found(db, br))
+        let branches = self.branches.read();
+        self.refuse_closed()?;
+        branches.get(&(db.to_string(), br.to_string())).cloned().ok_or_else(|| branch_not_found(db, br))
+    }
+
+    /// A closed engine answers nothing from its branches: it has released
+    /// the data directory, which another engine may then write (found by a
+    /// black-box test: a closed engine went on serving the versions it held,
+    /// stale once a second engine had written the directory).
+    fn refuse_closed(&self) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            bail!(ShuttingDown, "the engine is closed");
+        }
+        Ok(())
     }
 
     fn write(&self, database: Option<&str>, branch: Option<&str>, op: WriteOp) -> Result<WriteResult> {
@@ -432,7 +445,13 @@ impl Engine {
         {
             return Some(Err(e));
         }
-        let found = self.branches.try_read()?.get(&(db.to_string(), br.to_string())).cloned();
+        let found = {
+            let branches = self.branches.try_read()?;
+            if let Err(e) = self.refuse_closed() {
+                return Some(Err(e));
+            }
+            branches.get(&(db.to_string(), br.to_string())).cloned()
+        };
         let Some(branch) = found else { return Some(Err(branch_not_found(db, br))) };
         let state = branch.state.try_read()?;
         get_from(&branch, &state, key, epoch, |row| state.fields_now(row, None))

@@ -318,3 +318,23 @@ fn get_now_answers_as_get_or_leaves_the_read_to_get() {
     drop(held);
     assert!(now("docs", "small", None).is_some());
 }
+
+/// A closed engine has released its data directory, which another engine
+/// may then write: it answers nothing from its branches, rather than the
+/// versions it held (found by a black-box test).
+#[test]
+fn a_closed_engine_answers_nothing_from_its_branches() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.put(None, None, vec![record("a", json!({"s": "one"}))], None).unwrap();
+    engine.close();
+    let other = open(dir.path());
+    other.put(None, None, vec![record("a", json!({"s": "two"}))], None).unwrap();
+    let get = engine.get(None, None, &rkey("docs", "a"), None).unwrap_err();
+    assert_eq!(get.code, braid_engine::Code::ShuttingDown, "{}", get.message);
+    let now = engine.get_now(None, None, &rkey("docs", "a"), None).expect("a refusal is answered at once").unwrap_err();
+    assert_eq!((now.code, now.message), (get.code, get.message));
+    let put = engine.put(None, None, vec![record("b", json!({"s": "x"}))], None).unwrap_err();
+    assert_eq!(put.code, braid_engine::Code::ShuttingDown);
+    assert_eq!(other.get(None, None, &rkey("docs", "a"), None).unwrap().unwrap().fields["s"], "two");
+}
