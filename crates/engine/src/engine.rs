@@ -216,7 +216,7 @@ pub struct SnapshotOutcome {
 pub struct Engine {
     config: EngineConfig,
     catalog: Mutex<Catalog>,
-    branches: RwLock<HashMap<(String, String), Arc<Branch>>>,
+    branches: RwLock<Branches>,
     secret: Vec<u8>,
     cache: RankedCache,
     pub opened_at: Instant,
@@ -305,24 +305,26 @@ impl Engine {
 
     /// The branch addressed by a request; `None` means the defaults.
     pub fn branch(&self, database: Option<&str>, branch: Option<&str>) -> Result<Arc<Branch>> {
+        self.find_branch(&self.branches.read(), database, branch)
+    }
+
+    /// The branch addressed in `branches` (the branch list, locked by the
+    /// caller). A closed engine answers nothing from its branches: it has
+    /// released the data directory, which another engine may then write
+    /// (found by a black-box test: a closed engine went on serving the
+    /// versions it held, stale once a second engine had written the directory).
+    fn find_branch(&self, branches: &Branches, database: Option<&str>, branch: Option<&str>) -> Result<Arc<Branch>> {
         let db = database.unwrap_or(DEFAULT_DATABASE);
         let br = branch.unwrap_or(DEFAULT_BRANCH);
         ident("database_id", db)?;
         ident("branch_id", br)?;
-        let branches = self.branches.read();
-        self.refuse_closed()?;
-        branches.get(&(db.to_string(), br.to_string())).cloned().ok_or_else(|| branch_not_found(db, br))
-    }
-
-    /// A closed engine answers nothing from its branches: it has released
-    /// the data directory, which another engine may then write (found by a
-    /// black-box test: a closed engine went on serving the versions it held,
-    /// stale once a second engine had written the directory).
-    fn refuse_closed(&self) -> Result<()> {
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             bail!(ShuttingDown, "the engine is closed");
         }
-        Ok(())
+        branches
+            .get(&(db.to_string(), br.to_string()))
+            .cloned()
+            .ok_or_else(|| Error::new(Code::BranchNotFound, format!("branch {db}/{br} does not exist")))
     }
 
     fn write(&self, database: Option<&str>, branch: Option<&str>, op: WriteOp) -> Result<WriteResult> {
@@ -438,21 +440,14 @@ impl Engine {
         key: &RecordKey,
         epoch: Option<u64>,
     ) -> Option<Result<Option<RecordOutput>>> {
-        let db = database.unwrap_or(DEFAULT_DATABASE);
-        let br = branch.unwrap_or(DEFAULT_BRANCH);
-        if let Err(e) =
-            check_key_names(key).and_then(|()| ident("database_id", db)).and_then(|()| ident("branch_id", br))
-        {
+        if let Err(e) = check_key_names(key) {
             return Some(Err(e));
         }
-        let found = {
-            let branches = self.branches.try_read()?;
-            if let Err(e) = self.refuse_closed() {
-                return Some(Err(e));
-            }
-            branches.get(&(db.to_string(), br.to_string())).cloned()
+        let found = self.find_branch(&*self.branches.try_read()?, database, branch);
+        let branch = match found {
+            Ok(branch) => branch,
+            Err(e) => return Some(Err(e)),
         };
-        let Some(branch) = found else { return Some(Err(branch_not_found(db, br))) };
         let state = branch.state.try_read()?;
         get_from(&branch, &state, key, epoch, |row| state.fields_now(row, None))
     }
@@ -876,9 +871,8 @@ fn record_output(
     }))
 }
 
-fn branch_not_found(db: &str, br: &str) -> Error {
-    Error::new(Code::BranchNotFound, format!("branch {db}/{br} does not exist"))
-}
+/// The open branches, by (database, branch).
+type Branches = HashMap<(String, String), Arc<Branch>>;
 
 /// A record key's names, checked as a write checks them.
 fn check_key_names(key: &RecordKey) -> Result<()> {

@@ -91,7 +91,7 @@ pub const NOW_MAX_BYTES: usize = 64 * 1024;
 
 /// Whether a read may wait for the disk or for another thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
+enum Wait {
     /// Wait as long as the read takes.
     Block,
     /// Answer only from memory (the page cache), else not at all.
@@ -122,6 +122,17 @@ fn read_cached(_file: &File, _buf: &mut [u8], _offset: u64) -> bool {
 /// The most recently read sealed files' handles, most recent first.
 #[derive(Default)]
 struct Handles(Vec<(u32, Arc<File>)>);
+
+impl Handles {
+    /// The handle of generation `gen` if it is kept, now the most recently read.
+    fn take(&mut self, gen: u32) -> Option<Arc<File>> {
+        let at = self.0.iter().position(|(g, _)| *g == gen)?;
+        let hit = self.0.remove(at);
+        let file = hit.1.clone();
+        self.0.insert(0, hit);
+        Some(file)
+    }
+}
 
 pub struct RecordFiles {
     dir: PathBuf,
@@ -184,10 +195,7 @@ impl RecordFiles {
             return Err(Error::storage(format!("record file generation {gen} is not open")));
         }
         let mut handles = self.handles.lock();
-        if let Some(at) = handles.0.iter().position(|(g, _)| *g == gen) {
-            let hit = handles.0.remove(at);
-            let file = hit.1.clone();
-            handles.0.insert(0, hit);
+        if let Some(file) = handles.take(gen) {
             return Ok(file);
         }
         let path = self.dir.join(file_name(gen));
@@ -206,12 +214,7 @@ impl RecordFiles {
         if gen == self.open_gen {
             return Some(self.open.clone());
         }
-        let mut handles = self.handles.try_lock()?;
-        let at = handles.0.iter().position(|(g, _)| *g == gen)?;
-        let hit = handles.0.remove(at);
-        let file = hit.1.clone();
-        handles.0.insert(0, hit);
-        Some(file)
+        self.handles.try_lock()?.take(gen)
     }
 
     /// Sealed files' handles held now (at most [`OPEN_SEALED`]).
