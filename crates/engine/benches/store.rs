@@ -17,7 +17,7 @@ fn record(i: u64) -> RecordInput {
         table: "bench".into(),
         tenant_id: format!("t{}", i % 4),
         id: format!("r{i}"),
-        fields: fields.as_object().unwrap().clone(),
+        fields: fields.as_object().unwrap().clone().into(),
     }
 }
 

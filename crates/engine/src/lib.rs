@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod faults;
+pub mod fields;
 pub mod fsutil;
 pub mod index;
 pub mod memory;
@@ -21,6 +22,7 @@ pub mod wire;
 
 pub use engine::{BranchEvent, BranchSummary, Engine, EngineConfig, Metrics, RestoreOutcome};
 pub use error::{Code, Error, Result};
+pub use fields::{Field, Fields};
 pub use model::{RecordInput, RecordKey, RecordOutput};
 
 /// A hash map for the maps the commit path and replay update per row and per

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::Result;
+use crate::fields::Fields;
 use crate::names;
 
 #[derive(Debug, Clone, Serialize)]
@@ -11,7 +12,7 @@ pub struct RecordInput {
     pub table: String,
     pub tenant_id: String,
     pub id: String,
-    pub fields: Map<String, Value>,
+    pub fields: Fields,
 }
 
 /// A record is read from a JSON object only: serde's derived reading also
@@ -27,7 +28,7 @@ impl<'de> Deserialize<'de> for RecordInput {
             tenant_id: String,
             id: String,
             #[serde(default)]
-            fields: Map<String, Value>,
+            fields: Fields,
         }
         struct Object;
         impl<'de> serde::de::Visitor<'de> for Object {
@@ -67,8 +68,8 @@ impl RecordInput {
                 };
                 let (table, tenant_id, id) = (text("table"), text("tenant_id"), text("id"));
                 let fields = match map.remove("fields") {
-                    Some(Value::Object(fields)) => fields,
-                    _ => Map::new(),
+                    Some(Value::Object(fields)) => Fields::from(fields),
+                    _ => Fields::new(),
                 };
                 Ok(RecordInput { table, tenant_id, id, fields })
             }
@@ -96,7 +97,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!((record.table.as_str(), record.tenant_id.as_str(), record.id.as_str()), ("t", "x", "a"));
-        assert_eq!(Value::Object(record.fields), json!({"v": [1.5, 2], "s": "b"}));
+        assert_eq!(Value::Object(record.fields.into()), json!({"v": [1.5, 2], "s": "b"}));
         assert!(RecordInput::from_json(json!({"table": "t", "tenant_id": "x", "id": "a"})).unwrap().fields.is_empty());
         // an object only, not serde's list of members in order
         let listed = RecordInput::from_json(json!(["t", "x", "a", {}])).unwrap_err().to_string();

@@ -13,10 +13,11 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
+use crate::fields::{Field, Fields};
 use crate::names;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -108,16 +109,21 @@ impl TableSchema {
 
     /// Checks `fields` against this schema, extending it with inferred columns
     /// (at most `max_columns` in all). Returns true when the schema changed.
-    pub fn admit(&mut self, fields: &Map<String, Value>, max_dim: u32, max_columns: usize) -> Result<bool> {
+    pub fn admit(&mut self, fields: &Fields, max_dim: u32, max_columns: usize) -> Result<bool> {
         let mut changed = false;
-        for (name, value) in fields {
-            match self.columns.get(name) {
-                Some(column) => check_value(name, &column.ty, value)?,
-                None => {
-                    if let Some(ty) = infer(name, value, max_dim)? {
+        for (name, field) in fields.iter() {
+            match (self.columns.get(name), field) {
+                (Some(column), Field::Value(value)) => check_value(name, &column.ty, value)?,
+                (Some(column), Field::F32(xs)) => check_floats(name, &column.ty, xs)?,
+                (None, field) => {
+                    let ty = match field {
+                        Field::Value(value) => infer(name, value, max_dim)?,
+                        Field::F32(xs) => Some(infer_floats(name, xs, max_dim)?),
+                    };
+                    if let Some(ty) = ty {
                         names::check_identifier("column", name)?;
                         check_column_count(&self.name, self.columns.len() + 1, max_columns)?;
-                        self.columns.insert(name.clone(), Column::inferred(ty));
+                        self.columns.insert(name.to_string(), Column::inferred(ty));
                         changed = true;
                     }
                 }
@@ -151,13 +157,7 @@ fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> 
         Value::Object(_) => Some(ColumnType::Json),
         Value::Array(items) if items.is_empty() => None,
         Value::Array(items) if items.iter().all(Value::is_number) => {
-            if items.len() > max_dim as usize {
-                bail!(
-                    VectorDimensionTooLarge,
-                    "column {name:?}: vector dimension {} exceeds the limit of {max_dim}",
-                    items.len()
-                );
-            }
+            check_dim(name, items.len(), max_dim)?;
             check_finite(name, items)?;
             Some(ColumnType::Vector { dim: items.len() as u32, metric: Metric::Cosine })
         }
@@ -166,7 +166,33 @@ fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> 
     })
 }
 
-fn mismatch(name: &str, ty: &ColumnType, value: &Value) -> Error {
+/// The column an array of f32s (a vector as a write holds it) makes.
+fn infer_floats(name: &str, xs: &[f32], max_dim: u32) -> Result<ColumnType> {
+    check_dim(name, xs.len(), max_dim)?;
+    Ok(ColumnType::Vector { dim: xs.len() as u32, metric: Metric::Cosine })
+}
+
+fn check_dim(name: &str, dim: usize, max_dim: u32) -> Result<()> {
+    if dim > max_dim as usize {
+        bail!(VectorDimensionTooLarge, "column {name:?}: vector dimension {dim} exceeds the limit of {max_dim}");
+    }
+    Ok(())
+}
+
+/// [`check_value`] for an array of f32s: each is finite (an f32 that held a
+/// JSON number exactly is).
+fn check_floats(name: &str, ty: &ColumnType, xs: &[f32]) -> Result<()> {
+    match ty {
+        ColumnType::Json => Ok(()),
+        ColumnType::Vector { dim, .. } if xs.len() != *dim as usize => {
+            bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, got {}", xs.len())
+        }
+        ColumnType::Vector { .. } => Ok(()),
+        _ => Err(mismatch(name, ty, "array")),
+    }
+}
+
+fn mismatch_of(name: &str, ty: &ColumnType, value: &Value) -> Error {
     let got = match value {
         Value::Null => "null",
         Value::String(_) => "string",
@@ -175,6 +201,10 @@ fn mismatch(name: &str, ty: &ColumnType, value: &Value) -> Error {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     };
+    mismatch(name, ty, got)
+}
+
+fn mismatch(name: &str, ty: &ColumnType, got: &str) -> Error {
     // a table's columns are shared by all its tenants: say what the column
     // is, never whose write fixed it or what other tenants stored
     Error::new(
@@ -195,7 +225,7 @@ fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
         (ColumnType::Edges, Value::Array(items)) => items.iter().all(Value::is_string),
         (ColumnType::Vector { dim, .. }, Value::Array(items)) => {
             if !items.iter().all(Value::is_number) {
-                return Err(mismatch(name, ty, value));
+                return Err(mismatch_of(name, ty, value));
             }
             if items.len() != *dim as usize {
                 bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, got {}", items.len());
@@ -208,7 +238,7 @@ fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(mismatch(name, ty, value))
+        Err(mismatch_of(name, ty, value))
     }
 }
 
@@ -305,8 +335,32 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn obj(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+    fn obj(v: Value) -> Fields {
+        Fields::from(v.as_object().unwrap().clone())
+    }
+
+    #[test]
+    fn a_vector_held_as_f32s_is_checked_as_its_values_are() {
+        let base = || {
+            let mut s = TableSchema::new("t");
+            s.admit(&obj(json!({"v": [0.5, 0.25], "n": 1, "j": {"a": 1}, "e": ["x"], "s": "a"})), 4096, 1024).unwrap();
+            s
+        };
+        for column in ["v", "n", "j", "e", "s", "new"] {
+            for xs in [&[0.5f32, 0.25][..], &[0.5], &[0.5, 0.25, 0.75]] {
+                let values = Value::Array(xs.iter().map(|x| json!(f64::from(*x))).collect());
+                let as_f32s = Fields::from_pairs(vec![(column.to_string(), Field::F32(xs.into()))]);
+                let as_values = Fields::from_pairs(vec![(column.to_string(), Field::Value(values))]);
+                let (mut a, mut b) = (base(), base());
+                let outcome = |r: Result<bool>| r.map_err(|e| (e.code, e.message));
+                assert_eq!(
+                    outcome(a.admit(&as_f32s, 2, 1024)),
+                    outcome(b.admit(&as_values, 2, 1024)),
+                    "{column} {xs:?}"
+                );
+                assert_eq!(a, b);
+            }
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::{Number, Value};
 
+use crate::fields::Field;
 use crate::model::{RecordInput, RecordKey};
 use crate::names;
 use crate::query::HybridQuery;
@@ -168,10 +169,15 @@ fn query_member(name: &str, value: &Value) -> bool {
 /// Whether the service would hand the engine `record` as it is, its
 /// numbers rewritten as JavaScript holds them.
 fn as_the_service_reads(record: &mut RecordInput) -> bool {
-    record
-        .fields
-        .iter_mut()
-        .all(|(key, value)| names::is_identifier(key) && plain_key(key) && as_javascript_holds(value))
+    record.fields.iter_mut().all(|(key, field)| {
+        names::is_identifier(key)
+            && plain_key(key)
+            && match field {
+                Field::Value(value) => as_javascript_holds(value),
+                // floats JavaScript holds as they are (crate::fields)
+                Field::F32(_) => true,
+            }
+    })
 }
 
 /// Whether JSON text is an object (its first byte past whitespace is `{`):
@@ -242,7 +248,7 @@ mod tests {
         .expect("a plain batch reads");
         assert!(batch.include_write_timing);
         assert_eq!(batch.records.len(), 2);
-        let fields = &batch.records[0].fields;
+        let fields = &batch.records[0].fields.to_map();
         assert_eq!(fields["v"], json!([1, 0, 0.5, 1000]));
         assert!(fields["v"][0].is_i64(), "1.0 is the integer 1, as JSON.parse gives it");
         // past 2^53 JavaScript holds the nearest f64
@@ -251,6 +257,19 @@ mod tests {
         assert_eq!(fields["o"].as_object().unwrap().keys().collect::<Vec<_>>(), ["b", "a"], "key order kept");
         assert!(batch.records[1].fields.is_empty());
         assert!(!read(r#"{"records":[]}"#).unwrap().include_write_timing);
+    }
+
+    #[test]
+    fn a_vector_is_read_straight_into_f32s() {
+        let batch = read(
+            r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"v":[0.5,-0.25,0.125],"w":[0.5,1.0],"s":"x"}}]}"#,
+        )
+        .expect("a plain batch reads");
+        let fields = &batch.records[0].fields;
+        assert_eq!(fields.get("v"), Some(&Field::F32(vec![0.5, -0.25, 0.125].into_boxed_slice())));
+        // 1.0 is the integer 1 as JavaScript holds it: the array stays values
+        assert_eq!(fields.get("w"), Some(&Field::Value(json!([0.5, 1]))));
+        assert_eq!(fields.get("s"), Some(&Field::Value(json!("x"))));
     }
 
     #[test]
@@ -297,7 +316,7 @@ mod tests {
     fn reads_a_put_body_bare_or_wrapped_and_leaves_the_rest_to_the_service() {
         let bare = put(br#"{"table":"t","tenant_id":"a","id":"1","fields":{"v":[1.0,0.5]}}"#).expect("a bare record");
         assert_eq!((bare.record.table.as_str(), bare.record.id.as_str()), ("t", "1"));
-        assert!(bare.record.fields["v"][0].is_i64());
+        assert!(bare.record.fields.to_map()["v"][0].is_i64());
         assert!(!bare.names_a_branch());
         let wrapped = put(br#"{"record":{"table":"t","tenant_id":"a","id":"2"}}"#).expect("a wrapped record");
         assert_eq!(wrapped.record.id, "2");

@@ -38,7 +38,7 @@ fn fixture() -> &'static Fixture {
                     table: "docs".into(),
                     tenant_id: ["t1", "t2"][i % 2].into(),
                     id: format!("r{i}"),
-                    fields: f.as_object().unwrap().clone(),
+                    fields: f.as_object().unwrap().clone().into(),
                 }
             })
             .collect();

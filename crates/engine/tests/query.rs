@@ -18,7 +18,7 @@ fn rec(table: &str, tenant: &str, id: &str, fields: Value) -> RecordInput {
         table: table.into(),
         tenant_id: tenant.into(),
         id: id.into(),
-        fields: fields.as_object().unwrap().clone(),
+        fields: fields.as_object().unwrap().clone().into(),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use braid_engine::storage::WriteResult;
-use braid_engine::{Engine, EngineConfig, RecordInput, RecordKey};
+use braid_engine::{Engine, EngineConfig, Field, RecordInput, RecordKey};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
@@ -97,7 +97,7 @@ fn store_matches_model_across_restarts() {
                         table: table.clone(),
                         tenant_id: tenant.clone(),
                         id: format!("k{}", rng.gen_range(0..40)),
-                        fields,
+                        fields: fields.into(),
                     }
                 })
                 .collect();
@@ -106,7 +106,7 @@ fn store_matches_model_across_restarts() {
             let mut sent = records.clone();
             if poison {
                 let mut bad = records[0].clone();
-                bad.fields.insert("n".into(), json!("not a number"));
+                bad.fields.insert("n".into(), Field::Value(json!("not a number")));
                 sent.push(bad);
             }
             let result = engine.put(None, None, sent, None);
@@ -119,7 +119,7 @@ fn store_matches_model_across_restarts() {
             assert_eq!(epoch, model.epoch + 1, "one epoch per write request");
             model.epoch = epoch;
             for r in records {
-                model.versions.entry((r.table, r.tenant_id, r.id)).or_default().push((epoch, Some(r.fields)));
+                model.versions.entry((r.table, r.tenant_id, r.id)).or_default().push((epoch, Some(r.fields.into())));
             }
         }
         if step % 150 == 149 {
@@ -138,7 +138,7 @@ fn torn_tail_is_cut_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     {
         let engine = open(dir.path());
-        let r = RecordInput { table: "t".into(), tenant_id: "x".into(), id: "1".into(), fields: Map::new() };
+        let r = RecordInput { table: "t".into(), tenant_id: "x".into(), id: "1".into(), fields: Map::new().into() };
         engine.put(None, None, vec![r], None).unwrap();
     }
     let wal = common::newest_wal(&dir.path().join("db/default/main"));
@@ -151,7 +151,7 @@ fn torn_tail_is_cut_and_reported() {
     assert_eq!(m.recovered_truncated_bytes, 7);
     assert_eq!(m.recovery_state, "recovered");
     // and it keeps accepting writes after the cut
-    let r = RecordInput { table: "t".into(), tenant_id: "x".into(), id: "2".into(), fields: Map::new() };
+    let r = RecordInput { table: "t".into(), tenant_id: "x".into(), id: "2".into(), fields: Map::new().into() };
     assert!(matches!(engine.put(None, None, vec![r], None).unwrap(), WriteResult::Committed(_)));
 }
 
@@ -169,7 +169,7 @@ fn concurrent_writers_share_fsyncs_and_each_gets_its_own_epoch() {
                             table: "c".into(),
                             tenant_id: "t".into(),
                             id: format!("{w}-{i}"),
-                            fields: Map::new(),
+                            fields: Map::new().into(),
                         };
                         match engine.put(None, None, vec![r], None).unwrap() {
                             WriteResult::Committed(o) => (o.epoch, o.timing.group_size),
@@ -197,7 +197,8 @@ fn receipts_commit_with_the_write_and_replay() {
         status: 200,
         body: json!({"epoch": null}),
     };
-    let rec = || vec![RecordInput { table: "r".into(), tenant_id: "t".into(), id: "1".into(), fields: Map::new() }];
+    let rec =
+        || vec![RecordInput { table: "r".into(), tenant_id: "t".into(), id: "1".into(), fields: Map::new().into() }];
     {
         let engine = open(dir.path());
         let first = engine.put(None, None, rec(), Some(draft("h1"))).unwrap();
@@ -266,7 +267,7 @@ fn a_dropped_reply_answers_shutting_down() {
 
 fn record(id: &str, fields: Value) -> RecordInput {
     let Value::Object(fields) = fields else { panic!("fields are an object") };
-    RecordInput { table: "docs".into(), tenant_id: "acme".into(), id: id.into(), fields }
+    RecordInput { table: "docs".into(), tenant_id: "acme".into(), id: id.into(), fields: fields.into() }
 }
 
 fn rkey(table: &str, id: &str) -> RecordKey {

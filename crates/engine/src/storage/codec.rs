@@ -23,6 +23,8 @@
 
 use serde_json::{Map, Number, Value};
 
+use crate::fields::{Field, Fields};
+
 use crate::error::{Error, Result};
 
 const NULL: u8 = 0;
@@ -51,13 +53,24 @@ pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Appends the encoding of `fields` to `out`.
-pub fn encode_fields(fields: &Map<String, Value>, out: &mut Vec<u8>) {
+pub fn encode_fields(fields: &Fields, out: &mut Vec<u8>) {
     put_varint(out, fields.len() as u64);
     let mut value = Vec::new();
-    for (name, v) in fields {
+    for (name, field) in fields.iter() {
         put_str(out, name);
         value.clear();
-        encode_value(v, &mut value);
+        match field {
+            Field::Value(v) => encode_value(v, &mut value),
+            Field::F32(xs) => {
+                // the bytes `encode_value` gives the same numbers as values
+                value.push(F32_ARRAY);
+                put_varint(&mut value, xs.len() as u64);
+                value.reserve(xs.len() * 4);
+                for x in xs.iter() {
+                    value.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
         put_varint(out, value.len() as u64);
         out.extend_from_slice(&value);
     }
@@ -269,6 +282,36 @@ pub fn decode_fields(bytes: &[u8], only: Option<&[String]>) -> Result<Map<String
     Ok(out)
 }
 
+/// Decodes a record's fields as a write holds them ([`Fields`]): an f32
+/// array as its f32s, so a replayed commit's vectors are never values.
+pub fn decode_write_fields(bytes: &[u8]) -> Result<Fields> {
+    let mut r = Reader { bytes, at: 0 };
+    let count = r.len()?;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name = r.str()?.to_string();
+        let len = r.len()?;
+        let mut inner = Reader { bytes: r.take(len)?, at: 0 };
+        let field = match inner.bytes.first() {
+            Some(&F32_ARRAY) => {
+                inner.at = 1;
+                let n = inner.len()?;
+                let raw = inner.take(n.checked_mul(4).ok_or_else(|| damaged("length"))?)?;
+                match n {
+                    0 => Field::Value(Value::Array(Vec::new())),
+                    _ => Field::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
+                }
+            }
+            _ => Field::Value(inner.value(0)?),
+        };
+        if !inner.is_done() {
+            return Err(damaged("trailing bytes in a value"));
+        }
+        out.push((name, field));
+    }
+    Ok(Fields::from_pairs(out))
+}
+
 /// Decodes one field, or None when the record does not have it.
 pub fn decode_field(bytes: &[u8], name: &str) -> Result<Option<Value>> {
     let mut r = Reader { bytes, at: 0 };
@@ -291,7 +334,7 @@ mod tests {
 
     fn round_trip(v: Value) -> Value {
         let mut out = Vec::new();
-        encode_fields(v.as_object().unwrap(), &mut out);
+        encode_fields(&Fields::from(v.as_object().unwrap().clone()), &mut out);
         Value::Object(decode_fields(&out, None).unwrap())
     }
 
@@ -314,7 +357,7 @@ mod tests {
         let vector: Vec<Value> = (0..256).map(|i| Value::from(i as f32 as f64 / 256.0 + 0.5)).collect();
         let mut map = Map::new();
         map.insert("v".into(), Value::Array(vector));
-        encode_fields(&map, &mut out);
+        encode_fields(&Fields::from(map), &mut out);
         assert!(out.len() < 256 * 4 + 16, "{} bytes", out.len());
     }
 
@@ -322,7 +365,7 @@ mod tests {
     fn only_the_named_fields_are_decoded() {
         let v = json!({"a": 1, "b": "two", "c": [0.5]});
         let mut out = Vec::new();
-        encode_fields(v.as_object().unwrap(), &mut out);
+        encode_fields(&Fields::from(v.as_object().unwrap().clone()), &mut out);
         let some = decode_fields(&out, Some(&["c".to_string(), "zz".to_string()])).unwrap();
         assert_eq!(Value::Object(some), json!({"c": [0.5]}));
         assert_eq!(decode_field(&out, "b").unwrap(), Some(json!("two")));
@@ -333,7 +376,7 @@ mod tests {
     fn damaged_bytes_are_an_error_not_a_panic() {
         let v = json!({"a": [1, {"b": "x"}], "c": [0.5, 0.25]});
         let mut out = Vec::new();
-        encode_fields(v.as_object().unwrap(), &mut out);
+        encode_fields(&Fields::from(v.as_object().unwrap().clone()), &mut out);
         for cut in 0..out.len() {
             let _ = decode_fields(&out[..cut], None);
         }

@@ -5,9 +5,10 @@
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::fields::Fields;
 use crate::schema::TableSchema;
 use crate::storage::codec::{self, put_str, put_varint, Reader};
 
@@ -52,7 +53,7 @@ pub struct WalRow {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
     #[serde(default)]
-    pub fields: Map<String, Value>,
+    pub fields: Fields,
 }
 
 /// A stored idempotency receipt: the first successful response to a keyed
@@ -186,7 +187,7 @@ impl Commit {
             let n = r.len()?;
             // past the marker byte the reader does not see
             let at = 1 + r.position();
-            let fields = codec::decode_fields(r.take(n)?, None)?;
+            let fields = codec::decode_write_fields(r.take(n)?)?;
             spans.push(at..at + n);
             rows.push(WalRow { table, tenant_id, id, version_id, deleted, fields });
         }

@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use tantivy::tokenizer::TextAnalyzer;
 
 use crate::error::Result;
+use crate::fields::{Field, Fields};
 use crate::index::arena::VectorArena;
 use crate::index::text::{self, TextStats};
 use crate::index::vector::{self, VectorIndex};
@@ -635,8 +636,8 @@ fn count_text(commits: &[&Commit], text: &mut HashMap<String, (Vec<String>, Text
             continue;
         }
         let Some((columns, stats)) = text.get_mut(&row.table) else { continue };
-        for column in columns.iter() {
-            if let Some(s) = row.fields.get(column).and_then(Value::as_str) {
+        for (column, field) in row.fields.iter() {
+            if let (Some(s), true) = (field.as_str(), columns.iter().any(|c| c == column)) {
                 stats.apply_str(&row.tenant_id, column, tokens.read(&mut analyzer, s), 1);
             }
         }
@@ -843,7 +844,7 @@ impl State {
     }
 
     /// Indexes a new row in the structures kept inside the commit.
-    fn admit_row(&mut self, row_id: u32, fields: &Map<String, Value>) {
+    fn admit_row(&mut self, row_id: u32, fields: &Fields) {
         let text_elsewhere = self.retired_text.is_some();
         let State { rows, keys, schemas, tables, analyzer, tokens, invalid_vectors, .. } = self;
         let row = &rows[row_id as usize];
@@ -865,12 +866,16 @@ impl State {
         }
         table.live.insert(row_id);
         let Some(schema) = schemas.get(&*key.table) else { return };
-        for (name, value) in fields.iter() {
+        for (name, field) in fields.iter() {
             let Some(column) = schema.columns.get(name) else { continue };
+            let value = match field {
+                Field::Value(value) => Some(value),
+                Field::F32(_) => None,
+            };
             if column.scalar {
-                if let Some(k) = ScalarKey::of(value) {
+                if let Some(k) = value.and_then(ScalarKey::of) {
                     if !table.scalar.contains_key(name) {
-                        table.scalar.insert(name.clone(), ScalarValues::default());
+                        table.scalar.insert(name.to_string(), ScalarValues::default());
                     }
                     if let Some(values) = table.scalar.get_mut(name) {
                         match values.get_mut(&k) {
@@ -883,7 +888,11 @@ impl State {
                 }
             }
             if let ColumnType::Vector { metric, .. } = column.ty {
-                if let (Some(v), Some(vc)) = (crate::schema::vector_of(value), table.vectors.get_mut(name)) {
+                let v = match field {
+                    Field::Value(value) => crate::schema::vector_of(value),
+                    Field::F32(xs) => Some(xs.to_vec()),
+                };
+                if let (Some(v), Some(vc)) = (v, table.vectors.get_mut(name)) {
                     if !v.iter().all(|x| x.is_finite()) {
                         // written before writes checked finiteness: no vector for this row
                         *invalid_vectors += 1;
@@ -893,7 +902,7 @@ impl State {
                 }
             }
             if column.text && !text_elsewhere {
-                if let Some(s) = value.as_str() {
+                if let Some(s) = field.as_str() {
                     table.text_stats.apply(&key.tenant, name, tokens.read(analyzer, s), 1);
                 }
             }

@@ -38,7 +38,7 @@ pub fn record(tenant: &str, id: &str, fields: Value) -> RecordInput {
         table: "docs".into(),
         tenant_id: tenant.into(),
         id: id.into(),
-        fields: fields.as_object().expect("fields are an object").clone(),
+        fields: fields.as_object().expect("fields are an object").clone().into(),
     }
 }
 
