@@ -31,9 +31,10 @@ use parking_lot::Mutex;
 use roaring::RoaringBitmap;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
+use tantivy::fieldnorm::FieldNormReader;
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::{
-    Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery, TermSetQuery, Weight,
+    Bm25StatisticsProvider, Bm25Weight, BooleanQuery, EnableScoring, Occur, Query, TermQuery, TermSetQuery, Weight,
 };
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING};
 use tantivy::tokenizer::{LowerCaser, PreTokenizedString, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token};
@@ -46,8 +47,6 @@ pub const TOKENIZER: &str = "braid";
 const MERGE_THREADS: usize = 2;
 /// Rows deleted by one set query ([`TextIndex::delete_rows`]).
 pub const DELETE_CHUNK: usize = 65_536;
-pub const K1: f32 = 1.2;
-pub const B: f32 = 0.75;
 
 /// Tokens of this many bytes of UTF-8 or more are dropped (tantivy's
 /// `RemoveLongFilter` counts bytes). It was 40, which dropped ordinary words
@@ -359,18 +358,22 @@ pub struct QueryStats {
 }
 
 impl QueryStats {
-    pub fn idf(&self, term: &str) -> f32 {
-        let n = self.docs.max(1) as f32;
-        let df = self.df.get(term).copied().unwrap_or(0) as f32;
-        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-    }
-
-    pub fn avg_len(&self) -> f32 {
-        if self.docs == 0 {
-            1.0
-        } else {
-            (self.tokens as f32 / self.docs as f32).max(1.0)
-        }
+    /// Each query term's BM25 weight as the index's term scorers weigh it
+    /// (`tantivy::query::Bm25Weight` over these statistics: the
+    /// [`Bm25StatisticsProvider`] below), so that a row the hot overlay
+    /// scores gets the same score, to the bit, that the index gives it once
+    /// it has the row. Computed once a query: each holds its 256 length
+    /// factors.
+    pub fn weights(&self, terms: &[String]) -> Vec<Bm25Weight> {
+        let docs = self.docs.max(1);
+        let avg = self.tokens.max(1) as Score / docs as Score;
+        terms
+            .iter()
+            .map(|t| {
+                let df = self.df.get(t).copied().unwrap_or(0).min(docs);
+                Bm25Weight::for_one_term_without_explain(df, docs, avg)
+            })
+            .collect()
     }
 }
 
@@ -390,14 +393,14 @@ impl Bm25StatisticsProvider for QueryStats {
     }
 }
 
-/// BM25 of one document with the given tokens, as tantivy computes it
-/// (without tantivy's field-norm quantisation).
-pub fn bm25(stats: &QueryStats, query_terms: &[String], doc_tokens: &[String]) -> f32 {
+/// BM25 of one document with the given tokens for the query's terms, each
+/// weighed by its `weights` entry ([`QueryStats::weights`]).
+pub fn bm25(weights: &[Bm25Weight], query_terms: &[String], doc_tokens: &[String]) -> f32 {
     let mut counts = TermCounts::new(query_terms);
     for token in doc_tokens {
         counts.count(token);
     }
-    counts.score(stats)
+    counts.score(weights)
 }
 
 /// BM25 of `text` for the query's terms, tokenized as the index tokenizes
@@ -406,19 +409,21 @@ pub fn bm25(stats: &QueryStats, query_terms: &[String], doc_tokens: &[String]) -
 /// index has not taken yet this way, so its cost is the rows' text, not the
 /// text times the query's terms (a 1,024-term query over one unindexed
 /// 15 MB text had compared every term with all 1.8 million tokens, 5.3 s,
-/// and held each token as a string, 350 MB).
-pub fn bm25_text(stats: &QueryStats, query_terms: &[String], analyzer: &mut TextAnalyzer, text: &str) -> f32 {
+/// and held each token as a string, 350 MB). The score is the index's, bit
+/// for bit: the length quantised as the index keeps it (one of 256
+/// buckets), each term scored by tantivy's own weight, and the terms summed
+/// in query order from zero, as the index's collector sums them.
+pub fn bm25_text(weights: &[Bm25Weight], query_terms: &[String], analyzer: &mut TextAnalyzer, text: &str) -> f32 {
     let mut counts = TermCounts::new(query_terms);
     let mut stream = analyzer.token_stream(text);
     while let Some(token) = stream.next() {
         counts.count(&token.text);
     }
-    counts.score(stats)
+    counts.score(weights)
 }
 
 /// A document's frequencies of a query's terms, counted token by token.
 struct TermCounts<'q> {
-    terms: &'q [String],
     /// Each distinct term's place in `tf`.
     place: HashMap<&'q str, usize>,
     /// Each query term's place in `tf` (a term given twice counts twice, as
@@ -439,7 +444,7 @@ impl<'q> TermCounts<'q> {
             })
             .collect();
         let tf = vec![0; place.len()];
-        TermCounts { terms, place, of_term, tf, len: 0 }
+        TermCounts { place, of_term, tf, len: 0 }
     }
 
     fn count(&mut self, token: &str) {
@@ -449,23 +454,18 @@ impl<'q> TermCounts<'q> {
         }
     }
 
-    fn score(&self, stats: &QueryStats) -> f32 {
+    fn score(&self, weights: &[Bm25Weight]) -> f32 {
         if self.len == 0 {
             return 0.0;
         }
-        let norm = K1 * (1.0 - B + B * self.len as f32 / stats.avg_len());
-        self.terms
-            .iter()
-            .zip(&self.of_term)
-            .map(|(term, &at)| {
-                let tf = self.tf[at] as f32;
-                if tf == 0.0 {
-                    0.0
-                } else {
-                    stats.idf(term) * (1.0 + K1) * tf / (tf + norm)
-                }
-            })
-            .sum()
+        let length = FieldNormReader::fieldnorm_to_id(u32::try_from(self.len).unwrap_or(u32::MAX));
+        let mut score = 0.0f32;
+        for (weight, &at) in weights.iter().zip(&self.of_term) {
+            if self.tf[at] > 0 {
+                score += weight.score(length, self.tf[at]);
+            }
+        }
+        score
     }
 }
 
@@ -985,9 +985,10 @@ mod tests {
         let q_rare = vec!["rare".to_string()];
         let q_common = vec!["common".to_string()];
         let doc = vec!["rare".to_string(), "common".to_string()];
-        assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_common, &doc));
+        let w = |q: &[String]| stats.weights(q);
+        assert!(bm25(&w(&q_rare), &q_rare, &doc) > bm25(&w(&q_common), &q_common, &doc));
         let long: Vec<String> = std::iter::repeat_n("x".to_string(), 20).chain(["rare".to_string()]).collect();
-        assert!(bm25(&stats, &q_rare, &doc) > bm25(&stats, &q_rare, &long));
+        assert!(bm25(&w(&q_rare), &q_rare, &doc) > bm25(&w(&q_rare), &q_rare, &long));
     }
 
     #[test]
@@ -1002,14 +1003,16 @@ mod tests {
         let toks = tokens(&mut analyzer, text);
         for query in [vec!["fox"], vec!["fox", "dog", "cat"], vec!["fox", "fox", "the"], vec![], vec!["cat"]] {
             let query: Vec<String> = query.into_iter().map(String::from).collect();
-            let one_pass = bm25_text(&stats, &query, &mut analyzer, text);
-            assert_eq!(one_pass.to_bits(), bm25(&stats, &query, &toks).to_bits(), "{query:?}");
+            let weights = stats.weights(&query);
+            let one_pass = bm25_text(&weights, &query, &mut analyzer, text);
+            assert_eq!(one_pass.to_bits(), bm25(&weights, &query, &toks).to_bits(), "{query:?}");
         }
         // a term given twice counts twice
-        let once = bm25_text(&stats, &["fox".to_string()], &mut analyzer, text);
-        let twice = bm25_text(&stats, &["fox".to_string(), "fox".to_string()], &mut analyzer, text);
+        let (fox, fox_fox) = (["fox".to_string()], ["fox".to_string(), "fox".to_string()]);
+        let once = bm25_text(&stats.weights(&fox), &fox, &mut analyzer, text);
+        let twice = bm25_text(&stats.weights(&fox_fox), &fox_fox, &mut analyzer, text);
         assert!((twice - 2.0 * once).abs() < 1e-6 && once > 0.0);
-        assert_eq!(bm25_text(&stats, &["fox".to_string()], &mut analyzer, ""), 0.0);
+        assert_eq!(bm25_text(&stats.weights(&fox), &fox, &mut analyzer, ""), 0.0);
     }
 
     #[test]

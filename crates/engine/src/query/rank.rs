@@ -313,12 +313,13 @@ fn text_overlay(
     *pending += mask.range(marks.text..).count() as u64;
     if plan.freshness == Freshness::Latest && !terms.is_empty() {
         let mut analyzer = text::analyzer();
+        let weights = stats.weights(terms);
         for row_id in eligible.range(marks.text..) {
             let fields = state.fields(row_id, Some(&columns)).unwrap_or_default();
             let mut score = 0.0;
             for col in &columns {
                 if let Some(s) = fields.get(col).and_then(Value::as_str) {
-                    score += text::bm25_text(&stats, terms, &mut analyzer, s);
+                    score += text::bm25_text(&weights, terms, &mut analyzer, s);
                     ex.lexical_scored_documents += 1;
                 }
             }
