@@ -11,7 +11,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Braid } from './engine.js';
 import type { BranchRef, Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
-import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, requestTimeoutOptions } from './http-errors.js';
+import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions } from './http-errors.js';
 import { headerBranch, resolveBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
@@ -98,6 +98,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     frameworkErrors,
   }).withTypeProvider<TypeBoxTypeProvider>();
   refuseConnect(app.server);
+  refuseExpectation(app.server);
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');
   // keep the raw body: idempotency receipts hash exactly what the client sent

@@ -16,6 +16,7 @@ export const ERROR_STATUS = {
   unsupported_content_encoding: 415,
   request_timeout: 408,
   headers_too_large: 431,
+  expectation_failed: 417,
   branch_mismatch: 400,
   // engine validation
   invalid_name: 400,

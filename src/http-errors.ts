@@ -4,7 +4,7 @@
  * errors (body parsing, schema validation, limits) are mapped here once, for
  * the engine's app and the gateway alike.
  */
-import { type IncomingMessage, type Server, STATUS_CODES } from 'node:http';
+import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
@@ -85,6 +85,22 @@ export function refuseConnect(server: Server): void {
     // a client that resets meanwhile is no error of the server's
     socket.on('error', () => undefined);
     socket.end(rawAnswer(new BraidError('invalid_request', 'CONNECT is not served: Braid is not a proxy (use GET or POST on a /v1 route)')));
+  });
+}
+
+/**
+ * A request whose `Expect` header is not `100-continue`, which Node hands to
+ * the server's `checkExpectation` event rather than to fastify, and with no
+ * listener there answered 417 with an empty body: the same 417, with the
+ * `{code, error}` body every other failure has, and the connection closed
+ * (the body the client may still send is not read).
+ */
+export function refuseExpectation(server: Server): void {
+  server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
+    const err = new BraidError('expectation_failed', `the Expect header ${JSON.stringify(request.headers.expect ?? '')} cannot be met (only 100-continue is)`);
+    const body = JSON.stringify(errorBody(err));
+    response.writeHead(err.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
+    response.end(body);
   });
 }
 

@@ -425,6 +425,23 @@ describe('what Node refuses before fastify', () => {
     }
   });
 
+  // found by a black-box test: Node answered 417 with an empty body
+  it('an Expect header other than 100-continue is 417 expectation_failed with a body, at the engine and the gateway, and writes nothing', async () => {
+    const gateway = await startGateway(resolveGatewayConfig({ engine: s.url, token: ['good'], port: 0, logLevel: 'silent' }, {}));
+    try {
+      const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+      const body = '{"table":"docs","tenant_id":"acme","id":"expect","fields":{}}';
+      for (const url of [s.url, gateway.url]) {
+        const answer = await raw(url, `POST /v1/records/put HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nExpect: foo\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+        expect(parseAnswer(answer), url).toEqual({ status: 417, body: { code: 'expectation_failed', error: expect.stringContaining('"foo"') } });
+      }
+      expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+      expect((await s.get('/v1/ready')).status).toBe(200);
+    } finally {
+      await gateway.close();
+    }
+  });
+
   it('an error quoting a huge input is cut to 2,048 characters and says how much was left out', async () => {
     const res = await s.post('/v1/records/put', { table: 'x'.repeat(100_000), tenant_id: 't', id: 'a', fields: {} });
     expect(res.status).toBe(400);

@@ -7,7 +7,7 @@
  */
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import { clientErrorHandler, errorBody, frameworkErrors, httpError, refuseConnect, requestTimeoutOptions } from '../http-errors.js';
+import { clientErrorHandler, errorBody, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -48,6 +48,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     frameworkErrors,
   });
   refuseConnect(app.server);
+  refuseExpectation(app.server);
   const engines = new Engines(config);
   const state: GatewayState = { config, engines, limiter: config.rateLimitMax > 0, requests: 0, metered: 0, closing: false };
   app.decorate('gateway', state);
