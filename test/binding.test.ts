@@ -114,6 +114,10 @@ describe('the binding itself', () => {
       const field = await rejection(native.put(undefined, [{ table: TABLE, tenant_id: TENANT, id: 'nan', fields: { n: bad } }]));
       expect(field).toMatchObject({ code: 'invalid_record', status: 400 });
       expect(field.message).toMatch(/records\[0\]\.fields\.n is not a finite number/);
+      // an element of a record's array of numbers is a vector's: the vector's code, with the record's index
+      const element = await rejection(native.put(undefined, [{ table: TABLE, tenant_id: TENANT, id: 'ok', fields: { v: [0, 0, 1] } }, { table: TABLE, tenant_id: TENANT, id: 'nan', fields: { v: [0, bad, 1] } }]));
+      expect(element).toMatchObject({ code: 'vector_not_finite', status: 400, index: 1 });
+      expect(element.message).toMatch(/records\[1\]\.fields\.v\[1\] is not a finite number/);
     }
     expect(await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'nan' })).toBeNull();
   });
@@ -444,10 +448,10 @@ describe('the embedded API over the binding', () => {
     expect(record.fields.ints).toBe(ints); // the caller's objects are left as they were
     const got = await db.get({ table: 'packed', tenant_id: TENANT, id: 'p' });
     expect(JSON.stringify(got?.fields)).toBe(JSON.stringify(record.fields));
-    // a NaN inside a packed array is refused at its index, as in a plain one
+    // a NaN inside a packed array is refused at its index, as in a plain one, with a vector's code
     const nan = Array.from({ length: 32 }, (_, i) => (i === 20 ? NaN : i));
     const err = await db.putBatch([{ table: 'packed', tenant_id: TENANT, id: 'q', fields: { nan } }]).catch((e: unknown) => e);
-    expect(err).toMatchObject({ code: 'invalid_record', status: 400 });
+    expect(err).toMatchObject({ code: 'vector_not_finite', status: 400 });
     expect((err as Error).message).toContain('fields.nan[20]');
     expect(await db.get({ table: 'packed', tenant_id: TENANT, id: 'q' })).toBeNull();
     const vector = Array.from({ length: 32 }, (_, i) => (i === 5 ? Infinity : 1));

@@ -63,6 +63,12 @@ describe('hostile values', () => {
     const batch = await s.post('/v1/records/put-batch', `{"records":[{"table":"docs","tenant_id":"acme","id":"ok","fields":{"v":[0,0,1]}},{"table":"docs","tenant_id":"acme","id":"bad2","fields":{"v":[0,-3.5e38,0]}}]}`);
     expect(batch.status).toBe(400);
     expect(batch.body).toMatchObject({ code: 'vector_not_finite', index: 1 });
+    // past f64 too (JSON.parse reads 1e400 as Infinity): the same code on every write route
+    const past = await s.post('/v1/records/put', '{"record":{"table":"docs","tenant_id":"acme","id":"bad3","fields":{"v":[0.1,0.2,1e400]}}}');
+    expect(past.status).toBe(400);
+    expect(past.body.code).toBe('vector_not_finite');
+    const pastBatch = await s.post('/v1/records/put-batch', '{"records":[{"table":"docs","tenant_id":"acme","id":"ok","fields":{"v":[0,0,1]}},{"table":"docs","tenant_id":"acme","id":"bad4","fields":{"v":[-1e400,0,0]}}]}');
+    expect(pastBatch.body).toMatchObject({ code: 'vector_not_finite', index: 1 });
     expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
     expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 'acme', id: 'ok' })).body.record).toBeNull();
   });

@@ -437,6 +437,25 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
     await expect(client.query({ table: 'shelf', tenant_id: 'acme' }, { branchId: 'nope' })).rejects.toMatchObject({ code: 'branch_not_found', httpStatus: 404 });
   });
 
+  // found by a black-box test: the engine wrote `1.0` where the replay, written by the service, had `1`
+  it('a replay is the bytes of the answer it replays, on /v1/query and /v1/nativeql', async () => {
+    const send = async (route: string, body: unknown, key: string) => {
+      const res = await fetch(`${s.url}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) });
+      return { replayed: res.headers.get('idempotent-replayed'), text: await res.text() };
+    };
+    // a filter-only list: every final_score is the whole number 1
+    for (const [route, body] of [
+      ['/v1/query', { table: 'shelf', tenant_id: 'acme', scalar_eq: { topic: 'energy' }, top_k: 3 }],
+      ['/v1/nativeql', { query: "SEARCH shelf TENANT 'acme' WHERE topic = 'energy' LIMIT 3" }],
+    ] as const) {
+      const first = await send(route, body, `bytes-${route}`);
+      const again = await send(route, body, `bytes-${route}`);
+      expect([first.replayed, again.replayed]).toEqual([null, 'true']);
+      expect(first.text).toContain('"final_score":1,');
+      expect(again.text).toBe(first.text);
+    }
+  });
+
   it('takes Idempotency-Key like /v1/nativeql: a retry replays the first answer, another body is 409', async () => {
     const body = { table: 'shelf', tenant_id: 'acme', text: 'solar', top_k: 2 };
     const key = { 'idempotency-key': 'json-query-1' };

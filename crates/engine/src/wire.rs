@@ -188,6 +188,35 @@ fn is_object(bytes: &[u8]) -> bool {
     bytes.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) == Some(&b'{')
 }
 
+/// `value` as JSON bytes, its numbers spelled as `JSON.stringify` spells
+/// them. The service sends these bytes as they are for some routes and
+/// answers others (and every idempotent replay) with its own serializer, so
+/// without this one number had two spellings: `serde_json` writes a whole
+/// float `1.0` and some in exponent form (`1e-6`, `1e21`) where JavaScript
+/// writes `1`, `0.000001` and `1e+21`, and a replay was not the bytes of the
+/// answer it replays.
+pub fn javascript_json(value: &impl serde::Serialize) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(512);
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, JavaScriptNumbers))?;
+    Ok(out)
+}
+
+/// `serde_json`'s compact output with finite floats spelled by `ryu-js`
+/// (JavaScript's `Number.prototype.toString`; `serde_json` writes `null`
+/// for the others, as `JSON.stringify` does). An f32 is the f64 it widens
+/// to, as it reaches JavaScript.
+struct JavaScriptNumbers;
+
+impl serde_json::ser::Formatter for JavaScriptNumbers {
+    fn write_f64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: f64) -> std::io::Result<()> {
+        writer.write_all(ryu_js::Buffer::new().format_finite(value).as_bytes())
+    }
+
+    fn write_f32<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: f32) -> std::io::Result<()> {
+        self.write_f64(writer, f64::from(value))
+    }
+}
+
 /// A JSON number as JavaScript holds it: an integer when it is one within
 /// 2^53, else an f64. `None` for NaN and the infinities, which JSON cannot
 /// hold. The binding reads JavaScript numbers with this too.
@@ -257,6 +286,20 @@ mod tests {
         assert_eq!(fields["o"].as_object().unwrap().keys().collect::<Vec<_>>(), ["b", "a"], "key order kept");
         assert!(batch.records[1].fields.is_empty());
         assert!(!read(r#"{"records":[]}"#).unwrap().include_write_timing);
+    }
+
+    #[test]
+    fn numbers_are_written_as_javascript_writes_them() {
+        let value = json!({"whole": 1.0, "zero": 0.0, "neg_zero": -0.0, "small": 0.000001, "tiny": 1.5e-7,
+            "big": 1e21, "huge": 1.7976931348623157e308, "third": 1.0 / 3.0, "int": 7, "neg": -3, "u": u64::MAX,
+            "list": [0.5, 2.0, "s", null, true]});
+        let text = String::from_utf8(javascript_json(&value).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"whole":1,"zero":0,"neg_zero":0,"small":0.000001,"tiny":1.5e-7,"big":1e+21,"huge":1.7976931348623157e+308,"third":0.3333333333333333,"int":7,"neg":-3,"u":18446744073709551615,"list":[0.5,2,"s",null,true]}"#
+        );
+        // an f32 as the f64 JavaScript receives
+        assert_eq!(javascript_json(&0.1f32).unwrap(), b"0.10000000149011612");
     }
 
     #[test]

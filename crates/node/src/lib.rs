@@ -791,7 +791,7 @@ impl NativeEngine {
 
 /// `value` as JSON bytes, for a route to send as they are.
 fn json_bytes(value: &impl serde::Serialize, what: &str) -> EngineResult<Buffer> {
-    serde_json::to_vec(value)
+    braid_engine::wire::javascript_json(value)
         .map(Buffer::from)
         .map_err(|err| EngineError::internal(format!("the {what} could not be written as JSON: {err}")))
 }
@@ -880,6 +880,20 @@ fn is_name_path(path: &str) -> bool {
     matches!(last, "table" | "tenant_id" | "id")
 }
 
+/// Whether a reader's path is an element of a record field's array:
+/// `[3].fields.embedding[7]` (in a batch) or `fields.embedding[7]`.
+fn is_field_element_path(path: &str) -> bool {
+    let path = match path.strip_prefix('[') {
+        Some(rest) => rest.split_once("].").map_or("", |(i, rest)| if i.parse::<u32>().is_ok() { rest } else { "" }),
+        None => path,
+    };
+    let Some(field) = path.strip_prefix("fields.") else { return false };
+    let Some((name, index)) = field.split_once('[') else { return false };
+    !name.is_empty()
+        && !name.contains(['.', ']'])
+        && index.strip_suffix(']').is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Reads a JavaScript value into an engine type: `code` when its shape is
 /// wrong, the reader's own reasons otherwise (js.rs).
 fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<T> {
@@ -894,6 +908,11 @@ fn read_json(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<
     let json = unsafe { js::read(env.raw(), value.raw()) }.map_err(|e| {
         let code = match e.reason {
             js::Reason::NotFinite if code == Code::InvalidQuery && e.path.starts_with("vector") => {
+                Code::VectorNotFinite
+            }
+            // a number of a record's array of numbers (a vector): as the
+            // engine refuses one past f32's range (`1e400` reads as Infinity)
+            js::Reason::NotFinite if code == Code::InvalidRecord && is_field_element_path(&e.path) => {
                 Code::VectorNotFinite
             }
             js::Reason::TooDeep | js::Reason::TooLarge => Code::InvalidRecord,
@@ -1045,4 +1064,27 @@ fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
     }
     b.indexing = IndexingGate::new(!o.defer_indexing.unwrap_or(false));
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_field_element_path;
+
+    #[test]
+    fn a_field_element_path_is_one_index_into_a_field() {
+        for path in ["[3].fields.embedding[7]", "fields.v[0]", "[0].fields.v[12]"] {
+            assert!(is_field_element_path(path), "{path}");
+        }
+        for path in [
+            "[3].fields.n",
+            "fields.v",
+            "fields.v[0][1]",
+            "fields.o.v[0]",
+            "[x].fields.v[0]",
+            "vector[0]",
+            "fields.v[]",
+        ] {
+            assert!(!is_field_element_path(path), "{path}");
+        }
+    }
 }
