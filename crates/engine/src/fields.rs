@@ -1,20 +1,21 @@
 //! A record's fields on the write path, from the request to the log and the
 //! indexes.
 //!
-//! Each field is a JSON value, except an array of floating-point numbers
-//! that are each exactly an f32 (a vector, as one arrives), which is held as
-//! its f32s ([`Field::F32`]). As a `serde_json::Value` each number of such an
-//! array took 72 bytes (with `preserve_order` a `Value` is as large as its
-//! largest variant, a map): a put-batch of 2,500 records with 256-d vectors
-//! held 46 MB of them, 18 times the vectors' own size, from the body's parse
-//! until its commit was applied, and every step (the schema check, the log's
+//! Each field is a JSON value, except an array of floating-point numbers (a
+//! vector, as one arrives), which is held as its f64s ([`Field::Floats`]).
+//! As a `serde_json::Value` each number took 72 bytes (with `preserve_order`
+//! a `Value` is as large as its largest variant, a map): a put-batch of
+//! 2,500 records with 256-d vectors held 46 MB of them, 9 times the numbers'
+//! own f64s and 18 times the vector index's f32s, from the body's parse until
+//! its commit was applied, and every step (the schema check, the log's
 //! encoding, the vector index) read them number by number again.
 //!
-//! Which arrays are held as f32s is exactly which the record encoding packs
-//! as f32 (storage/codec.rs): non-empty, every element a float as JavaScript
-//! holds numbers (not an integer within 2^53: `1.0` is the integer 1) that
-//! an f32 holds exactly. So a field encodes to the same bytes, and reads
-//! back the same, whichever way it was held.
+//! An array is held as floats when it is non-empty and every element is a
+//! float as JavaScript holds numbers (not an integer within 2^53: `1.0` is
+//! the integer 1), exactly the arrays the record encoding packs
+//! (storage/codec.rs: as f32 when every element is exactly an f32, else as
+//! f64). So a field encodes to the same bytes, and reads back the same,
+//! whichever way it was held.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -33,16 +34,15 @@ pub struct Fields(Vec<(String, Field)>);
 #[derive(Debug, Clone, PartialEq)]
 pub enum Field {
     Value(Value),
-    /// An array of floats that are each exactly an f32, as its f32s (read
-    /// back from the log: whatever f32 array the record encoding holds).
-    F32(Box<[f32]>),
+    /// A non-empty array of floats (as read back from the log: whatever the
+    /// record encoding's f32 or f64 array holds).
+    Floats(Box<[f64]>),
 }
 
-/// Whether JavaScript holds `f` as a float (not as an integer within 2^53,
-/// wire.rs's `javascript_number`) and an f32 holds it exactly.
-fn packs(f: f64) -> bool {
-    let integer = f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0;
-    !integer && f64::from(f as f32) == f
+/// Whether JavaScript holds `f` as a float, not as an integer within 2^53
+/// (wire.rs's `javascript_number`).
+fn is_float(f: f64) -> bool {
+    !(f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0)
 }
 
 fn float(f: f64) -> Value {
@@ -50,40 +50,40 @@ fn float(f: f64) -> Value {
 }
 
 impl Field {
-    /// `value`, as its f32s when it is an array that packs.
+    /// `value`, as its floats when it is an array of floats.
     pub fn of(value: Value) -> Field {
         let packed = match &value {
             Value::Array(items) if !items.is_empty() => items
                 .iter()
                 .map(|v| match v {
-                    Value::Number(n) if n.is_f64() => n.as_f64().filter(|f| packs(*f)).map(|f| f as f32),
+                    Value::Number(n) if n.is_f64() => n.as_f64().filter(|f| is_float(*f)),
                     _ => None,
                 })
-                .collect::<Option<Box<[f32]>>>(),
+                .collect::<Option<Box<[f64]>>>(),
             _ => None,
         };
-        packed.map_or(Field::Value(value), Field::F32)
+        packed.map_or(Field::Value(value), Field::Floats)
     }
 
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Field::Value(v) => v.as_str(),
-            Field::F32(_) => None,
+            Field::Floats(_) => None,
         }
     }
 
-    /// The field as a JSON value (built for an array of f32s).
+    /// The field as a JSON value (built for an array of floats).
     pub fn as_value(&self) -> Cow<'_, Value> {
         match self {
             Field::Value(v) => Cow::Borrowed(v),
-            Field::F32(xs) => Cow::Owned(Value::Array(xs.iter().map(|x| float(f64::from(*x))).collect())),
+            Field::Floats(xs) => Cow::Owned(Value::Array(xs.iter().map(|x| float(*x)).collect())),
         }
     }
 
     pub fn into_value(self) -> Value {
         match self {
             Field::Value(v) => v,
-            f @ Field::F32(_) => f.as_value().into_owned(),
+            f @ Field::Floats(_) => f.as_value().into_owned(),
         }
     }
 }
@@ -173,10 +173,10 @@ impl Serialize for Field {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Field::Value(v) => v.serialize(s),
-            Field::F32(xs) => {
+            Field::Floats(xs) => {
                 let mut seq = s.serialize_seq(Some(xs.len()))?;
                 for x in xs.iter() {
-                    seq.serialize_element(&f64::from(*x))?;
+                    seq.serialize_element(x)?;
                 }
                 seq.end()
             }
@@ -195,7 +195,7 @@ impl Serialize for Fields {
 }
 
 /// Reads a JSON object's members as fields, each array of numbers that
-/// packs straight into f32s (no `Value` per number).
+/// read straight into floats (no `Value` per number).
 impl<'de> Deserialize<'de> for Fields {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Fields, D::Error> {
         struct Members;
@@ -292,13 +292,13 @@ impl<'de> Visitor<'de> for FieldVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Field, A::Error> {
-        let mut xs: Vec<f32> = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        let mut xs: Vec<f64> = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(item) = seq.next_element::<Item>()? {
             match item {
-                Item::Float(f) if packs(f) => xs.push(f as f32),
+                Item::Float(f) if is_float(f) => xs.push(f),
                 other => {
                     // not a vector after all: the rest as values
-                    let mut items: Vec<Value> = xs.iter().map(|x| float(f64::from(*x))).collect();
+                    let mut items: Vec<Value> = xs.iter().map(|x| float(*x)).collect();
                     items.push(other.into_value());
                     while let Some(v) = seq.next_element::<Value>()? {
                         items.push(v);
@@ -309,7 +309,7 @@ impl<'de> Visitor<'de> for FieldVisitor {
         }
         Ok(match xs.is_empty() {
             true => Field::Value(Value::Array(Vec::new())),
-            false => Field::F32(xs.into_boxed_slice()),
+            false => Field::Floats(xs.into_boxed_slice()),
         })
     }
 
@@ -353,33 +353,30 @@ mod tests {
     }
 
     #[test]
-    fn arrays_of_exact_floats_are_held_as_f32s_and_nothing_else_is() {
+    fn arrays_of_floats_are_held_as_floats_and_nothing_else_is() {
         let fields = read(
-            r#"{"v": [0.5, -1.25, 1e-3], "ints": [0.5, 1.0], "big": [0.5, 1e300], "mixed": [0.5, "a"],
-                "empty": [], "n": 0.5, "nested": {"v": [0.5]}, "u": [0.5, 3]}"#,
+            r#"{"v": [0.5, -1.25, 1e-3, 1e300], "ints": [0.5, 1.0], "mixed": [0.5, "a"], "empty": [], "n": 0.5,
+                "nested": {"v": [0.5]}, "u": [0.5, 3], "deep": [[0.5]]}"#,
         );
-        let kind = |name: &str| matches!(fields.get(name), Some(Field::F32(_)));
-        assert!(!kind("v"), "1e-3 is not an f32: the array stays values");
-        let v = read(r#"{"v": [0.5, -1.25, 0.75]}"#);
-        assert_eq!(v.get("v"), Some(&Field::F32(vec![0.5, -1.25, 0.75].into_boxed_slice())));
-        for name in ["ints", "big", "mixed", "empty", "n", "nested", "u"] {
-            assert!(!kind(name), "{name} is held as f32s");
+        assert_eq!(fields.get("v"), Some(&Field::Floats(vec![0.5, -1.25, 1e-3, 1e300].into_boxed_slice())));
+        for name in ["ints", "mixed", "empty", "n", "nested", "u", "deep"] {
+            assert!(matches!(fields.get(name), Some(Field::Value(_))), "{name} is held as floats");
         }
         // what the fields hold is the JSON they were read from
-        let text = r#"{"a": [0.5, 0.25], "b": [1.5, "x"], "c": {"d": [0.5]}, "e": [0.5, 2]}"#;
+        let text = r#"{"a": [0.5, 0.1], "b": [1.5, "x"], "c": {"d": [0.5]}, "e": [0.5, 2], "f": [0.5, 1.0, 0.25]}"#;
         assert_eq!(Value::Object(read(text).into()), serde_json::from_str::<Value>(text).unwrap());
         assert_eq!(serde_json::to_string(&read(text)).unwrap(), serde_json::to_string(&read(text).to_map()).unwrap());
     }
 
     #[test]
-    fn a_map_packs_as_the_reader_does() {
+    fn a_map_holds_floats_as_the_reader_does() {
         let map = json!({"a": [0.5, 0.25], "b": [1.0, 0.5], "c": [0.1], "d": "s"});
         let fields = Fields::from(map.as_object().unwrap().clone());
-        assert!(matches!(fields.get("a"), Some(Field::F32(_))));
+        assert!(matches!(fields.get("a"), Some(Field::Floats(_))));
         assert!(matches!(fields.get("b"), Some(Field::Value(_))), "1.0 is an integer as JavaScript holds it");
-        assert!(matches!(fields.get("c"), Some(Field::Value(_))), "0.1 is not an f32");
+        assert!(matches!(fields.get("c"), Some(Field::Floats(_))));
         assert_eq!(Value::Object(fields.into()), map);
-        // an integer past 2^53 is not a float as read, so it is not packed
+        // an integer past 2^53 is not a float as read, so it is not held as one
         let big = Fields::from(json!({"a": [0.5, 18446744073709551615u64]}).as_object().unwrap().clone());
         assert!(matches!(big.get("a"), Some(Field::Value(_))));
     }

@@ -114,11 +114,11 @@ impl TableSchema {
         for (name, field) in fields.iter() {
             match (self.columns.get(name), field) {
                 (Some(column), Field::Value(value)) => check_value(name, &column.ty, value)?,
-                (Some(column), Field::F32(xs)) => check_floats(name, &column.ty, xs)?,
+                (Some(column), Field::Floats(xs)) => check_floats(name, &column.ty, xs)?,
                 (None, field) => {
                     let ty = match field {
                         Field::Value(value) => infer(name, value, max_dim)?,
-                        Field::F32(xs) => Some(infer_floats(name, xs, max_dim)?),
+                        Field::Floats(xs) => Some(infer_floats(name, xs, max_dim)?),
                     };
                     if let Some(ty) = ty {
                         names::check_identifier("column", name)?;
@@ -166,9 +166,10 @@ fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> 
     })
 }
 
-/// The column an array of f32s (a vector as a write holds it) makes.
-fn infer_floats(name: &str, xs: &[f32], max_dim: u32) -> Result<ColumnType> {
+/// The column an array of floats (a vector as a write holds it) makes.
+fn infer_floats(name: &str, xs: &[f64], max_dim: u32) -> Result<ColumnType> {
     check_dim(name, xs.len(), max_dim)?;
+    check_finite_floats(name, xs)?;
     Ok(ColumnType::Vector { dim: xs.len() as u32, metric: Metric::Cosine })
 }
 
@@ -179,16 +180,23 @@ fn check_dim(name: &str, dim: usize, max_dim: u32) -> Result<()> {
     Ok(())
 }
 
-/// [`check_value`] for an array of f32s: each is finite (an f32 that held a
-/// JSON number exactly is).
-fn check_floats(name: &str, ty: &ColumnType, xs: &[f32]) -> Result<()> {
+/// [`check_value`] for an array of floats.
+fn check_floats(name: &str, ty: &ColumnType, xs: &[f64]) -> Result<()> {
     match ty {
         ColumnType::Json => Ok(()),
         ColumnType::Vector { dim, .. } if xs.len() != *dim as usize => {
             bail!(VectorDimensionMismatch, "column {name:?} holds {dim}-dimensional vectors, got {}", xs.len())
         }
-        ColumnType::Vector { .. } => Ok(()),
+        ColumnType::Vector { .. } => check_finite_floats(name, xs),
         _ => Err(mismatch(name, ty, "array")),
+    }
+}
+
+/// [`check_finite`] for an array of floats.
+fn check_finite_floats(name: &str, xs: &[f64]) -> Result<()> {
+    match xs.iter().position(|x| !(*x as f32).is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(not_finite(name, i, &Value::from(xs[i]))),
     }
 }
 
@@ -247,12 +255,17 @@ fn check_value(name: &str, ty: &ColumnType, value: &Value) -> Result<()> {
 pub fn check_finite(name: &str, items: &[Value]) -> Result<()> {
     match items.iter().position(|v| !v.as_f64().is_some_and(|x| (x as f32).is_finite())) {
         None => Ok(()),
-        Some(i) => bail!(
-            VectorNotFinite,
-            "column {name:?}: vector value [{i}] = {} is not a finite 32-bit float (|x| must be below 3.4e38)",
-            items[i]
-        ),
+        Some(i) => Err(not_finite(name, i, &items[i])),
     }
+}
+
+fn not_finite(name: &str, i: usize, value: &dyn std::fmt::Display) -> Error {
+    Error::new(
+        Code::VectorNotFinite,
+        format!(
+            "column {name:?}: vector value [{i}] = {value} is not a finite 32-bit float (|x| must be below 3.4e38)"
+        ),
+    )
 }
 
 /// Reads a vector value as f32s (the caller has validated it).
@@ -340,21 +353,21 @@ mod tests {
     }
 
     #[test]
-    fn a_vector_held_as_f32s_is_checked_as_its_values_are() {
+    fn a_vector_held_as_floats_is_checked_as_its_values_are() {
         let base = || {
             let mut s = TableSchema::new("t");
             s.admit(&obj(json!({"v": [0.5, 0.25], "n": 1, "j": {"a": 1}, "e": ["x"], "s": "a"})), 4096, 1024).unwrap();
             s
         };
         for column in ["v", "n", "j", "e", "s", "new"] {
-            for xs in [&[0.5f32, 0.25][..], &[0.5], &[0.5, 0.25, 0.75]] {
-                let values = Value::Array(xs.iter().map(|x| json!(f64::from(*x))).collect());
-                let as_f32s = Fields::from_pairs(vec![(column.to_string(), Field::F32(xs.into()))]);
+            for xs in [&[0.5, 0.25][..], &[0.5], &[0.5, 0.25, 0.75], &[0.5, 1e39], &[1e39, 0.5, 0.1]] {
+                let values = Value::Array(xs.iter().map(|x| json!(x)).collect());
+                let as_floats = Fields::from_pairs(vec![(column.to_string(), Field::Floats(xs.into()))]);
                 let as_values = Fields::from_pairs(vec![(column.to_string(), Field::Value(values))]);
                 let (mut a, mut b) = (base(), base());
                 let outcome = |r: Result<bool>| r.map_err(|e| (e.code, e.message));
                 assert_eq!(
-                    outcome(a.admit(&as_f32s, 2, 1024)),
+                    outcome(a.admit(&as_floats, 2, 1024)),
                     outcome(b.admit(&as_values, 2, 1024)),
                     "{column} {xs:?}"
                 );

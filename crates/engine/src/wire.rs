@@ -175,7 +175,7 @@ fn as_the_service_reads(record: &mut RecordInput) -> bool {
             && match field {
                 Field::Value(value) => as_javascript_holds(value),
                 // floats JavaScript holds as they are (crate::fields)
-                Field::F32(_) => true,
+                Field::Floats(_) => true,
             }
     })
 }
@@ -303,13 +303,13 @@ mod tests {
     }
 
     #[test]
-    fn a_vector_is_read_straight_into_f32s() {
+    fn a_vector_is_read_straight_into_floats() {
         let batch = read(
             r#"{"records":[{"table":"t","tenant_id":"a","id":"1","fields":{"v":[0.5,-0.25,0.125],"w":[0.5,1.0],"s":"x"}}]}"#,
         )
         .expect("a plain batch reads");
         let fields = &batch.records[0].fields;
-        assert_eq!(fields.get("v"), Some(&Field::F32(vec![0.5, -0.25, 0.125].into_boxed_slice())));
+        assert_eq!(fields.get("v"), Some(&Field::Floats(vec![0.5, -0.25, 0.125].into_boxed_slice())));
         // 1.0 is the integer 1 as JavaScript holds it: the array stays values
         assert_eq!(fields.get("w"), Some(&Field::Value(json!([0.5, 1]))));
         assert_eq!(fields.get("s"), Some(&Field::Value(json!("x"))));

@@ -61,18 +61,26 @@ pub fn encode_fields(fields: &Fields, out: &mut Vec<u8>) {
         value.clear();
         match field {
             Field::Value(v) => encode_value(v, &mut value),
-            Field::F32(xs) => {
-                // the bytes `encode_value` gives the same numbers as values
-                value.push(F32_ARRAY);
-                put_varint(&mut value, xs.len() as u64);
-                value.reserve(xs.len() * 4);
-                for x in xs.iter() {
-                    value.extend_from_slice(&x.to_le_bytes());
-                }
-            }
+            Field::Floats(xs) => encode_floats(xs, &mut value),
         }
         put_varint(out, value.len() as u64);
         out.extend_from_slice(&value);
+    }
+}
+
+/// A packed array of floats (as f32 when every one is exactly an f32):
+/// the bytes `encode_value` gives the same numbers held as values.
+fn encode_floats(xs: &[f64], out: &mut Vec<u8>) {
+    let as_f32 = xs.iter().all(|&f| f64::from(f as f32) == f);
+    out.push(if as_f32 { F32_ARRAY } else { F64_ARRAY });
+    put_varint(out, xs.len() as u64);
+    out.reserve(xs.len() * if as_f32 { 4 } else { 8 });
+    for &f in xs {
+        if as_f32 {
+            out.extend_from_slice(&(f as f32).to_le_bytes());
+        } else {
+            out.extend_from_slice(&f.to_le_bytes());
+        }
     }
 }
 
@@ -282,8 +290,8 @@ pub fn decode_fields(bytes: &[u8], only: Option<&[String]>) -> Result<Map<String
     Ok(out)
 }
 
-/// Decodes a record's fields as a write holds them ([`Fields`]): an f32
-/// array as its f32s, so a replayed commit's vectors are never values.
+/// Decodes a record's fields as a write holds them ([`Fields`]): a packed
+/// array as its floats, so a replayed commit's vectors are never values.
 pub fn decode_write_fields(bytes: &[u8]) -> Result<Fields> {
     let mut r = Reader { bytes, at: 0 };
     let count = r.len()?;
@@ -293,13 +301,20 @@ pub fn decode_write_fields(bytes: &[u8]) -> Result<Fields> {
         let len = r.len()?;
         let mut inner = Reader { bytes: r.take(len)?, at: 0 };
         let field = match inner.bytes.first() {
-            Some(&F32_ARRAY) => {
+            Some(&tag @ (F32_ARRAY | F64_ARRAY)) => {
                 inner.at = 1;
                 let n = inner.len()?;
-                let raw = inner.take(n.checked_mul(4).ok_or_else(|| damaged("length"))?)?;
-                match n {
-                    0 => Field::Value(Value::Array(Vec::new())),
-                    _ => Field::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
+                let width = if tag == F32_ARRAY { 4 } else { 8 };
+                let raw = inner.take(n.checked_mul(width).ok_or_else(|| damaged("length"))?)?;
+                let floats: Box<[f64]> = match tag {
+                    F32_ARRAY => {
+                        raw.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap()))).collect()
+                    }
+                    _ => raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
+                };
+                match floats.is_empty() {
+                    true => Field::Value(Value::Array(Vec::new())),
+                    false => Field::Floats(floats),
                 }
             }
             _ => Field::Value(inner.value(0)?),
@@ -359,6 +374,26 @@ mod tests {
         map.insert("v".into(), Value::Array(vector));
         encode_fields(&Fields::from(map), &mut out);
         assert!(out.len() < 256 * 4 + 16, "{} bytes", out.len());
+    }
+
+    #[test]
+    fn floats_encode_as_their_values_do_and_read_back_as_floats() {
+        for v in [
+            json!({"a": [0.5, 0.25]}),
+            json!({"a": [0.1, 0.2]}),
+            json!({"a": [0.5, 1e300]}),
+            json!({"a": [3.5, -1e-4]}),
+        ] {
+            let map = v.as_object().unwrap().clone();
+            let fields = Fields::from(map.clone());
+            assert!(matches!(fields.get("a"), Some(Field::Floats(_))));
+            let (mut held, mut as_values) = (Vec::new(), Vec::new());
+            encode_fields(&fields, &mut held);
+            encode_fields(&Fields::from_pairs(vec![("a".into(), Field::Value(map["a"].clone()))]), &mut as_values);
+            assert_eq!(held, as_values, "{v}");
+            assert_eq!(decode_write_fields(&held).unwrap(), fields);
+            assert_eq!(Value::Object(decode_fields(&held, None).unwrap()), v);
+        }
     }
 
     #[test]

@@ -870,7 +870,7 @@ impl State {
             let Some(column) = schema.columns.get(name) else { continue };
             let value = match field {
                 Field::Value(value) => Some(value),
-                Field::F32(_) => None,
+                Field::Floats(_) => None,
             };
             if column.scalar {
                 if let Some(k) = value.and_then(ScalarKey::of) {
@@ -890,7 +890,7 @@ impl State {
             if let ColumnType::Vector { metric, .. } = column.ty {
                 let v = match field {
                     Field::Value(value) => crate::schema::vector_of(value),
-                    Field::F32(xs) => Some(xs.to_vec()),
+                    Field::Floats(xs) => Some(xs.iter().map(|x| *x as f32).collect()),
                 };
                 if let (Some(v), Some(vc)) = (v, table.vectors.get_mut(name)) {
                     if !v.iter().all(|x| x.is_finite()) {
