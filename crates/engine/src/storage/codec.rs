@@ -396,6 +396,66 @@ mod tests {
         }
     }
 
+    /// JSON text for a field value: numbers written every way JSON allows
+    /// (integers, `1.0`, `-0.0`, exponents, past f32's range), arrays of
+    /// them alone and mixed, nested values.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let number = prop_oneof![
+            any::<i32>().prop_map(|i| i.to_string()),
+            any::<f32>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| format!("{f:?}")),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| format!("{f:e}")),
+            (0u8..3).prop_map(|i| ["1.0", "-0.0", "0.5e1"][i as usize].to_string()),
+            any::<u64>().prop_map(|u| u.to_string()),
+        ];
+        let leaf =
+            prop_oneof![number.clone(), Just("null".to_string()), Just("\"s\"".to_string()), Just("true".to_string())];
+        let floats = proptest::collection::vec(number, 0..6).prop_map(|xs| format!("[{}]", xs.join(",")));
+        // vectors as they come: exactly f32s (written as the f64s they widen to), or 9 significant digits
+        let vector = proptest::collection::vec(any::<f32>().prop_filter("finite", |f| f.is_finite()), 1..6)
+            .prop_flat_map(|xs| {
+                (Just(xs), any::<bool>()).prop_map(|(xs, decimal)| {
+                    let text: Vec<String> = xs
+                        .iter()
+                        .map(|x| if decimal { format!("{x:.8e}") } else { format!("{:?}", f64::from(*x)) })
+                        .collect();
+                    format!("[{}]", text.join(","))
+                })
+            });
+        let scalar = prop_oneof![leaf, floats, vector];
+        scalar.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(|xs| format!("[{}]", xs.join(","))),
+                proptest::collection::vec(("[a-c]", inner), 0..4).prop_map(|kv| format!(
+                    "{{{}}}",
+                    kv.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect::<Vec<_>>().join(",")
+                )),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Fields read from JSON hold the values a `Map` reads, and encode to
+        /// the bytes those values encode to, and read back from the log as
+        /// the record files read them.
+        #[test]
+        fn fields_read_and_encode_as_values_do(
+            members in proptest::collection::vec(("[a-d]", json_text()), 0..6)
+        ) {
+            let text = format!("{{{}}}", members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect::<Vec<_>>().join(","));
+            let map: Map<String, Value> = serde_json::from_str(&text).unwrap();
+            let fields: Fields = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(&fields.to_map(), &map, "{}", text);
+            let as_values = Fields::from_pairs(map.clone().into_iter().map(|(k, v)| (k, Field::Value(v))).collect());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            encode_fields(&fields, &mut a);
+            encode_fields(&as_values, &mut b);
+            proptest::prop_assert_eq!(&a, &b, "{}", text);
+            proptest::prop_assert_eq!(decode_write_fields(&a).unwrap().to_map(), decode_fields(&a, None).unwrap());
+            proptest::prop_assert_eq!(&Fields::from(map.clone()).to_map(), &map);
+        }
+    }
+
     #[test]
     fn only_the_named_fields_are_decoded() {
         let v = json!({"a": 1, "b": "two", "c": [0.5]});
