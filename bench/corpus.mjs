@@ -20,7 +20,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { WORDNET, buildWordnet } from './wordnet.mjs';
+import { TENANTS, WORDNET, buildWordnet } from './wordnet.mjs';
 
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 export const CACHE_DIR = path.join(BENCH_DIR, '.cache');
@@ -244,7 +244,7 @@ export const categoryName = (c) => `c${c}`;
 export const recordId = (i) => `r${String(i).padStart(7, '0')}`;
 
 function cacheDir(n) {
-  if (CORPUS_KIND !== 'zipf') return path.join(CACHE_DIR, `${CORPUS_KIND}-v${WORDNET.version}-${n}`);
+  if (CORPUS_KIND !== 'zipf') return path.join(CACHE_DIR, `${CORPUS_KIND}-v${WORDNET.version}-${n}${TENANTS === 1 ? '' : `-t${TENANTS}`}`);
   return path.join(CACHE_DIR, `corpus-v${CORPUS.version}-${n}`);
 }
 

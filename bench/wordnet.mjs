@@ -6,7 +6,7 @@
 // is the gloss, tokenised the way every system here tokenises (lower case,
 // runs of letters and digits; no stemming, no stop-words); category is the
 // synset's lexicographer file (45 values: noun.artifact, verb.motion, ...);
-// one tenant; a 256-d vector derived from the words (tf x self-information
+// one tenant (BRAID_BENCH_TENANTS spreads them over more); a 256-d vector derived from the words (tf x self-information
 // through a seeded Gaussian projection, normalised), as the synthetic corpus
 // does. Real glosses are short and share their common words ("a", "of",
 // "the", "or", "to"), so a query's words match much of the corpus: the case a
@@ -28,6 +28,17 @@ export const WORDNET = {
   queries: 200,
   longWords: 6,
 };
+
+/**
+ * Tenants the records are spread over (BRAID_BENCH_TENANTS, 1 to 255; default
+ * 1): each record's tenant is drawn from its own seeded stream, so the text,
+ * vectors and scalars are those of the one-tenant corpus, and each query asks
+ * the tenant of the gloss it was drawn from.
+ */
+export const TENANTS = Number(process.env.BRAID_BENCH_TENANTS || 1);
+if (!Number.isInteger(TENANTS) || TENANTS < 1 || TENANTS > 255) {
+  throw new Error(`BRAID_BENCH_TENANTS must be a whole number from 1 to 255, not ${process.env.BRAID_BENCH_TENANTS}`);
+}
 
 const FILES = ['data.noun', 'data.verb', 'data.adj', 'data.adv'];
 
@@ -108,12 +119,14 @@ export function buildWordnet(n, dir, kind) {
   const flag = new Uint8Array(n);
   const vectors = new Float32Array(n * dim);
   const rr = rng(WORDNET.seed ^ 0x5eed);
+  const tr = rng(WORDNET.seed ^ 0x7e4a);
   for (let i = 0; i < n; i++) {
     const s = chosen[i];
     offsets[i] = wordList.length;
     const wordIds = s.tokens.map((t) => ids.get(t));
     for (const w of wordIds) wordList.push(w);
     category[i] = s.lexfile;
+    tenant[i] = TENANTS === 1 ? 0 : tr.int(TENANTS);
     year[i] = 2015 + rr.int(10);
     flag[i] = rr.next() < 0.3 ? 1 : 0;
     embed(wordIds, vectors, i * dim);
@@ -141,7 +154,7 @@ export function buildWordnet(n, dir, kind) {
     }
     const wordIds = words.map((w) => ids.get(w));
     embed(wordIds, qvec, queries.length * dim);
-    queries.push({ tenant: 0, category: category[i], words: wordIds, target: i });
+    queries.push({ tenant: tenant[i], category: category[i], words: wordIds, target: i });
   }
 
   const tmp = `${dir}.tmp-${process.pid}`;
@@ -164,7 +177,7 @@ export function buildWordnet(n, dir, kind) {
     records: n,
     vocab: vocab.length,
     tokens: total,
-    tenants: 1,
+    tenants: TENANTS,
     categories: 45,
     generated_ms: performance.now() - started,
   };

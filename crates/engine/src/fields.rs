@@ -49,6 +49,10 @@ fn float(f: f64) -> Value {
     Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
+fn floats_value(xs: &[f64]) -> Value {
+    Value::Array(xs.iter().map(|x| float(*x)).collect())
+}
+
 impl Field {
     /// `value`, as its floats when it is an array of floats.
     pub fn of(value: Value) -> Field {
@@ -76,7 +80,7 @@ impl Field {
     pub fn as_value(&self) -> Cow<'_, Value> {
         match self {
             Field::Value(v) => Cow::Borrowed(v),
-            Field::Floats(xs) => Cow::Owned(Value::Array(xs.iter().map(|x| float(*x)).collect())),
+            Field::Floats(xs) => Cow::Owned(floats_value(xs)),
         }
     }
 
@@ -221,125 +225,99 @@ struct FieldSeed;
 impl<'de> DeserializeSeed<'de> for FieldSeed {
     type Value = Field;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Field, D::Error> {
-        deserializer.deserialize_any(FieldVisitor)
+        Item::deserialize(deserializer).map(Item::into_field)
     }
 }
 
-/// An array element: a float as read, or any other value.
+/// A value as read: a float, an array of floats (as their f64s), or any
+/// other value.
 enum Item {
     Float(f64),
+    Floats(Box<[f64]>),
     Other(Value),
-}
-
-impl<'de> Deserialize<'de> for Item {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Item, D::Error> {
-        struct ItemVisitor;
-        impl<'de> Visitor<'de> for ItemVisitor {
-            type Value = Item;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any valid JSON value")
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Item, E> {
-                Ok(Item::Float(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Item, E> {
-                Ok(Item::Other(Value::from(v)))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Item, E> {
-                Ok(Item::Other(Value::from(v)))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Item, E> {
-                Ok(Item::Other(Value::Bool(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Item, E> {
-                Ok(Item::Other(Value::String(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Item, E> {
-                Ok(Item::Other(Value::String(v)))
-            }
-            fn visit_unit<E>(self) -> Result<Item, E> {
-                Ok(Item::Other(Value::Null))
-            }
-            fn visit_none<E>(self) -> Result<Item, E> {
-                Ok(Item::Other(Value::Null))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Item, A::Error> {
-                Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Item::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Item, A::Error> {
-                Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Item::Other)
-            }
-        }
-        deserializer.deserialize_any(ItemVisitor)
-    }
 }
 
 impl Item {
     fn into_value(self) -> Value {
         match self {
             Item::Float(f) => float(f),
+            Item::Floats(xs) => floats_value(&xs),
             Item::Other(v) => v,
+        }
+    }
+
+    fn into_field(self) -> Field {
+        match self {
+            Item::Floats(xs) => Field::Floats(xs),
+            other => Field::Value(other.into_value()),
         }
     }
 }
 
-struct FieldVisitor;
+impl<'de> Deserialize<'de> for Item {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Item, D::Error> {
+        deserializer.deserialize_any(ItemVisitor)
+    }
+}
 
-impl<'de> Visitor<'de> for FieldVisitor {
-    type Value = Field;
+struct ItemVisitor;
+
+impl<'de> Visitor<'de> for ItemVisitor {
+    type Value = Item;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any valid JSON value")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Field, A::Error> {
+    /// An array's numbers as floats while they are floats; at the first
+    /// element that is not, the array as values.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
         let mut xs: Vec<f64> = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(item) = seq.next_element::<Item>()? {
             match item {
                 Item::Float(f) if is_float(f) => xs.push(f),
                 other => {
-                    // not a vector after all: the rest as values
                     let mut items: Vec<Value> = xs.iter().map(|x| float(*x)).collect();
                     items.push(other.into_value());
                     while let Some(v) = seq.next_element::<Value>()? {
                         items.push(v);
                     }
-                    return Ok(Field::Value(Value::Array(items)));
+                    return Ok(Item::Other(Value::Array(items)));
                 }
             }
         }
         Ok(match xs.is_empty() {
-            true => Field::Value(Value::Array(Vec::new())),
-            false => Field::Floats(xs.into_boxed_slice()),
+            true => Item::Other(Value::Array(Vec::new())),
+            false => Item::Floats(xs.into_boxed_slice()),
         })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Field, A::Error> {
-        Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Field::Value)
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Item, A::Error> {
+        Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Item::Other)
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Field, E> {
-        Ok(Field::Value(float(v)))
+    fn visit_f64<E>(self, v: f64) -> Result<Item, E> {
+        Ok(Item::Float(v))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Field, E> {
-        Ok(Field::Value(Value::from(v)))
+    fn visit_u64<E>(self, v: u64) -> Result<Item, E> {
+        Ok(Item::Other(Value::from(v)))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Field, E> {
-        Ok(Field::Value(Value::from(v)))
+    fn visit_i64<E>(self, v: i64) -> Result<Item, E> {
+        Ok(Item::Other(Value::from(v)))
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Field, E> {
-        Ok(Field::Value(Value::Bool(v)))
+    fn visit_bool<E>(self, v: bool) -> Result<Item, E> {
+        Ok(Item::Other(Value::Bool(v)))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Field, E> {
-        Ok(Field::Value(Value::String(v.to_string())))
+    fn visit_str<E>(self, v: &str) -> Result<Item, E> {
+        Ok(Item::Other(Value::String(v.to_string())))
     }
-    fn visit_string<E>(self, v: String) -> Result<Field, E> {
-        Ok(Field::Value(Value::String(v)))
+    fn visit_string<E>(self, v: String) -> Result<Item, E> {
+        Ok(Item::Other(Value::String(v)))
     }
-    fn visit_unit<E>(self) -> Result<Field, E> {
-        Ok(Field::Value(Value::Null))
+    fn visit_unit<E>(self) -> Result<Item, E> {
+        Ok(Item::Other(Value::Null))
     }
-    fn visit_none<E>(self) -> Result<Field, E> {
-        Ok(Field::Value(Value::Null))
+    fn visit_none<E>(self) -> Result<Item, E> {
+        Ok(Item::Other(Value::Null))
     }
 }
 

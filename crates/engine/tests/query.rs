@@ -408,6 +408,14 @@ fn text_paging_keeps_its_order_when_a_write_changes_the_bm25_statistics() {
     assert_eq!(seen, vec!["a", "b"], "each match once, in the first page's order");
 }
 
+/// An engine whose indexer waits for `start_indexing`: every write is the
+/// hot overlay's until then.
+fn open_unindexed(dir: &std::path::Path) -> Engine {
+    let mut config = EngineConfig::new(dir);
+    config.branch.indexing = braid_engine::storage::IndexingGate::new(false);
+    Engine::open(config).unwrap()
+}
+
 /// Regression (black-box model test): rows the text index had not taken
 /// yet were scored by the hot overlay, and once the indexer caught up
 /// between pages by the index, whose BM25 lengths are quantised: the same
@@ -418,12 +426,10 @@ fn text_paging_keeps_its_order_when_a_write_changes_the_bm25_statistics() {
 #[test]
 fn text_paging_keeps_its_order_when_the_indexer_catches_up_between_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(dir.path());
-    config.branch.indexing = braid_engine::storage::IndexingGate::new(false);
-    let engine = Engine::open(config).unwrap();
+    let engine = open_unindexed(dir.path());
     let mut rng = StdRng::seed_from_u64(7);
     // long documents of many lengths: the index keeps a length as one of
-    // 256 buckets, the overlay counts it exactly
+    // 256 buckets (the overlay counted it exactly then)
     let records = (0..400)
         .map(|i| {
             let len = rng.gen_range(20..300);
@@ -471,9 +477,7 @@ fn text_paging_keeps_its_order_when_the_indexer_catches_up_between_pages() {
 #[test]
 fn the_overlay_scores_a_row_as_the_index_does_to_the_bit() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(dir.path());
-    config.branch.indexing = braid_engine::storage::IndexingGate::new(false);
-    let engine = Engine::open(config).unwrap();
+    let engine = open_unindexed(dir.path());
     let mut rng = StdRng::seed_from_u64(11);
     let text = |rng: &mut StdRng, max: usize| {
         let len = rng.gen_range(1..max);
