@@ -11,6 +11,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Braid } from './engine.js';
 import type { BranchRef, Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
+import { labelKnownPath, routeLabel } from './route-label.js';
 import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions } from './http-errors.js';
 import { headerBranch, resolveBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
@@ -141,6 +142,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     const methods = methodsOf.get(pathname);
     if (!methods) return new BraidError('route_not_found', `no route ${request.method} ${pathname}`);
     const allowed = [...methods].sort();
+    labelKnownPath(request, pathname);
     reply.header('allow', allowed.join(', '));
     return new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${allowed.join(' or ')}`);
   };
@@ -230,7 +232,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // pino's check; the line's fields are not built when info is not logged
     if ((request.log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled?.('info') ?? true) {
       request.log.info(
-        { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: reply.statusCode, duration_ms: Number(reply.elapsedTime.toFixed(3)) },
+        { method: request.method, route: routeLabel(request), status: reply.statusCode, duration_ms: Number(reply.elapsedTime.toFixed(3)) },
         'request',
       );
     }

@@ -4,7 +4,7 @@
  *
  * - HTTP: requests and their latency per method, route pattern and status,
  *   and the requests in flight. The route label is the route's pattern
- *   (`/v1/records/put`), or `unmatched` for a path no route has, so label
+ *   (`/v1/records/put`; src/route-label.ts), or `unmatched` for a path no route has, so label
  *   sets stay bounded whatever clients send.
  * - Engine: per branch (database, branch: a handful, never tenants or
  *   records), read from the engine at scrape time: epochs, records and
@@ -16,6 +16,7 @@
  * - The Node process: prom-client's default metrics (resident memory, heap,
  *   event-loop lag, CPU), prefixed `braid_`.
  */
+import { routeLabel } from './route-label.js';
 import client from 'prom-client';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Engine, EngineHistogram, EngineMetrics } from './native/engine.js';
@@ -136,7 +137,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
   const { engine } = options;
   const registry = createRegistry('braid_');
   const registers = [registry];
-  instrumentHttp(app, registry, 'braid_', (request) => request.routeOptions.url ?? 'unmatched');
+  instrumentHttp(app, registry, 'braid_', routeLabel);
 
   const branch = ['database', 'branch'] as const;
   const gauge = (name: string, help: string, extra: readonly string[] = []) =>

@@ -434,6 +434,31 @@ describe('POST /v1/graphql: errors', () => {
     await expectGraphQLHttpError(client.request('query {'), 400, 'graphql_bad_request');
   });
 
+  // found by a black-box test: these never executed, yet answered 200 to a GraphQL-over-HTTP client
+  it('a document that does not validate, or whose variables do not coerce, is a 400 for a client that accepts application/graphql-response+json', async () => {
+    const accept = { accept: 'application/graphql-response+json' };
+    for (const [query, variables] of [
+      ['{ nosuch }', undefined],
+      ['query($t: String!) { search(table: $t, tenant_id: "acme") { next_cursor } }', { t: 5 }],
+      ['{ ...Nope }', undefined],
+      ['subscription { tables { name } }', undefined],
+    ] as const) {
+      const plain = await server.post('/v1/graphql', { query, variables });
+      expect(plain.status, query).toBe(200);
+      expect(plain.body.errors[0].extensions.code, query).toBe('graphql_validation_failed');
+      expect('data' in plain.body, `${query}: nothing executed, so no data`).toBe(false);
+      const over = await server.post('/v1/graphql', { query, variables }, accept);
+      expect(over.status, query).toBe(400);
+      expect(over.body).toMatchObject({ code: 'graphql_validation_failed', error: expect.any(String) });
+    }
+    // an answer is of the type the client accepts
+    const ok = await server.post('/v1/graphql', { query: '{ tables { name } }' }, accept);
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('content-type')).toBe('application/graphql-response+json; charset=utf-8');
+    expect(ok.body.data.tables).toEqual(expect.any(Array));
+    expect((await server.post('/v1/graphql', { query: '{ tables { name } }' })).headers.get('content-type')).toMatch(/^application\/json/);
+  });
+
   it('operationName picks the operation; a missing one is an error', async () => {
     const doc = 'query A { tables { name } } query B { branches { branch_id } }';
     const b = await server.post('/v1/graphql', { query: doc, operationName: 'B' });

@@ -36,6 +36,8 @@ describe('GET /metrics', () => {
     expect((await s.post('/v1/records/put', rec('a'))).status).toBe(200);
     expect((await s.post('/v1/records/get', { table: 'docs', tenant_id: 'acme', id: 'missing-table-ok' })).status).toBe(200);
     expect((await s.get('/v1/no-such-route')).status).toBe(404);
+    // a served path asked with another method is that path's (found by a black-box test: it was unmatched)
+    expect((await s.get('/v1/records/put')).status).toBe(405);
 
     const m = await scrape(s);
     expect(m.status).toBe(200);
@@ -56,6 +58,7 @@ describe('GET /metrics', () => {
     // a path no route has is one bounded label, not the path
     expect(sample(m.text, 'braid_http_requests_total', { route: 'unmatched', status: '404' })).toBe(1);
     expect(m.text).not.toContain('no-such-route');
+    expect(sample(m.text, 'braid_http_requests_total', { method: 'GET', route: '/v1/records/put', status: '405' })).toBe(1);
     expect(sample(m.text, 'braid_http_request_duration_seconds_count', { route: '/v1/records/put', status: '200' })).toBe(1);
     expect(sample(m.text, 'braid_http_request_duration_seconds_bucket', { route: '/v1/records/put', status: '200', le: '+Inf' })).toBe(1);
 

@@ -18,7 +18,7 @@ function refusePrototypeKeys(ast: ValueNode): void {
     if (poisons) {
       throw new GraphQLError(`a JSON object may not have a ${key === '__proto__' ? '__proto__' : 'constructor.prototype'} key`, {
         nodes: field,
-        extensions: { code: 'invalid_json' },
+        extensions: { code: 'graphql_validation_failed' },
       });
     }
     refusePrototypeKeys(field.value);

@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
-  type GraphQLError,
+  GraphQLError,
   KnownFragmentNamesRule,
   NoFragmentCyclesRule,
   execute,
@@ -16,7 +16,7 @@ import {
   type GraphQLSchema,
 } from 'graphql';
 import { graphqlScope, requireScope } from '../auth.js';
-import { BraidError } from '../errors.js';
+import { BraidError, isErrorCode } from '../errors.js';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { QueryResponse } from '../schemas/query.js';
 import { compile, validationError } from '../validation.js';
@@ -104,31 +104,44 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
       response: { 200: GraphQlResponse, ...idemErrorResponses },
     },
     validatorCompiler: requestValidator,
-  }, async (request) => {
+  }, async (request, reply) => {
     const { query, variables, operationName } = request.body;
     const branch = headerBranch(request.headers);
     const schema = await cache.get(branch);
-    // parse, fragment and limit failures are GraphQL errors in the 200 body
+    // GraphQL over HTTP: a client that accepts application/graphql-response+json
+    // gets its answers as that type, and a 4xx status for a request that never
+    // executed (it does not parse or validate, is over a limit, or its
+    // variables do not coerce)
+    const graphqlOverHttp = (request.headers.accept ?? '').includes('application/graphql-response+json');
+    // parse, validation and limit failures are GraphQL errors in the 200 body
     // on this route (spec 4.3.3); the bounded route answers them with a 400
+    const unexecuted = (errors: readonly GraphQLError[]) => {
+      if (!graphqlOverHttp) return { errors: errors.map(formatGraphQLError) };
+      const first = formatGraphQLError(errors[0]!);
+      throw new BraidError(isErrorCode(first.extensions.code) ? first.extensions.code : 'graphql_validation_failed', errors.map((e) => e.message).join('; '));
+    };
     let document: DocumentNode;
     try {
       document = parseDocument(query);
       const fragments = fragmentErrors(schema, document);
-      if (fragments.length) return { errors: fragments.map(formatGraphQLError) };
+      if (fragments.length) return unexecuted(fragments);
       const operation = selectOperation(document, operationName);
       // no operation to pick: execution reports it as a GraphQL error below
       if (operation) checkLimits(schema, document, operation, variables ?? {}, limits);
     } catch (err) {
-      // GraphQL over HTTP: a client that accepts application/graphql-response+json
-      // gets a 4xx status for a request that never executed
-      const accept = request.headers.accept ?? '';
-      if (err instanceof BraidError && !accept.includes('application/graphql-response+json')) return graphqlFailure(err);
+      if (err instanceof BraidError && !graphqlOverHttp) return graphqlFailure(err);
       throw err;
     }
     // a token needs the scope of what the document runs (src/auth.ts)
     if (request.scope) requireScope(request.scope, graphqlScope(document, operationName), 'this GraphQL operation');
     const invalid = validate(schema, document);
-    if (invalid.length) return { errors: invalid.map(formatGraphQLError) };
+    if (invalid.length) return unexecuted(invalid);
+    // an operation of a type the schema does not have (subscription) does not
+    // validate either: graphql-js reported it from execution, with data: null
+    const operation = selectOperation(document, operationName);
+    if (operation && !schema.getRootType(operation.operation)) {
+      return unexecuted([new GraphQLError(`this schema has no ${operation.operation} operations`, { nodes: operation })]);
+    }
     const contextValue: GraphQLContext = { engine, branch, endpoint: state.endpoint, requestKey: requestKeyOf(request), read: oneAtATime() };
     const result = await execute({
       schema,
@@ -137,6 +150,9 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
       operationName: operationName ?? undefined,
       contextValue,
     });
+    // no data at all: the variables did not coerce (or no operation was
+    // picked), so nothing executed
+    if (!('data' in result) && result.errors?.length) return unexecuted(result.errors);
     // a keyed document that failed after committing some of its mutations
     // marks its key (src/idempotency): another body under it is then 409
     if (contextValue.committed && result.errors?.length && request.idempotency) request.idempotency.partial = true;
@@ -150,6 +166,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
         }
       }
     }
+    if (graphqlOverHttp) void reply.type('application/graphql-response+json; charset=utf-8');
     return body;
   });
 }
