@@ -306,6 +306,12 @@ describe('POST /v1/graphql: admin', () => {
     const res = await lenient.rawRequest(gql`mutation { declare_table(table: "bad", columns: { x: { type: "nope" } }) { epoch } }`);
     expect(res.data).toEqual({ declare_table: null });
     expect(res.errors?.[0]).toMatchObject({ path: ['declare_table'], extensions: { code: 'invalid_record' } });
+    // an option of another type is refused, not dropped (found by a black-box test)
+    for (const column of ['{ type: "number", dim: 3 }', '{ type: "string", metric: "l2" }']) {
+      const lax = await lenient.rawRequest(gql`mutation { declare_table(table: "lax", columns: { x: ${column} }) { epoch } }`);
+      expect(lax.errors?.[0], column).toMatchObject({ path: ['declare_table'], extensions: { code: 'invalid_record' } });
+      expect(lax.errors?.[0]?.message, column).toMatch(/only a vector column takes (dim|metric)/);
+    }
   });
 
   it('snapshot then restore with verification passed and failed', async () => {

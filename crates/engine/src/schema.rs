@@ -326,6 +326,15 @@ impl ColumnDeclaration {
                 "column {name:?}: type must be string, number, bool, vector, edges or json, got {other:?}"
             ),
         };
+        // nothing is dropped: dim and metric belong to a vector column only
+        let vector_option = match (self.dim, &self.metric) {
+            (Some(_), _) => Some("dim"),
+            (None, Some(_)) => Some("metric"),
+            (None, None) => None,
+        };
+        if let (Some(option), false) = (vector_option, matches!(ty, ColumnType::Vector { .. })) {
+            bail!(InvalidRecord, "column {name:?}: only a vector column takes {option}, not a {} column", ty.name());
+        }
         let mut column = Column::inferred(ty);
         if let Some(text) = self.text {
             if text && column.ty != ColumnType::String {
@@ -374,6 +383,23 @@ mod tests {
                 assert_eq!(a, b);
             }
         }
+    }
+
+    #[test]
+    fn a_declaration_takes_only_the_options_of_its_type() {
+        let declare = |v: Value| serde_json::from_value::<ColumnDeclaration>(v).unwrap().to_column("c", 4096);
+        for (v, option) in [
+            (json!({"type": "number", "dim": 3}), "dim"),
+            (json!({"type": "string", "metric": "l2"}), "metric"),
+            (json!({"type": "json", "dim": 2, "metric": "dot"}), "dim"),
+        ] {
+            let err = declare(v.clone()).unwrap_err();
+            assert_eq!(err.code, Code::InvalidRecord, "{v}");
+            assert!(err.message.contains(&format!("only a vector column takes {option}")), "{}", err.message);
+        }
+        let vector = declare(json!({"type": "vector", "dim": 3, "metric": "l2"})).unwrap();
+        assert_eq!(vector.ty, ColumnType::Vector { dim: 3, metric: Metric::L2 });
+        assert_eq!(declare(json!({"type": "number"})).unwrap().ty, ColumnType::Number);
     }
 
     #[test]
