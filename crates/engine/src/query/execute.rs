@@ -14,7 +14,7 @@ use crate::index::text;
 use crate::query::cursor::{self, CursorPayload};
 use crate::query::explain::{self, Candidate, ScoreComponents};
 use crate::query::plan::{read_epoch, validate, HybridQuery, HybridRow, QueryResponse, CURSOR_TTL_MS, MAX_TEXT_DEPTH};
-use crate::query::rank::{rank, Pins, Ranked, RankedRow};
+use crate::query::rank::{rank, FilterPage, Pins, Ranked, RankedRow};
 use crate::storage::commit::now_ms;
 use crate::storage::{Branch, State};
 
@@ -135,6 +135,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     // fusion of each path's budget and ends there (as Elasticsearch's
     // rank_window_size does), since a deeper path would re-rank it.
     let text_only = plan.terms.is_some() && plan.vector.is_none() && plan.graph.is_none();
+    let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
     let needed = pinned.as_ref().map_or(0, |p| p.o) + plan.top_k + 1;
     let text_depth = if text_only && needed > plan.budget {
         (needed * 2).min(MAX_TEXT_DEPTH).max(needed)
@@ -145,8 +146,20 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
         // the page size, so the list and its scores do not depend on top_k
         plan.budget
     };
+    // a filter-only page is listed after the cursor's row, at its cost
+    // (rank.rs, FilterPage), never cached: its list is that page's
+    let filter_page = FilterPage {
+        after_row: match (&pinned, filter_only) {
+            (Some(p), true) => ctx.branch.state.read().visible_version(&plan.table, &plan.tenant, &p.id, epoch),
+            _ => None,
+        },
+        // as deep as the explain's planner candidates look, and one more to
+        // know whether a page follows
+        depth: plan.top_k * 2 + 1,
+    };
     let cached = pinned
         .as_ref()
+        .filter(|_| !filter_only)
         .and_then(|_| ctx.cache.get(&cache_key))
         .filter(|r| !(text_only && r.text_truncated && r.rows.len() < needed));
     let cache_hit = cached.is_some();
@@ -158,7 +171,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     });
     let ranked = match cached {
         Some(r) => r,
-        None => Arc::new(rank(ctx.branch, &plan, epoch, text_depth, pins.as_ref())?),
+        None => Arc::new(rank(ctx.branch, &plan, epoch, text_depth, filter_page, pins.as_ref())?),
     };
     let mut ex = ranked.explain.clone();
     if cache_hit {
@@ -197,7 +210,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             // a text-only list keeps equal scores in row order (rank.rs,
             // order_rows): seek past the cursor's row, the version of its
             // record at the pinned epoch
-            let after_row = match text_only {
+            let after_row = match text_only || filter_only {
                 true => state.visible_version(&plan.table, &plan.tenant, &p.id, epoch),
                 false => None,
             };
@@ -289,7 +302,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
         // reached through a cursor), to spare ranking it again: most queries
         // are never paged, and caching every first page's list held up to the
         // cache's bound for nothing.
-        if !cache_hit && (pinned.is_some() || ranked.approximate) {
+        if !cache_hit && !filter_only && (pinned.is_some() || ranked.approximate) {
             ctx.cache.put(cache_key, ranked.clone());
         }
         Some(cursor::encode(ctx.secret, &payload))
