@@ -266,7 +266,7 @@ impl KeysImage {
                 Some(KeyEntry {
                     table: names.get(self.table[k] as usize)?.clone(),
                     tenant: names.get(self.tenant[k] as usize)?.clone(),
-                    id: Arc::from(id),
+                    id: id.into(),
                     rows,
                 })
             })

@@ -219,9 +219,10 @@ impl BranchStats {
     }
 
     /// Counts the key text of `keys` (new keys of a commit, or every key
-    /// at open): their ids; table and tenant names are shared by all keys.
+    /// at open) held outside their entries: ids longer than an entry holds;
+    /// table and tenant names are shared by all keys.
     pub fn add_keys(&self, keys: &[KeyEntry]) {
-        let bytes: usize = keys.iter().map(|k| k.id.len()).sum();
+        let bytes: usize = keys.iter().filter(|k| k.id.is_heap_allocated()).map(|k| k.id.capacity()).sum();
         self.key_text_bytes.fetch_add(bytes as u64, Relaxed);
     }
 
@@ -339,22 +340,14 @@ pub fn vector_graphs(state: &State) -> VectorGraphs {
 pub fn memory(state: &State, stats: &BranchStats) -> MemoryEstimate {
     use std::mem::size_of;
     let key_text_bytes = stats.key_text_bytes.load(Relaxed);
-    let keys = state.keys.len() as u64;
-    // each key's id is an Arc<str> with two counters (table and tenant
-    // names are shared); the key map holds a key number and one control
-    // byte per slot
-    let arc_headers = keys * 2 * size_of::<usize>() as u64;
+    // the key map holds a key number and one control byte per slot
     let key_map = state.key_index.capacity() as u64 * (size_of::<(u32, u32)>() as u64 + 1);
     // the versions kept: retention's removed rows leave their keys' lists
     let version_lists = (state.rows.len() as u64).saturating_sub(state.purged_rows) * size_of::<u32>() as u64;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {
         rows: state.rows.heap_bytes() as u64,
-        keys: (state.keys.capacity() * size_of::<KeyEntry>()) as u64
-            + arc_headers
-            + key_text_bytes
-            + version_lists
-            + key_map,
+        keys: (state.keys.capacity() * size_of::<KeyEntry>()) as u64 + key_text_bytes + version_lists + key_map,
         vectors: columns().map(|vc| vc.data.heap_bytes() as u64).sum(),
         vector_graphs: columns().map(|vc| vc.index.heap_bytes() as u64).sum(),
         receipts: (state.receipts.capacity() * (size_of::<(String, crate::storage::Receipt)>() + 1)
