@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use braid_engine::index::text::{best_first, QueryStats, TextIndex, TextSearch};
+use braid_engine::index::text::{best_first, QueryStats, TextHits, TextIndex, TextSearch};
 use braid_engine::query::{HybridQuery, QueryResponse};
 use braid_engine::{Engine, EngineConfig, RecordInput};
 use roaring::RoaringBitmap;
@@ -49,6 +49,20 @@ fn sentence(rng: &mut Lcg) -> String {
 
 fn tokens(text: &str) -> Vec<String> {
     braid_engine::index::text::tokens(&mut braid_engine::index::text::analyzer(), text)
+}
+
+/// A search of table "docs", tenant "t", over `columns`, rows below `upto`.
+fn search_docs(
+    index: &TextIndex,
+    columns: &[String],
+    terms: &[String],
+    stats: &QueryStats,
+    eligible: &Arc<RoaringBitmap>,
+    upto: u32,
+    depth: Option<usize>,
+) -> TextHits {
+    let req = TextSearch { table: "docs", tenant: "t", columns, terms, stats, eligible: eligible.clone(), upto, depth };
+    index.search(&req).unwrap()
 }
 
 #[test]
@@ -98,20 +112,7 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
         let eligible: RoaringBitmap = (0..rows).filter(|_| rng.below(100) < keep).collect();
         let eligible = Arc::new(eligible);
         let columns = vec!["body".to_string()];
-        let search = |depth: Option<usize>| {
-            index
-                .search(&TextSearch {
-                    table: "docs",
-                    tenant: "t",
-                    columns: &columns,
-                    terms: &terms,
-                    stats: &stats,
-                    eligible: eligible.clone(),
-                    upto: rows,
-                    depth,
-                })
-                .unwrap()
-        };
+        let search = |depth: Option<usize>| search_docs(&index, &columns, &terms, &stats, &eligible, rows, depth);
         let mut full = search(None).rows;
         full.sort_by(best_first);
         for row in full.iter().map(|h| h.0) {
@@ -182,20 +183,7 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
         terms.dedup();
         let keep = [100, 30, 2][round % 3];
         let eligible = Arc::new((0..rows).filter(|_| rng.below(100) < keep).collect::<RoaringBitmap>());
-        let search = |depth: Option<usize>| {
-            index
-                .search(&TextSearch {
-                    table: "docs",
-                    tenant: "t",
-                    columns: &columns,
-                    terms: &terms,
-                    stats: &stats,
-                    eligible: eligible.clone(),
-                    upto: rows,
-                    depth,
-                })
-                .unwrap()
-        };
+        let search = |depth: Option<usize>| search_docs(&index, &columns, &terms, &stats, &eligible, rows, depth);
         let mut full = search(None).rows;
         full.sort_by(best_first);
         for k in [1, 10, 100, 2000] {
