@@ -905,28 +905,28 @@ fn read<T: DeserializeOwned>(env: &Env, value: Unknown, what: &str, code: Code) 
 /// with the code it gets (js.rs).
 fn read_json(env: &Env, value: Unknown, what: &str, code: Code) -> EngineResult<Value> {
     // SAFETY: both handles belong to this call on the JS thread
-    let json = unsafe { js::read(env.raw(), value.raw()) }.map_err(|e| {
-        let code = match e.reason {
-            js::Reason::NotFinite if code == Code::InvalidQuery && e.path.starts_with("vector") => {
-                Code::VectorNotFinite
-            }
-            // a number of a record's array of numbers (a vector): as the
-            // engine refuses one past f32's range (`1e400` reads as Infinity)
-            js::Reason::NotFinite if code == Code::InvalidRecord && is_field_element_path(&e.path) => {
-                Code::VectorNotFinite
-            }
-            js::Reason::TooDeep | js::Reason::TooLarge => Code::InvalidRecord,
-            // a name (table, tenant_id, id) that is not Unicode text
-            js::Reason::LoneSurrogate if is_name_path(&e.path) => Code::InvalidName,
-            _ => code,
-        };
-        let mut err = EngineError::new(code, e.message(what));
-        // in a list (a batch's records), the item it is in, as the engine's
-        // own refusals say
-        err.index = record_index(&e.path);
-        err
-    })?;
+    let json = unsafe { js::read(env.raw(), value.raw()) }.map_err(|e| refusal(e, what, code))?;
     Ok(json.unwrap_or(Value::Null))
+}
+
+/// A value the reader refused, as the error it is (js.rs): `code` when
+/// nothing more specific applies.
+fn refusal(e: js::ReadError, what: &str, code: Code) -> EngineError {
+    let code = match e.reason {
+        js::Reason::NotFinite if code == Code::InvalidQuery && e.path.starts_with("vector") => Code::VectorNotFinite,
+        // a number of a record's array of numbers (a vector): as the
+        // engine refuses one past f32's range (`1e400` reads as Infinity)
+        js::Reason::NotFinite if code == Code::InvalidRecord && is_field_element_path(&e.path) => Code::VectorNotFinite,
+        js::Reason::TooDeep | js::Reason::TooLarge => Code::InvalidRecord,
+        // a name (table, tenant_id, id) that is not Unicode text
+        js::Reason::LoneSurrogate if is_name_path(&e.path) => Code::InvalidName,
+        _ => code,
+    };
+    let mut err = EngineError::new(code, e.message(what));
+    // in a list (a batch's records), the item it is in, as the engine's
+    // own refusals say
+    err.index = record_index(&e.path);
+    err
 }
 
 /// The list position a reader's path (`[3].fields.t`) starts with.
@@ -940,22 +940,28 @@ fn record_index(path: &str) -> Option<usize> {
 /// read are moved into the records, not deserialised again
 /// (`RecordInput::from_json`): a batch's vectors are built once.
 fn read_records(env: &Env, records: Unknown) -> EngineResult<Vec<braid_engine::RecordInput>> {
+    let record = |i: usize, record: Value| {
+        braid_engine::RecordInput::from_json(record).map_err(|e| {
+            let mut err = EngineError::new(Code::InvalidRecord, format!("records[{i}]: {e}"));
+            err.index = Some(i);
+            err
+        })
+    };
+    // a list: each record's values become its fields (a vector's numbers
+    // its floats) before the next record is read
+    // SAFETY: both handles belong to this call on the JS thread
+    match unsafe { js::read_elements(env.raw(), records.raw(), record) } {
+        Ok(Some(read)) => return read,
+        Ok(None) => {}
+        Err(e) => return Err(refusal(e, "records", Code::InvalidRecord)),
+    }
     let list = match read_json(env, records, "records", Code::InvalidRecord)? {
         Value::Array(list) => list,
         // not a list: serde's refusal, as for any other argument
         other => serde_json::from_value::<Vec<Value>>(other)
             .map_err(|e| EngineError::new(Code::InvalidRecord, format!("records: {e}")))?,
     };
-    list.into_iter()
-        .enumerate()
-        .map(|(i, record)| {
-            braid_engine::RecordInput::from_json(record).map_err(|e| {
-                let mut err = EngineError::new(Code::InvalidRecord, format!("records[{i}]: {e}"));
-                err.index = Some(i);
-                err
-            })
-        })
-        .collect()
+    list.into_iter().enumerate().map(|(i, r)| record(i, r)).collect()
 }
 
 fn read_receipt(env: &Env, receipt: Option<Unknown>) -> EngineResult<Option<braid_engine::storage::ReceiptDraft>> {
