@@ -463,6 +463,12 @@ describe('POST /v1/graphql: errors', () => {
     expect(ok.headers.get('content-type')).toBe('application/graphql-response+json; charset=utf-8');
     expect(ok.body.data.tables).toEqual(expect.any(Array));
     expect((await server.post('/v1/graphql', { query: '{ tables { name } }' })).headers.get('content-type')).toMatch(/^application\/json/);
+    // an idempotent replay too (found by a black-box test: it came back as application/json)
+    const keyed = { ...accept, 'idempotency-key': 'graphql-over-http-replay' };
+    const first = await server.post('/v1/graphql', { query: '{ tables { name } }' }, keyed);
+    const again = await server.post('/v1/graphql', { query: '{ tables { name } }' }, keyed);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    for (const res of [first, again]) expect(res.headers.get('content-type')).toBe('application/graphql-response+json; charset=utf-8');
   });
 
   it('operationName picks the operation; a missing one is an error', async () => {

@@ -56,6 +56,14 @@ function fragmentErrors(schema: GraphQLSchema, document: DocumentNode): readonly
   return validate(schema, document, [KnownFragmentNamesRule, NoFragmentCyclesRule]);
 }
 
+/** The GraphQL-over-HTTP media type of a GraphQL response. */
+const GRAPHQL_RESPONSE_TYPE = 'application/graphql-response+json; charset=utf-8';
+
+/** Whether a client accepts GraphQL-over-HTTP answers (and so gets 4xx for requests that never executed). */
+function acceptsGraphQlResponse(accept: string | undefined): boolean {
+  return (accept ?? '').includes('application/graphql-response+json');
+}
+
 /** A request-level failure of route 7 in its 200 body (spec 4.3.3). */
 function graphqlFailure(err: BraidError): { errors: GraphQlErrorBody[] } {
   return { errors: [braidGraphQLError(err)] };
@@ -104,7 +112,12 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
       response: { 200: GraphQlResponse, ...idemErrorResponses },
     },
     validatorCompiler: requestValidator,
-  }, async (request, reply) => {
+    // an answer (an idempotent replay too) is of the type the client accepts
+    onSend: async (request, reply, payload) => {
+      if (reply.statusCode === 200 && acceptsGraphQlResponse(request.headers.accept)) void reply.type(GRAPHQL_RESPONSE_TYPE);
+      return payload;
+    },
+  }, async (request) => {
     const { query, variables, operationName } = request.body;
     const branch = headerBranch(request.headers);
     const schema = await cache.get(branch);
@@ -112,7 +125,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     // gets its answers as that type, and a 4xx status for a request that never
     // executed (it does not parse or validate, is over a limit, or its
     // variables do not coerce)
-    const graphqlOverHttp = (request.headers.accept ?? '').includes('application/graphql-response+json');
+    const graphqlOverHttp = acceptsGraphQlResponse(request.headers.accept);
     // parse, validation and limit failures are GraphQL errors in the 200 body
     // on this route (spec 4.3.3); the bounded route answers them with a 400
     const unexecuted = (errors: readonly GraphQLError[]) => {
@@ -166,7 +179,6 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
         }
       }
     }
-    if (graphqlOverHttp) void reply.type('application/graphql-response+json; charset=utf-8');
     return body;
   });
 }
