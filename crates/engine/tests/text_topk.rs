@@ -51,6 +51,16 @@ fn tokens(text: &str) -> Vec<String> {
     braid_engine::index::text::tokens(&mut braid_engine::index::text::analyzer(), text)
 }
 
+/// Counts one indexed document of `text` into the BM25 statistics.
+fn count(stats: &mut QueryStats, text: &str) {
+    let toks = tokens(text);
+    stats.docs += 1;
+    stats.tokens += toks.len() as u64;
+    for t in toks.into_iter().collect::<HashSet<String>>() {
+        *stats.df.entry(t).or_default() += 1;
+    }
+}
+
 /// A search of table "docs", tenant "t", over `columns`, rows below `upto`.
 fn search_docs(
     index: &TextIndex,
@@ -71,7 +81,6 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
     let index = TextIndex::open(dir.path()).unwrap().0;
     let mut rng = Lcg(7);
     let mut stats = QueryStats::default();
-    let mut df = std::collections::HashMap::<String, u64>::new();
     let rows = 4000u32;
     for row in 0..rows {
         // two tenants interleaved; the other tenant's postings must not count
@@ -79,13 +88,7 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
         let text = sentence(&mut rng);
         index.add(row, "docs", tenant, "body", &text).unwrap();
         if tenant == "t" {
-            let toks = tokens(&text);
-            stats.docs += 1;
-            stats.tokens += toks.len() as u64;
-            let distinct: HashSet<String> = toks.into_iter().collect();
-            for t in distinct {
-                *df.entry(t).or_default() += 1;
-            }
+            count(&mut stats, &text);
         }
         // several segments, as a live index has
         if row % 1000 == 999 {
@@ -93,7 +96,6 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
             index.commit().unwrap();
         }
     }
-    stats.df = df;
     assert!(index.watermark() == rows);
 
     let mut pruned = 0;
@@ -149,7 +151,6 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
     let index = TextIndex::open(dir.path()).unwrap().0;
     let mut rng = Lcg(11);
     let mut stats = QueryStats::default();
-    let mut df = std::collections::HashMap::<String, u64>::new();
     let rows = 6000u32;
     let columns = vec!["body".to_string(), "note".to_string(), "title".to_string()];
     for row in 0..rows {
@@ -163,19 +164,13 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
                 _ => sentence(&mut rng),
             };
             index.add(row, "docs", "t", column, &text).unwrap();
-            let toks = tokens(&text);
-            stats.docs += 1;
-            stats.tokens += toks.len() as u64;
-            for t in toks.into_iter().collect::<HashSet<String>>() {
-                *df.entry(t).or_default() += 1;
-            }
+            count(&mut stats, &text);
         }
         if row % 1500 == 1499 {
             index.mark_pending(row + 1);
             index.commit().unwrap();
         }
     }
-    stats.df = df;
     for round in 0..40 {
         let n_terms = 1 + rng.below(5) as usize;
         let mut terms: Vec<String> =
