@@ -86,7 +86,7 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
         // two tenants interleaved; the other tenant's postings must not count
         let tenant = if row % 3 == 0 { "other" } else { "t" };
         let text = sentence(&mut rng);
-        index.add(row, "docs", tenant, "body", &text).unwrap();
+        index.add_row(row, "docs", tenant, &[("body", &text)]).unwrap();
         if tenant == "t" {
             count(&mut stats, &text);
         }
@@ -153,7 +153,9 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
     let mut stats = QueryStats::default();
     let rows = 6000u32;
     let columns = vec!["body".to_string(), "note".to_string(), "title".to_string()];
+    let (mut large, mut pruned) = (0, 0);
     for row in 0..rows {
+        let mut texts = Vec::new();
         for (c, column) in columns.iter().enumerate() {
             // a column some rows lack, and columns of different lengths
             if c == 1 && row % 4 != 0 {
@@ -163,9 +165,11 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
                 2 => sentence(&mut rng).split(' ').take(3).collect::<Vec<_>>().join(" "),
                 _ => sentence(&mut rng),
             };
-            index.add(row, "docs", "t", column, &text).unwrap();
             count(&mut stats, &text);
+            texts.push((column.as_str(), text));
         }
+        let texts: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (*c, t.as_str())).collect();
+        index.add_row(row, "docs", "t", &texts).unwrap();
         if row % 1500 == 1499 {
             index.mark_pending(row + 1);
             index.commit().unwrap();
@@ -181,12 +185,116 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
         let search = |depth: Option<usize>| search_docs(&index, &columns, &terms, &stats, &eligible, rows, depth);
         let mut full = search(None).rows;
         full.sort_by(best_first);
+        let scored_in_full = search(None).scored_documents;
         for k in [1, 10, 100, 2000] {
             let top = search(Some(k));
             let want: Vec<(u32, f32)> = full.iter().copied().take(k).collect();
             let bits = |r: &[(u32, f32)]| r.iter().map(|(row, s)| (*row, s.to_bits())).collect::<Vec<_>>();
             assert_eq!(bits(&top.rows), bits(&want), "round {round}, terms {terms:?}, keep {keep}%, k {k}");
             assert_eq!(top.truncated, full.len() > k, "round {round}, k {k}");
+            if k == 10 && keep == 100 && full.len() > 1000 {
+                large += 1;
+                pruned += (top.scored_documents * 2 < scored_in_full) as usize;
+            }
+        }
+    }
+    // a row's columns are one document, so block-max WAND prunes over
+    // several columns too (it scored every match when each column was a
+    // document of its own)
+    assert!(large >= 5, "only {large} queries matched over 1000 rows");
+    assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
+}
+
+/// A table with more text columns than a document has slots: a row's
+/// columns past the eighth are a second document, and a search over all of
+/// them (summed by row) or over some in either document still gives every
+/// row the score the hot overlay computes from its text, to the bit, and
+/// its top k is the full ranking's. The slots a column was given survive a
+/// reopen (the first rows see the columns in another order than the rest).
+#[test]
+fn more_text_columns_than_slots_rank_exactly_and_keep_their_slots() {
+    use braid_engine::index::text::{analyzer, bm25_text};
+    let dir = tempfile::tempdir().unwrap();
+    let columns: Vec<String> = (0..11).map(|c| format!("c{c:02}")).collect();
+    let mut rng = Lcg(5);
+    let mut stats = QueryStats::default();
+    let rows = 3000u32;
+    // each row's (column, text)
+    let mut written: Vec<Vec<(String, String)>> = Vec::new();
+    let mut add = |index: &TextIndex, rng: &mut Lcg, to: u32, cols: &[String]| {
+        for row in written.len() as u32..to {
+            let mut texts: Vec<(String, String)> = Vec::new();
+            for c in cols {
+                if rng.below(3) != 0 {
+                    texts.push((c.clone(), sentence(rng)));
+                }
+            }
+            for (_, text) in &texts {
+                count(&mut stats, text);
+            }
+            let refs: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
+            index.add_row(row, "docs", "t", &refs).unwrap();
+            written.push(texts);
+        }
+        index.mark_pending(to);
+        index.commit().unwrap();
+    };
+    {
+        let index = TextIndex::open(dir.path()).unwrap().0;
+        let reversed: Vec<String> = columns.iter().rev().cloned().collect();
+        add(&index, &mut rng, rows / 2, &reversed);
+    }
+    let index = TextIndex::open(dir.path()).unwrap().0;
+    add(&index, &mut rng, rows, &columns);
+    let everything = Arc::new((0..rows).collect::<RoaringBitmap>());
+    let mut analyzer = analyzer();
+    // c10..c03 share the first document of a row, c02..c00 the second
+    let subsets = [
+        (columns.clone(), false),
+        (columns[3..].to_vec(), true),
+        (columns[..3].to_vec(), true),
+        (vec![columns[0].clone(), columns[10].clone()], false),
+    ];
+    for (searched, one_document) in subsets {
+        for round in 0..6 {
+            let terms: Vec<String> =
+                (0..3).map(|_| VOCAB[rng.below(VOCAB.len() as u64) as usize].to_string()).collect();
+            // the overlay's score of each row: its columns in the searched order, each from zero
+            let weights = stats.weights(&terms);
+            let mut model: Vec<(u32, f32)> = written
+                .iter()
+                .enumerate()
+                .map(|(row, texts)| {
+                    let mut score = 0.0f32;
+                    for column in &searched {
+                        if let Some((_, text)) = texts.iter().find(|(c, _)| c == column) {
+                            score += bm25_text(&weights, &terms, &mut analyzer, text);
+                        }
+                    }
+                    (row as u32, score)
+                })
+                .filter(|(_, score)| *score > 0.0)
+                .collect();
+            model.sort_by(best_first);
+            let search = |depth| search_docs(&index, &searched, &terms, &stats, &everything, rows, depth);
+            let mut full = search(None).rows;
+            full.sort_by(best_first);
+            let bits = |r: &[(u32, f32)]| r.iter().map(|(row, s)| (*row, s.to_bits())).collect::<Vec<_>>();
+            if one_document {
+                // one document per row: summed in the overlay's order, to the bit
+                assert_eq!(bits(&full), bits(&model), "columns {searched:?}, round {round}, terms {terms:?}");
+            } else {
+                // documents summed by row: to rounding
+                assert_eq!(full.len(), model.len());
+                for ((row, score), (want_row, want)) in full.iter().zip(&model) {
+                    assert!((score - want).abs() <= want.abs() * 1e-5, "row {row}/{want_row}: {score} against {want}");
+                }
+            }
+            for k in [1, 10, 100] {
+                let top = search(Some(k));
+                let want: Vec<(u32, f32)> = full.iter().copied().take(k).collect();
+                assert_eq!(top.rows, want, "columns {searched:?}, round {round}, terms {terms:?}, k {k}");
+            }
         }
     }
 }

@@ -1,17 +1,25 @@
 //! BM25 text index over tantivy.
 //!
-//! One tantivy document per (row, text column): `row` (u64 fast field, the
-//! branch-local row id of a record version), `scope` (table and tenant),
-//! `col` (column name) and `text`. Every version is indexed so reads at an
-//! older epoch find the text they had; visibility is applied by the collector
-//! from a bitmap of eligible rows, before any row is opened.
+//! One tantivy document per row (record version) with text: `row` (u64 fast
+//! field, the branch-local row id), `scope` (table, tenant and column, once
+//! for each text column the row has) and one text field per column. A
+//! table's text columns each have a slot ([`Slots`]), given the first time
+//! the index sees the column and never changed, and a column's text goes in
+//! the text field of its slot (`text0` to `text7`), so each column keeps its
+//! own length (BM25's field norm) while a row stays one document. A table
+//! with more than [`SLOTS`] text columns puts the ninth to sixteenth in a
+//! second document of the row, and so on. Every version is indexed so reads
+//! at an older epoch find the text they had; visibility is applied by the
+//! collector from a bitmap of eligible rows, before any row is opened.
 //!
-//! Each token of `text` is indexed with its scope and column in front
-//! (`table 0x1F tenant 0x1F column 0x1F token`, see [`term_text`]), so a
-//! tenant's query is a plain union of term queries that reads only that
-//! tenant's postings, and tantivy's block-max WAND can skip the blocks that
-//! cannot reach the current top k ([`TextIndex::search`] with a depth).
-//! Analyzer tokens are alphanumeric, so the last separator ends the prefix.
+//! Each token is indexed with its scope and column in front (`table 0x1F
+//! tenant 0x1F column 0x1F token`, see [`term_text`]), so a tenant's query
+//! is a plain union of term queries that reads only that tenant's postings,
+//! and tantivy's block-max WAND can skip the blocks that cannot reach the
+//! current top k ([`TextIndex::search`] with a depth), over one column or
+//! several: a row's score is the sum over its columns, and its columns are
+//! one document. Analyzer tokens are alphanumeric, so the last separator
+//! ends the prefix.
 //!
 //! BM25 statistics are per (table, tenant[, column]) and come from
 //! [`TextStats`], kept by the store over the versions visible at the latest
@@ -110,10 +118,6 @@ impl Tokens {
     }
 }
 
-pub fn scope_key(table: &str, tenant: &str) -> String {
-    format!("{table}\u{1f}{tenant}")
-}
-
 /// The indexed text of `token` in one table, tenant and column.
 pub fn term_text(table: &str, tenant: &str, column: &str, token: &str) -> String {
     format!("{table}\u{1f}{tenant}\u{1f}{column}\u{1f}{token}")
@@ -125,8 +129,49 @@ fn token_of(term_text: &str) -> &str {
 }
 
 /// Version of the index layout, stored with the watermark in each commit's
-/// payload (`2:<watermark>`); an index in another layout is rebuilt.
-const FORMAT: &str = "2";
+/// payload (`3:<watermark>:<purge horizon>:<slots>`); an index in another
+/// layout is rebuilt. Layout 2 had one document per (row, text column), so a
+/// query over several columns had to score every match to sum a row's
+/// documents.
+const FORMAT: &str = "3";
+
+/// Text fields of a document: a row's first [`SLOTS`] text columns share its
+/// one document, each in the field of its slot.
+pub const SLOTS: usize = 8;
+
+/// Each table's text columns in the order the index first took text of
+/// them: a column's place is its slot, which never changes (a table's
+/// columns are never removed or redeclared). Kept in every commit's payload,
+/// so the slots of the committed documents are known after a restart; an
+/// index rebuilt from nothing gives them again as it goes.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Slots(HashMap<String, Vec<String>>);
+
+impl Slots {
+    fn get(&self, table: &str, column: &str) -> Option<usize> {
+        self.0.get(table)?.iter().position(|c| c == column)
+    }
+
+    fn assign(&mut self, table: &str, column: &str) -> usize {
+        if let Some(slot) = self.get(table, column) {
+            return slot;
+        }
+        let columns = self.0.entry(table.to_string()).or_default();
+        columns.push(column.to_string());
+        columns.len() - 1
+    }
+
+    fn columns(&self, table: &str) -> &[String] {
+        self.0.get(table).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The `scope` value of a column's text in a document: one per (row,
+/// column), so a scope's documents in the sense of the statistics (row x
+/// column) can be counted.
+fn scope_column_key(table: &str, tenant: &str, column: &str) -> String {
+    format!("{table}\u{1f}{tenant}\u{1f}{column}")
+}
 
 /// A token as a statistics key: held inline up to 24 bytes (most tokens), so
 /// counting a new one allocates nothing; a longer one (up to
@@ -472,8 +517,8 @@ impl<'q> TermCounts<'q> {
 struct Fields {
     row: Field,
     scope: Field,
-    col: Field,
-    text: Field,
+    /// One per slot.
+    text: Vec<Field>,
 }
 
 pub struct TextIndex {
@@ -482,6 +527,7 @@ pub struct TextIndex {
     writer: Mutex<Option<IndexWriter>>,
     analyzer: Mutex<TextAnalyzer>,
     fields: Fields,
+    slots: Mutex<Slots>,
     /// Every row below this id is searchable through `reader`.
     watermark: AtomicU32,
     /// Rows added to the writer but not yet committed: (last row + 1).
@@ -496,10 +542,15 @@ fn schema() -> Schema {
     let mut builder = Schema::builder();
     builder.add_u64_field("row", INDEXED | FAST);
     builder.add_text_field("scope", STRING);
-    builder.add_text_field("col", STRING);
     let indexing = TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqs);
-    builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing));
+    for slot in 0..SLOTS {
+        builder.add_text_field(&text_field(slot), TextOptions::default().set_indexing_options(indexing.clone()));
+    }
     builder.build()
+}
+
+fn text_field(slot: usize) -> String {
+    format!("text{slot}")
 }
 
 fn tantivy_err(err: tantivy::TantivyError) -> Error {
@@ -548,11 +599,11 @@ impl TextIndex {
     /// corrupted"; found by a black-box test).
     pub fn open(dir: &Path) -> Result<(TextIndex, Option<String>)> {
         match Self::try_open(dir) {
-            Ok(index) => Ok((index, None)),
+            Ok(opened) => Ok(opened),
             Err(OpenError::Damaged(why)) => {
                 std::fs::remove_dir_all(dir)?;
                 match Self::try_open(dir) {
-                    Ok(index) => Ok((index, Some(why))),
+                    Ok((index, _)) => Ok((index, Some(why))),
                     Err(OpenError::Damaged(e)) => Err(Error::storage(format!("text index: {e}"))),
                     Err(OpenError::Other(e)) => Err(e),
                 }
@@ -561,12 +612,13 @@ impl TextIndex {
         }
     }
 
-    fn try_open(dir: &Path) -> std::result::Result<TextIndex, OpenError> {
-        let (index, watermark, purged) = match Self::open_index(dir)? {
-            Some(found) => found,
-            None => {
+    fn try_open(dir: &Path) -> std::result::Result<(TextIndex, Option<String>), OpenError> {
+        let ((index, watermark, purged, slots), rebuilt) = match Self::open_index(dir)? {
+            Ok(found) => (found, None),
+            Err(older) => {
                 std::fs::remove_dir_all(dir)?;
-                Self::open_index(dir)?.expect("a new index has the current layout")
+                let found = Self::open_index(dir)?.expect("a new index has the current layout");
+                (found, Some(older))
             }
         };
         // one indexing thread and, of tantivy's four merge threads by
@@ -583,41 +635,70 @@ impl TextIndex {
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(open_err)?;
         let s = index.schema();
         let field = |name: &str| s.get_field(name).expect("field defined by schema()");
-        let fields = Fields { row: field("row"), scope: field("scope"), col: field("col"), text: field("text") };
-        Ok(TextIndex {
+        let fields = Fields {
+            row: field("row"),
+            scope: field("scope"),
+            text: (0..SLOTS).map(|slot| field(&text_field(slot))).collect(),
+        };
+        let index = TextIndex {
             reader,
             writer: Mutex::new(Some(writer)),
             analyzer: Mutex::new(analyzer()),
             fields,
+            slots: Mutex::new(slots),
             watermark: AtomicU32::new(watermark),
             pending_upto: AtomicU32::new(watermark),
             purged: AtomicU64::new(purged),
             purge_pending: AtomicU64::new(purged),
-        })
+        };
+        Ok((index, rebuilt))
     }
 
-    /// The index in `dir`, its watermark and purge horizon, or `None` when
-    /// it was written in another layout. The payload is
-    /// `<format>:<watermark>[:<purge horizon>]`.
-    fn open_index(dir: &Path) -> std::result::Result<Option<(Index, u32, u64)>, OpenError> {
+    /// The index in `dir`, its watermark, purge horizon and slots, or (the
+    /// inner `Err`) which other layout it was written in. The payload is
+    /// `<format>:<watermark>:<purge horizon>:<slots as JSON>`.
+    #[allow(clippy::type_complexity)]
+    fn open_index(dir: &Path) -> std::result::Result<std::result::Result<(Index, u32, u64, Slots), String>, OpenError> {
         std::fs::create_dir_all(dir)?;
         let directory = MmapDirectory::open(dir).map_err(|e| OpenError::Other(Error::storage(e.to_string())))?;
-        let index = Index::open_or_create(directory, schema()).map_err(open_err)?;
+        let exists = Index::exists(&directory).map_err(|e| open_err(e.into()))?;
+        let index = match exists {
+            true => Index::open(directory).map_err(open_err)?,
+            false => Index::create(directory, schema(), Default::default()).map_err(open_err)?,
+        };
         index.tokenizers().register(TOKENIZER, analyzer());
         let metas = index.load_metas().map_err(open_err)?;
         let bad = |p: &str| OpenError::Damaged(format!("text index payload {p:?}"));
-        let (watermark, purged) = match metas.payload.as_deref() {
-            None if metas.segments.is_empty() => (0, 0),
-            None => return Ok(None),
+        let (watermark, purged, slots) = match metas.payload.as_deref() {
+            None if metas.segments.is_empty() => (0, 0, Slots::default()),
+            None => {
+                return Ok(Err(format!("the text index was written in layout 1; this build writes layout {FORMAT}")))
+            }
             Some(p) => match p.split_once(':') {
                 Some((FORMAT, rest)) => {
-                    let (upto, purged) = rest.split_once(':').unwrap_or((rest, "0"));
-                    (upto.parse::<u32>().map_err(|_| bad(p))?, purged.parse::<u64>().map_err(|_| bad(p))?)
+                    let mut parts = rest.splitn(3, ':');
+                    let (Some(upto), Some(purged), Some(slots)) = (parts.next(), parts.next(), parts.next()) else {
+                        return Err(bad(p));
+                    };
+                    (
+                        upto.parse::<u32>().map_err(|_| bad(p))?,
+                        purged.parse::<u64>().map_err(|_| bad(p))?,
+                        serde_json::from_str(slots).map_err(|_| bad(p))?,
+                    )
                 }
-                _ => return Ok(None),
+                _ => {
+                    let layout = p.split(':').next().unwrap_or_default();
+                    return Ok(Err(format!(
+                        "the text index was written in layout {layout}; this build writes layout {FORMAT}"
+                    )));
+                }
             },
         };
-        Ok(Some((index, watermark, purged)))
+        // the layout's own schema, or its files were not written by it
+        if index.schema() != schema() {
+            return Err(OpenError::Damaged("the text index's schema is not its layout's".into()));
+        }
+        Ok(Ok((index, watermark, purged, slots)))
     }
 
     pub fn watermark(&self) -> u32 {
@@ -628,27 +709,51 @@ impl TextIndex {
         self.pending_upto.load(Ordering::Acquire)
     }
 
-    /// Adds one (row, column) document. Rows must arrive in ascending order.
-    pub fn add(&self, row: u32, table: &str, tenant: &str, column: &str, text: &str) -> Result<()> {
-        let toks = tokens(&mut self.analyzer.lock(), text);
-        let tokens: Vec<Token> = toks
-            .iter()
-            .enumerate()
-            .map(|(position, t)| Token {
-                position,
-                text: term_text(table, tenant, column, t),
-                position_length: 1,
-                ..Token::default()
-            })
-            .collect();
-        let mut doc = TantivyDocument::default();
-        doc.add_u64(self.fields.row, row as u64);
-        doc.add_text(self.fields.scope, scope_key(table, tenant));
-        doc.add_text(self.fields.col, column);
-        doc.add_pre_tokenized_text(self.fields.text, PreTokenizedString { text: String::new(), tokens });
+    /// Adds the text of one row: `columns` holds (column, text) of its text
+    /// columns, in table `table` and tenant `tenant`. Rows must arrive in
+    /// ascending order, each once.
+    pub fn add_row(&self, row: u32, table: &str, tenant: &str, columns: &[(&str, &str)]) -> Result<()> {
+        let slots: Vec<usize> = {
+            let mut slots = self.slots.lock();
+            columns.iter().map(|(column, _)| slots.assign(table, column)).collect()
+        };
+        // (slot group, its document): one document unless the table has more than SLOTS text columns
+        let mut docs: Vec<(usize, TantivyDocument)> = Vec::with_capacity(1);
+        let mut analyzer = self.analyzer.lock();
+        for ((column, text), slot) in columns.iter().zip(slots) {
+            let group = slot / SLOTS;
+            let at = match docs.iter().position(|(g, _)| *g == group) {
+                Some(at) => at,
+                None => {
+                    let mut doc = TantivyDocument::default();
+                    doc.add_u64(self.fields.row, u64::from(row));
+                    docs.push((group, doc));
+                    docs.len() - 1
+                }
+            };
+            let tokens: Vec<Token> = tokens(&mut analyzer, text)
+                .iter()
+                .enumerate()
+                .map(|(position, t)| Token {
+                    position,
+                    text: term_text(table, tenant, column, t),
+                    position_length: 1,
+                    ..Token::default()
+                })
+                .collect();
+            let doc = &mut docs[at].1;
+            doc.add_text(self.fields.scope, scope_column_key(table, tenant, column));
+            doc.add_pre_tokenized_text(
+                self.fields.text[slot % SLOTS],
+                PreTokenizedString { text: String::new(), tokens },
+            );
+        }
+        drop(analyzer);
         let mut writer = self.writer.lock();
         let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-        writer.add_document(doc).map_err(tantivy_err)?;
+        for (_, doc) in docs {
+            writer.add_document(doc).map_err(tantivy_err)?;
+        }
         Ok(())
     }
 
@@ -699,8 +804,9 @@ impl TextIndex {
             let mut writer = self.writer.lock();
             let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
             crate::faults::check("text::commit")?;
+            let slots = serde_json::to_string(&*self.slots.lock()).map_err(Error::internal)?;
             let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
-            prepared.set_payload(&format!("{FORMAT}:{upto}:{purged}"));
+            prepared.set_payload(&format!("{FORMAT}:{upto}:{purged}:{slots}"));
             prepared.commit().map_err(tantivy_err)?;
         }
         self.reader.reload().map_err(tantivy_err)?;
@@ -726,35 +832,57 @@ impl TextIndex {
         self.reader.searcher().num_docs()
     }
 
-    /// Documents (row x text column, every version) of one table and tenant
-    /// in the committed index: the corpus a text query of that tenant reads.
+    /// (row, text column) pairs, every version, of one table and tenant in
+    /// the committed index: the corpus a text query of that tenant reads.
     pub fn scope_documents(&self, table: &str, tenant: &str) -> u64 {
-        let term = Term::from_field_text(self.fields.scope, &scope_key(table, tenant));
-        self.reader.searcher().doc_freq(&term).unwrap_or(0)
+        let searcher = self.reader.searcher();
+        let slots = self.slots.lock();
+        slots
+            .columns(table)
+            .iter()
+            .map(|column| {
+                let term = Term::from_field_text(self.fields.scope, &scope_column_key(table, tenant, column));
+                searcher.doc_freq(&term).unwrap_or(0)
+            })
+            .sum()
     }
 
     /// Searches one tenant's rows below `req.upto` that are in
     /// `req.eligible`; returns (row, score) with a row's score summed over
     /// the searched columns.
     ///
-    /// With a depth and one column, only the best `depth` rows are collected
-    /// (best score first, then lowest row), by block-max WAND over the
-    /// tenant's own postings: the cost grows with the depth, not with the
-    /// number of matching rows. Several columns searched together need every
-    /// match, since a row's score is the sum over its columns; then all are
-    /// scored and the best `depth` kept.
+    /// With a depth, only the best `depth` rows are collected (best score
+    /// first, then lowest row), by block-max WAND over the tenant's own
+    /// postings: the cost grows with the depth, not with the number of
+    /// matching rows. That holds for one column and for several, as long as
+    /// they are in one document of a row (the table's first [`SLOTS`] text
+    /// columns); columns searched across a row's documents need every match,
+    /// summed by row, and then the best `depth` are kept.
     pub fn search(&self, req: &TextSearch<'_>) -> Result<TextHits> {
         let searcher = self.reader.searcher();
         let upto = req.upto.min(self.watermark());
-        let term_queries: Vec<TermQuery> = req
-            .columns
-            .iter()
-            .flat_map(|col| req.terms.iter().map(move |t| (col, t)))
-            .map(|(col, t)| {
-                let term = Term::from_field_text(self.fields.text, &term_text(req.table, req.tenant, col, t));
-                TermQuery::new(term, IndexRecordOption::WithFreqs)
-            })
-            .collect();
+        // (column's place in req.columns, term query), in query order; a
+        // column without a slot has no document yet
+        let mut groups = Vec::new();
+        let mut term_queries = Vec::new();
+        let mut column_of = Vec::new();
+        {
+            let slots = self.slots.lock();
+            for (place, column) in req.columns.iter().enumerate() {
+                let Some(slot) = slots.get(req.table, column) else { continue };
+                if !groups.contains(&(slot / SLOTS)) {
+                    groups.push(slot / SLOTS);
+                }
+                for t in req.terms {
+                    let term = Term::from_field_text(
+                        self.fields.text[slot % SLOTS],
+                        &term_text(req.table, req.tenant, column, t),
+                    );
+                    term_queries.push(TermQuery::new(term, IndexRecordOption::WithFreqs));
+                    column_of.push(place);
+                }
+            }
+        }
         let segments = searcher.segment_readers().len() as u64;
         if term_queries.is_empty() {
             return Ok(TextHits { rows: Vec::new(), scored_documents: 0, segments, watermark: upto, truncated: false });
@@ -765,15 +893,14 @@ impl TextIndex {
         let query = BooleanQuery::new(
             term_queries.into_iter().map(|q| (Occur::Should, Box::new(q) as Box<dyn Query>)).collect(),
         );
-        // one column: a row is one document, so the best documents are the best rows
-        let keep = match req.depth {
-            Some(depth) if req.columns.len() == 1 => Some(depth + 1),
-            _ => None,
-        };
-        let collector = RowHits { eligible: req.eligible.clone(), upto, keep, terms, kept: Mutex::default() };
+        // the searched columns in one document of a row: the best documents are the best rows
+        let one_document = groups.len() == 1;
+        let keep = req.depth.filter(|_| one_document).map(|depth| depth + 1);
+        let collector =
+            RowHits { eligible: req.eligible.clone(), upto, keep, terms, column_of, kept: Mutex::default() };
         let (hits, scored) =
             searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
-        let mut rows = if req.columns.len() == 1 {
+        let mut rows = if one_document {
             hits
         } else {
             let mut by_row: HashMap<u32, f32> = HashMap::with_capacity(hits.len());
@@ -817,7 +944,8 @@ pub struct TextSearch<'a> {
 pub struct TextHits {
     /// Best first (score, then row).
     pub rows: Vec<(u32, f32)>,
-    /// Documents the collector was handed (the pruning skips the others).
+    /// (row, column) documents scored: each column of a row the collector
+    /// was handed that matched (the pruning skips the other rows).
     pub scored_documents: u64,
     pub segments: u64,
     pub watermark: u32,
@@ -832,10 +960,12 @@ pub struct TextHits {
 /// may beat the current threshold (for a union of term queries, block-max
 /// WAND).
 ///
-/// Scores are summed again over the terms in query order: block-max WAND adds
-/// a document's term scores in an order that depends on what it skipped
-/// before, so the same document could score an ulp apart in two searches of
-/// different depth, and a cursor could then see two ties in another order.
+/// Scores are summed again over the terms in query order, each column's
+/// terms from zero and then the columns in the query's order, as the hot
+/// overlay sums a row it scores: block-max WAND adds a document's term scores
+/// in an order that depends on what it skipped before, so the same document
+/// could score an ulp apart in two searches of different depth, and a cursor
+/// could then see two ties in another order.
 /// The threshold handed back is a little below the kept minimum for the same
 /// reason (a tie with a lower row must still come through).
 ///
@@ -850,6 +980,8 @@ struct RowHits {
     keep: Option<usize>,
     /// One weight per (column, term), in query order.
     terms: Vec<Box<dyn Weight>>,
+    /// The column (its place among the searched ones) of each of `terms`.
+    column_of: Vec<usize>,
     /// The best `keep` rows so far, across segments (searched one at a time).
     kept: Mutex<BinaryHeap<Kept>>,
 }
@@ -923,23 +1055,34 @@ impl Collector for RowHits {
             _ => Score::MIN,
         };
         weight.for_each_pruning(threshold(heap), reader, &mut |doc, _score| {
-            scored += 1;
-            if alive.is_some_and(|a| a.is_deleted(doc)) {
+            // a document handed over and passed by counts once; one taken,
+            // once for each of its columns that matched
+            let Some(row) = rows.first(doc).filter(|_| !alive.is_some_and(|a| a.is_deleted(doc))) else {
+                scored += 1;
                 return threshold(heap);
-            }
-            let Some(row) = rows.first(doc) else { return threshold(heap) };
+            };
             let row = row as u32;
             if row >= self.upto || !self.eligible.contains(row) {
+                scored += 1;
                 return threshold(heap);
             }
             // documents come in ascending order, so each term's postings are read forward once
             let mut score = 0.0f32;
-            for scorer in scorers.iter_mut() {
+            let mut column = (usize::MAX, 0.0f32, false);
+            for (scorer, &place) in scorers.iter_mut().zip(&self.column_of) {
+                if place != column.0 {
+                    score += column.1;
+                    scored += u64::from(column.2);
+                    column = (place, 0.0, false);
+                }
                 let at = if scorer.doc() < doc { scorer.seek(doc) } else { scorer.doc() };
                 if at == doc {
-                    score += scorer.score();
+                    column.1 += scorer.score();
+                    column.2 = true;
                 }
             }
+            score += column.1;
+            scored += u64::from(column.2);
             if self.keep.is_none() {
                 all.push((row, score));
                 return Score::MIN;
@@ -1095,5 +1238,51 @@ mod tests {
             assert_eq!(read.len(), expected.len());
             assert_eq!(read.is_empty(), expected.is_empty());
         }
+    }
+
+    /// An index of layout 2 (one document per row and column: fields
+    /// `row`, `scope`, `col`, `text`) is removed on open and rebuilt from row
+    /// 0, and the open says why; one of this layout with a schema that is
+    /// not its own is rebuilt as damaged.
+    #[test]
+    fn an_index_of_an_older_layout_or_another_schema_is_rebuilt() {
+        let old_schema = {
+            let mut builder = Schema::builder();
+            builder.add_u64_field("row", INDEXED | FAST);
+            builder.add_text_field("scope", STRING);
+            builder.add_text_field("col", STRING);
+            builder.add_text_field("text", tantivy::schema::TEXT);
+            builder.build()
+        };
+        let write = |dir: &Path, schema: Schema, payload: &str| {
+            let index = Index::create_in_dir(dir, schema.clone()).unwrap();
+            let mut writer: IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
+            let mut doc = TantivyDocument::default();
+            doc.add_u64(schema.get_field("row").unwrap(), 3);
+            writer.add_document(doc).unwrap();
+            let mut prepared = writer.prepare_commit().unwrap();
+            prepared.set_payload(payload);
+            prepared.commit().unwrap();
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), old_schema.clone(), "2:10:0");
+        let (index, why) = TextIndex::open(dir.path()).unwrap();
+        assert_eq!(index.watermark(), 0);
+        assert_eq!(index.indexed_documents(), 0);
+        assert!(why.as_deref().is_some_and(|w| w.contains("layout 2") && w.contains("layout 3")), "{why:?}");
+        index.add_row(0, "docs", "t", &[("body", "solar wind")]).unwrap();
+        index.mark_pending(1);
+        index.commit().unwrap();
+        drop(index);
+        let (index, why) = TextIndex::open(dir.path()).unwrap();
+        assert_eq!((index.watermark(), why), (1, None));
+        assert_eq!(index.scope_documents("docs", "t"), 1);
+        drop(index);
+
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), old_schema, "3:10:0:{}");
+        let (index, why) = TextIndex::open(dir.path()).unwrap();
+        assert_eq!(index.watermark(), 0);
+        assert!(why.is_some_and(|w| w.contains("schema")));
     }
 }

@@ -125,8 +125,8 @@ pub enum Event {
         text_commit_failed: bool,
         failed_features_total: u64,
     },
-    /// The text index's files were damaged: the open removed it and the
-    /// indexer rebuilds it from the record files (queries find the rows it
+    /// The text index's files were damaged, or written in an older layout:
+    /// the open removed it and the indexer rebuilds it from the record files (queries find the rows it
     /// has not reached through the hot overlay meanwhile).
     TextIndexRebuilt {
         error: String,

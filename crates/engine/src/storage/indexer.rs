@@ -67,8 +67,8 @@ struct TextFeature {
     row: u32,
     table: Arc<str>,
     tenant: Arc<str>,
-    column: String,
-    text: String,
+    /// (column, text) of each of the row's text columns.
+    columns: Vec<(String, String)>,
 }
 
 /// Commits the text index when it holds something uncommitted and the
@@ -118,23 +118,27 @@ fn collect_text(state: &State, from: u32, upto: u32) -> TextBatch {
         let key = &state.keys[row.key as usize];
         let Some(schema) = state.schemas.get(&*key.table) else { continue };
         let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
-        let fields = match columns.is_empty() {
+        let mut fields = match columns.is_empty() {
             true => Default::default(),
             false => state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
                 unreadable += 1;
                 Default::default()
             }),
         };
-        for col in columns {
-            if let Some(Value::String(s)) = fields.get(&col) {
-                docs.push(TextFeature {
-                    row: row_id,
-                    table: key.table.clone(),
-                    tenant: key.tenant.clone(),
-                    column: col.clone(),
-                    text: s.clone(),
-                });
-            }
+        let texts: Vec<(String, String)> = columns
+            .into_iter()
+            .filter_map(|col| match fields.remove(&col) {
+                Some(Value::String(s)) => Some((col, s)),
+                _ => None,
+            })
+            .collect();
+        if !texts.is_empty() {
+            docs.push(TextFeature {
+                row: row_id,
+                table: key.table.clone(),
+                tenant: key.tenant.clone(),
+                columns: texts,
+            });
         }
     }
     TextBatch { docs, unreadable }
@@ -272,7 +276,8 @@ fn run_indexer(
                 let batch = collect_text(&state.read(), text_from, upto);
                 failed += batch.unreadable;
                 for f in &batch.docs {
-                    if text.add(f.row, &f.table, &f.tenant, &f.column, &f.text).is_err() {
+                    let columns: Vec<(&str, &str)> = f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
+                    if text.add_row(f.row, &f.table, &f.tenant, &columns).is_err() {
                         // the row stays searchable through the hot overlay only
                         failed += 1;
                     }
