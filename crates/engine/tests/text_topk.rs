@@ -503,3 +503,49 @@ fn text_and_scalar_indexes_of_a_large_group_or_a_replay_equal_one_write_at_a_tim
 
 /// A string longer than the scalar index keeps inline (keyed by digest).
 const LONG_NOTE: &str = "a note long enough that the equality index keys it by its digest, not by itself";
+
+/// A filter that leaves few rows next to the postings of the query's words:
+/// the text path scores those rows from their stored text instead of
+/// walking every posting (explain: no segment scanned), and gets the
+/// index's scores to the bit, so the filtered ranking is the unfiltered
+/// one restricted to the filter's rows, over one column and over several.
+#[test]
+fn a_selective_filter_scores_its_rows_from_their_text_as_the_index_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut rng = Lcg(23);
+    let records: Vec<RecordInput> = (0..1000)
+        .map(|i| {
+            let fields = json!({"body": sentence(&mut rng), "title": sentence(&mut rng), "bucket": i % 250});
+            rec(&format!("r{i:05}"), fields)
+        })
+        .collect();
+    engine.put(None, None, records, None).unwrap();
+    assert!(engine.wait_indexed(Duration::from_secs(120)));
+    for text_field in [None, Some("body".to_string())] {
+        for text in ["the of a", "water", "river stone wolf"] {
+            let q = |filter: Option<Value>| HybridQuery {
+                text_field: text_field.clone(),
+                scalar_eq: filter.map(|f| f.as_object().unwrap().clone()),
+                candidate_budget: Some(5000),
+                ..text_query(text, 1000)
+            };
+            let all = engine.query(None, None, &q(None)).unwrap();
+            assert!(all.explain.segments_scanned > 0, "the unfiltered query searches the index");
+            let filtered = engine.query(None, None, &q(Some(json!({"bucket": 7})))).unwrap();
+            assert_eq!(filtered.explain.segments_scanned, 0, "{text}: the filtered rows were scored from their text");
+            assert!(!filtered.explain.hot_overlay_searched);
+            let mine: HashSet<String> = (0..1000).filter(|i| i % 250 == 7).map(|i| format!("r{i:05}")).collect();
+            let want: Vec<(String, Option<u64>)> = all
+                .results
+                .iter()
+                .filter(|r| mine.contains(&r.record_id))
+                .map(|r| (r.record_id.clone(), r.score.lexical.map(f64::to_bits)))
+                .collect();
+            let got: Vec<(String, Option<u64>)> =
+                filtered.results.iter().map(|r| (r.record_id.clone(), r.score.lexical.map(f64::to_bits))).collect();
+            assert!(!got.is_empty(), "{text}");
+            assert_eq!(got, want, "{text}, {text_field:?}");
+        }
+    }
+}

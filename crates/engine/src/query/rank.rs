@@ -108,6 +108,32 @@ struct TextPrep {
     stats: QueryStats,
     columns: Vec<String>,
     build_ms: f64,
+    /// The eligible rows the index holds were scored from their text too
+    /// ([`score_directly`]): the index is not searched.
+    direct: bool,
+}
+
+/// Most eligible rows the text path scores from their stored text instead
+/// of searching the index: each costs a record read and its tokens (a few
+/// µs for a sentence, under the state's read lock).
+const DIRECT_MAX_ROWS: u64 = 2_048;
+
+/// How many postings of the query's terms one row scored from its text is
+/// worth: the index hands over every match of the terms that a selective
+/// filter refuses (its threshold cannot rise on rows it never keeps), a few
+/// tens of ns each, where a row scored from its text costs a few µs.
+const DIRECT_POSTINGS_PER_ROW: u64 = 64;
+
+/// Whether the text path scores the eligible rows the index holds from
+/// their text (as the hot overlay scores the rows it lacks, to the bit)
+/// rather than searching the index: when a filter leaves few of them next
+/// to the postings of the query's terms (the tenant's live documents with
+/// each term). A text query whose words are in most of the corpus, under a
+/// filter that keeps 0.1% of it, had walked every posting of its words: 2.5
+/// ms at 100,000 records, 5.6 ms at 200,000.
+fn score_directly(indexed_eligible: u64, terms: &[String], stats: &QueryStats) -> bool {
+    let postings: u64 = terms.iter().map(|t| stats.df.get(t).copied().unwrap_or(0)).sum();
+    indexed_eligible <= DIRECT_MAX_ROWS && indexed_eligible.saturating_mul(DIRECT_POSTINGS_PER_ROW) <= postings
 }
 
 /// The vector path's work under the lock: exact hits (every eligible row,
@@ -335,10 +361,14 @@ fn text_overlay(
     let mut hits = Vec::new();
     // this table and tenant's rows the text index has not committed yet
     *pending += mask.range(marks.text..).count() as u64;
-    if plan.freshness == Freshness::Latest && !terms.is_empty() {
+    let direct = !terms.is_empty() && score_directly(eligible.range_cardinality(..marks.text), terms, &stats);
+    // the rows the index holds, when scored here, then the overlay's
+    let from = if direct { 0 } else { marks.text };
+    let upto = if plan.freshness == Freshness::Latest { u32::MAX } else { marks.text };
+    if !terms.is_empty() && from < upto {
         let mut analyzer = text::analyzer();
         let weights = stats.weights(terms);
-        for row_id in eligible.range(marks.text..) {
+        for row_id in eligible.range(from..upto) {
             let fields = state.fields(row_id, Some(&columns)).unwrap_or_default();
             let mut score = 0.0;
             for col in &columns {
@@ -347,15 +377,20 @@ fn text_overlay(
                     ex.lexical_scored_documents += 1;
                 }
             }
-            ex.dirty_feature_count += 1;
-            ex.hot_overlay_searched = true;
+            let overlay = row_id >= marks.text;
+            if overlay {
+                ex.dirty_feature_count += 1;
+                ex.hot_overlay_searched = true;
+            }
             if score > 0.0 {
                 hits.push((row_id, score));
-                *overlay_rows.entry(row_id).or_default() += 1;
+                if overlay {
+                    *overlay_rows.entry(row_id).or_default() += 1;
+                }
             }
         }
     }
-    TextPrep { hits, stats, columns, build_ms: ms(t) }
+    TextPrep { hits, stats, columns, build_ms: ms(t), direct }
 }
 
 /// Rows (8 bytes each) whose (row, slot) list an exact vector scan keeps
@@ -462,10 +497,10 @@ fn search_text(
     ex: &mut Explain,
 ) -> Result<Hits> {
     let t = Instant::now();
-    let TextPrep { mut hits, stats, columns, build_ms } = prep;
+    let TextPrep { mut hits, stats, columns, build_ms, direct } = prep;
     let terms = plan.terms.as_deref().unwrap_or_default();
     let opened = !terms.is_empty();
-    if opened {
+    if opened && !direct {
         let found = branch.text.search(&TextSearch {
             table: &plan.table,
             tenant: &plan.tenant,
