@@ -71,7 +71,17 @@ fn search_docs(
     upto: u32,
     depth: Option<usize>,
 ) -> TextHits {
-    let req = TextSearch { table: "docs", tenant: "t", columns, terms, stats, eligible: eligible.clone(), upto, depth };
+    let req = TextSearch {
+        history: false,
+        table: "docs",
+        tenant: "t",
+        columns,
+        terms,
+        stats,
+        eligible: eligible.clone(),
+        upto,
+        depth,
+    };
     index.search(&req).unwrap()
 }
 
@@ -547,5 +557,83 @@ fn a_selective_filter_scores_its_rows_from_their_text_as_the_index_does() {
             assert!(!got.is_empty(), "{text}");
             assert_eq!(got, want, "{text}, {text_field:?}");
         }
+    }
+}
+
+/// Records rewritten many times: a read at the latest epoch searches only
+/// the current versions (the text index moves superseded ones to its
+/// history part), so it scores no more documents than before the rewrites;
+/// a read at an older epoch still finds exactly the versions visible then,
+/// also after a restart.
+#[test]
+fn rewrites_do_not_slow_latest_reads_and_older_reads_find_their_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 400;
+    // version v of record i: a word of its own, the version's word, and common words
+    let text = |i: usize, v: usize| format!("item{i} version{v} the water of the river stone");
+    let query = |text: &str, as_of: Option<i64>| HybridQuery {
+        temporal_as_of: as_of,
+        candidate_budget: Some(1000),
+        ..text_query(text, 1000)
+    };
+    let mut epochs = Vec::new();
+    {
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for v in 0..6 {
+            let records: Vec<RecordInput> =
+                (0..n).map(|i| rec(&format!("r{i:04}"), json!({"body": text(i, v)}))).collect();
+            let braid_engine::storage::WriteResult::Committed(written) = engine.put(None, None, records, None).unwrap()
+            else {
+                panic!("a put without a receipt commits")
+            };
+            epochs.push(written.epoch as i64);
+            if v == 0 {
+                assert!(engine.wait_indexed(Duration::from_secs(120)));
+            }
+        }
+        assert!(engine.wait_indexed(Duration::from_secs(120)));
+    }
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(engine.wait_indexed(Duration::from_secs(120)));
+    for round in 0..2 {
+        // every version of every record is indexed, the superseded ones in the history part
+        let latest = engine.query(None, None, &query("water river", None)).unwrap();
+        assert_eq!(latest.explain.lexical_indexed_documents, 6 * n as u64, "round {round}");
+        assert_eq!(latest.results.len(), n);
+        // the latest read is handed the current versions only: 400 rows, not 2,400
+        assert!(
+            latest.explain.lexical_scored_documents <= n as u64,
+            "round {round}: scored {} documents for {n} live rows",
+            latest.explain.lexical_scored_documents
+        );
+        assert!(engine.query(None, None, &query("version0", None)).unwrap().results.is_empty());
+        for (v, epoch) in epochs.iter().enumerate() {
+            let old = engine.query(None, None, &query(&format!("version{v}"), Some(*epoch))).unwrap();
+            assert_eq!(old.results.len(), n, "round {round}: version {v} at epoch {epoch}");
+            let got: HashSet<String> = ids(&old).into_iter().collect();
+            assert_eq!(got.len(), n);
+            // a word of one record's version finds that record at that epoch only
+            let one = engine.query(None, None, &query(&format!("item7 version{v}"), Some(*epoch))).unwrap();
+            assert_eq!(one.results[0].record_id, "r0007");
+            assert_eq!(one.results[0].version_id as usize, v + 1);
+        }
+        // a restart keeps both parts
+        drop(latest);
+        if round == 0 {
+            drop(engine);
+            let reopened = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            assert!(reopened.wait_indexed(Duration::from_secs(120)));
+            return check_again(&reopened, &epochs, n, &query);
+        }
+    }
+}
+
+fn check_again(engine: &Engine, epochs: &[i64], n: usize, query: &dyn Fn(&str, Option<i64>) -> HybridQuery) {
+    let latest = engine.query(None, None, &query("water river", None)).unwrap();
+    assert_eq!(latest.explain.lexical_indexed_documents, 6 * n as u64);
+    assert!(latest.explain.lexical_scored_documents <= n as u64);
+    for (v, epoch) in epochs.iter().enumerate() {
+        let old = engine.query(None, None, &query(&format!("version{v}"), Some(*epoch))).unwrap();
+        assert_eq!(old.results.len(), n, "after a restart: version {v}");
     }
 }

@@ -32,7 +32,7 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -521,14 +521,76 @@ struct Fields {
     text: Vec<Field>,
 }
 
-pub struct TextIndex {
+/// One tantivy index of a branch's text ([`TextIndex`] has two).
+struct Part {
     reader: IndexReader,
-    /// `None` once closed, which releases the directory lock.
+    /// `None` once closed, which releases the directory lock; the history's
+    /// is opened at its first write.
     writer: Mutex<Option<IndexWriter>>,
+    index: Index,
+}
+
+impl Part {
+    fn new(index: Index, writer: Option<IndexWriter>) -> std::result::Result<Part, OpenError> {
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(open_err)?;
+        Ok(Part { reader, writer: Mutex::new(writer), index })
+    }
+
+    fn documents(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// Commits what its writer was handed, with `payload`, and makes it searchable.
+    fn commit(&self, payload: &str) -> Result<()> {
+        {
+            let mut writer = self.writer.lock();
+            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+            crate::faults::check("text::commit")?;
+            let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
+            prepared.set_payload(payload);
+            prepared.commit().map_err(tantivy_err)?;
+        }
+        self.reader.reload().map_err(tantivy_err)
+    }
+
+    /// Deletes the documents of `rows`, one set query per [`DELETE_CHUNK`].
+    fn delete(&self, writer: &mut IndexWriter, row_field: Field, rows: &[u32]) -> Result<()> {
+        for chunk in rows.chunks(DELETE_CHUNK) {
+            let terms = chunk.iter().map(|row| Term::from_field_u64(row_field, u64::from(*row)));
+            writer.delete_query(Box::new(TermSetQuery::new(terms))).map_err(tantivy_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// The share of a current segment's documents that may be deleted (moved
+/// to the history) before a merge rewrites it without them.
+const DELETED_BEFORE_MERGE: f32 = 0.3;
+
+/// Where the history part lives, inside the index's directory.
+const HISTORY_DIR: &str = "history";
+
+/// The branch's text index, in two parts. `current` holds each version from
+/// when it is indexed until a newer version of its record (or a delete) is;
+/// then the indexer moves it to `history` ([`TextIndex::supersede`]). A read
+/// at the latest epoch searches only `current`, which holds one version of
+/// each record, so rewriting records does not make its text queries slower
+/// (with every version in one index, 20 rewrites of each record had made
+/// them about 9 times slower: the superseded versions' postings, as good as
+/// the live ones', were scored before the visibility filter dropped them).
+/// A read at an older epoch searches both. SQL Server's system-versioned
+/// tables keep a current table and a history table the same way.
+pub struct TextIndex {
+    current: Part,
+    history: Part,
+    /// Something was handed to the history's writer since it last committed.
+    history_dirty: AtomicBool,
+    closed: AtomicBool,
     analyzer: Mutex<TextAnalyzer>,
     fields: Fields,
     slots: Mutex<Slots>,
-    /// Every row below this id is searchable through `reader`.
+    /// Every row below this id is searchable (and, once superseded by a row
+    /// below it, in the history part).
     watermark: AtomicU32,
     /// Rows added to the writer but not yet committed: (last row + 1).
     pending_upto: AtomicU32,
@@ -551,6 +613,18 @@ fn schema() -> Schema {
 
 fn text_field(slot: usize) -> String {
     format!("text{slot}")
+}
+
+/// One indexing thread, an indexing budget of `budget` bytes, and of
+/// tantivy's four merge threads by default no more than the cores that
+/// could run them.
+fn writer_options(budget: usize) -> IndexWriterOptions {
+    let merge_threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MERGE_THREADS);
+    IndexWriterOptions::builder()
+        .num_worker_threads(1)
+        .memory_budget_per_thread(budget)
+        .num_merge_threads(merge_threads)
+        .build()
 }
 
 fn tantivy_err(err: tantivy::TantivyError) -> Error {
@@ -621,18 +695,27 @@ impl TextIndex {
                 (found, Some(older))
             }
         };
-        // one indexing thread and, of tantivy's four merge threads by
-        // default, no more than the cores that could run them: each branch
-        // has a writer of its own (a black-box test counted 8 threads a
-        // branch, 534 for 64 branches)
-        let merge_threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MERGE_THREADS);
-        let options = IndexWriterOptions::builder()
-            .num_worker_threads(1)
-            .memory_budget_per_thread(48_000_000)
-            .num_merge_threads(merge_threads)
-            .build();
-        let writer = index.writer_with_options(options).map_err(open_err)?;
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(open_err)?;
+        // the history part: a current part that has indexed rows and no
+        // history (deleted, or written before there was one) cannot say
+        // which versions it moved
+        let history_dir = dir.join(HISTORY_DIR);
+        if watermark > 0 && !history_dir.join("meta.json").exists() {
+            return Err(OpenError::Damaged("the text index has no history part".into()));
+        }
+        let (history, history_purged) = match Self::open_index(&history_dir)? {
+            Ok((index, _, purged, _)) => (index, purged),
+            Err(older) => return Err(OpenError::Damaged(older)),
+        };
+        // each branch has writers of its own (a black-box test counted 8
+        // threads a branch, 534 for 64 branches): writer_options
+        let writer: IndexWriter = index.writer_with_options(writer_options(48_000_000)).map_err(open_err)?;
+        // a version moved to the history stays in its segment here, deleted,
+        // and block-max WAND still hands it over, until a merge drops it:
+        // a segment a third deleted is merged (Lucene's tiered policy allows
+        // a third by default; tantivy's, every document deleted)
+        let mut policy = tantivy::indexer::LogMergePolicy::default();
+        policy.set_del_docs_ratio_before_merge(DELETED_BEFORE_MERGE);
+        writer.set_merge_policy(Box::new(policy));
         let s = index.schema();
         let field = |name: &str| s.get_field(name).expect("field defined by schema()");
         let fields = Fields {
@@ -640,9 +723,15 @@ impl TextIndex {
             scope: field("scope"),
             text: (0..SLOTS).map(|slot| field(&text_field(slot))).collect(),
         };
+        let current = Part::new(index, Some(writer))?;
+        let history = Part::new(history, None)?;
+        // the history's deletes of removed versions are only needed once it holds some
+        let purged = if history.documents() > 0 { purged.min(history_purged) } else { purged };
         let index = TextIndex {
-            reader,
-            writer: Mutex::new(Some(writer)),
+            current,
+            history,
+            history_dirty: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             analyzer: Mutex::new(analyzer()),
             fields,
             slots: Mutex::new(slots),
@@ -709,15 +798,75 @@ impl TextIndex {
         self.pending_upto.load(Ordering::Acquire)
     }
 
-    /// Adds the text of one row: `columns` holds (column, text) of its text
-    /// columns, in table `table` and tenant `tenant`. Rows must arrive in
-    /// ascending order, each once.
+    /// Adds the text of one row to the current part: `columns` holds
+    /// (column, text) of its text columns, in table `table` and tenant
+    /// `tenant`. Rows must arrive in ascending order, each once.
     pub fn add_row(&self, row: u32, table: &str, tenant: &str, columns: &[(&str, &str)]) -> Result<()> {
+        let docs = self.documents(row, table, tenant, columns);
+        let mut writer = self.current.writer.lock();
+        let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+        for doc in docs {
+            writer.add_document(doc).map_err(tantivy_err)?;
+        }
+        Ok(())
+    }
+
+    /// Moves `rows`, versions superseded by newer ones (or deleted), out of
+    /// the current part: their documents there are deleted, and so are any
+    /// the history part already has of them (a move done again after a
+    /// crash), before [`Self::add_superseded`] adds them to the history.
+    /// A version superseded before it was indexed is given here too: the
+    /// delete finds nothing in the current part.
+    pub fn supersede(&self, rows: &[u32]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut writer = self.current.writer.lock();
+            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+            self.current.delete(writer, self.fields.row, rows)?;
+        }
+        let mut writer = self.history_writer()?;
+        let writer = writer.as_mut().expect("history_writer opens it");
+        self.history.delete(writer, self.fields.row, rows)?;
+        self.history_dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Adds the text of a superseded version to the history part (after
+    /// [`Self::supersede`] of it).
+    pub fn add_superseded(&self, row: u32, table: &str, tenant: &str, columns: &[(&str, &str)]) -> Result<()> {
+        let docs = self.documents(row, table, tenant, columns);
+        let mut writer = self.history_writer()?;
+        let writer = writer.as_mut().expect("history_writer opens it");
+        for doc in docs {
+            writer.add_document(doc).map_err(tantivy_err)?;
+        }
+        self.history_dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The history part's writer, opened at its first use (a branch whose
+    /// records are never rewritten keeps no second writer's threads).
+    fn history_writer(&self) -> Result<parking_lot::MutexGuard<'_, Option<IndexWriter>>> {
+        let mut writer = self.history.writer.lock();
+        if writer.is_none() {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::storage("text index is closed"));
+            }
+            *writer = Some(self.history.index.writer_with_options(writer_options(15_000_000)).map_err(tantivy_err)?);
+        }
+        Ok(writer)
+    }
+
+    /// The documents of one row's text: one, unless its table has more
+    /// than [`SLOTS`] text columns.
+    fn documents(&self, row: u32, table: &str, tenant: &str, columns: &[(&str, &str)]) -> Vec<TantivyDocument> {
         let slots: Vec<usize> = {
             let mut slots = self.slots.lock();
             columns.iter().map(|(column, _)| slots.assign(table, column)).collect()
         };
-        // (slot group, its document): one document unless the table has more than SLOTS text columns
+        // (slot group, its document)
         let mut docs: Vec<(usize, TantivyDocument)> = Vec::with_capacity(1);
         let mut analyzer = self.analyzer.lock();
         for ((column, text), slot) in columns.iter().zip(slots) {
@@ -748,13 +897,7 @@ impl TextIndex {
                 PreTokenizedString { text: String::new(), tokens },
             );
         }
-        drop(analyzer);
-        let mut writer = self.writer.lock();
-        let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-        for (_, doc) in docs {
-            writer.add_document(doc).map_err(tantivy_err)?;
-        }
-        Ok(())
+        docs.into_iter().map(|(_, doc)| doc).collect()
     }
 
     /// Deletes the documents of `rows` (versions retention removed up to
@@ -767,11 +910,17 @@ impl TextIndex {
     /// weight) until a commit applies it, and a start that deleted 1.2
     /// million removed rows again after a crash held about 800 MB that way.
     pub fn delete_rows(&self, rows: &[u32], horizon: u64) -> Result<()> {
-        let mut writer = self.writer.lock();
-        let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-        for chunk in rows.chunks(DELETE_CHUNK) {
-            let terms = chunk.iter().map(|row| Term::from_field_u64(self.fields.row, u64::from(*row)));
-            writer.delete_query(Box::new(TermSetQuery::new(terms))).map_err(tantivy_err)?;
+        {
+            let mut writer = self.current.writer.lock();
+            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+            self.current.delete(writer, self.fields.row, rows)?;
+        }
+        // the history part, once it holds (or was handed) documents
+        let opened = self.history.writer.lock().is_some();
+        if opened || self.history.documents() > 0 {
+            let mut writer = self.history_writer()?;
+            self.history.delete(writer.as_mut().expect("history_writer opens it"), self.fields.row, rows)?;
+            self.history_dirty.store(true, Ordering::Release);
         }
         self.purge_pending.fetch_max(horizon, Ordering::AcqRel);
         Ok(())
@@ -784,7 +933,9 @@ impl TextIndex {
 
     /// True when something was handed to the writer and not yet committed.
     pub fn has_uncommitted(&self) -> bool {
-        self.pending_upto() > self.watermark() || self.purge_pending.load(Ordering::Acquire) > self.purged()
+        self.pending_upto() > self.watermark()
+            || self.purge_pending.load(Ordering::Acquire) > self.purged()
+            || self.history_dirty.load(Ordering::Acquire)
     }
 
     /// Marks every row below `upto` as handed to the writer.
@@ -793,58 +944,62 @@ impl TextIndex {
     }
 
     /// Commits what was added and makes it searchable; the watermark is stored
-    /// in the commit payload.
+    /// in the commit payload. The history part commits first: a version
+    /// moved there is never in neither committed part (a crash between the
+    /// two leaves it in both for a while, which a search counts once, and
+    /// the move is done again from the watermark).
     pub fn commit(&self) -> Result<()> {
         let upto = self.pending_upto();
         let purged = self.purge_pending.load(Ordering::Acquire);
-        if upto == self.watermark() && purged == self.purged() {
+        let history = self.history_dirty.swap(false, Ordering::AcqRel);
+        if upto == self.watermark() && purged == self.purged() && !history {
             return Ok(());
         }
-        {
-            let mut writer = self.writer.lock();
-            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-            crate::faults::check("text::commit")?;
-            let slots = serde_json::to_string(&*self.slots.lock()).map_err(Error::internal)?;
-            let mut prepared = writer.prepare_commit().map_err(tantivy_err)?;
-            prepared.set_payload(&format!("{FORMAT}:{upto}:{purged}:{slots}"));
-            prepared.commit().map_err(tantivy_err)?;
+        let slots = serde_json::to_string(&*self.slots.lock()).map_err(Error::internal)?;
+        let payload = format!("{FORMAT}:{upto}:{purged}:{slots}");
+        if history {
+            if let Err(e) = self.history.commit(&payload) {
+                self.history_dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
         }
-        self.reader.reload().map_err(tantivy_err)?;
+        self.current.commit(&payload)?;
         self.watermark.store(upto, Ordering::Release);
         self.purged.store(purged, Ordering::Release);
         Ok(())
     }
 
-    /// Commits what is pending and releases the writer (and its lock).
+    /// Commits what is pending and releases the writers (and their locks).
     pub fn close(&self) -> Result<()> {
         let committed = self.commit();
-        if let Some(writer) = self.writer.lock().take() {
-            writer.wait_merging_threads().map_err(tantivy_err)?;
+        self.closed.store(true, Ordering::Release);
+        for part in [&self.current, &self.history] {
+            if let Some(writer) = part.writer.lock().take() {
+                writer.wait_merging_threads().map_err(tantivy_err)?;
+            }
         }
         committed
     }
 
     pub fn segment_count(&self) -> usize {
-        self.reader.searcher().segment_readers().len()
+        [&self.current, &self.history].iter().map(|p| p.reader.searcher().segment_readers().len()).sum()
     }
 
     pub fn indexed_documents(&self) -> u64 {
-        self.reader.searcher().num_docs()
+        self.current.documents() + self.history.documents()
     }
 
     /// (row, text column) pairs, every version, of one table and tenant in
     /// the committed index: the corpus a text query of that tenant reads.
     pub fn scope_documents(&self, table: &str, tenant: &str) -> u64 {
-        let searcher = self.reader.searcher();
+        let searchers = [self.current.reader.searcher(), self.history.reader.searcher()];
         let slots = self.slots.lock();
-        slots
-            .columns(table)
-            .iter()
-            .map(|column| {
-                let term = Term::from_field_text(self.fields.scope, &scope_column_key(table, tenant, column));
-                searcher.doc_freq(&term).unwrap_or(0)
-            })
-            .sum()
+        let mut documents = 0;
+        for column in slots.columns(table) {
+            let term = Term::from_field_text(self.fields.scope, &scope_column_key(table, tenant, column));
+            documents += searchers.iter().map(|s| alive_documents(s, &term)).sum::<u64>();
+        }
+        documents
     }
 
     /// Searches one tenant's rows below `req.upto` that are in
@@ -859,7 +1014,6 @@ impl TextIndex {
     /// columns); columns searched across a row's documents need every match,
     /// summed by row, and then the best `depth` are kept.
     pub fn search(&self, req: &TextSearch<'_>) -> Result<TextHits> {
-        let searcher = self.reader.searcher();
         let upto = req.upto.min(self.watermark());
         // (column's place in req.columns, term query), in query order; a
         // column without a slot has no document yet
@@ -883,43 +1037,81 @@ impl TextIndex {
                 }
             }
         }
-        let segments = searcher.segment_readers().len() as u64;
-        if term_queries.is_empty() {
-            return Ok(TextHits { rows: Vec::new(), scored_documents: 0, segments, watermark: upto, truncated: false });
+        let mut searchers = vec![self.current.reader.searcher()];
+        if req.history {
+            searchers.push(self.history.reader.searcher());
         }
-        let scoring = EnableScoring::enabled_from_statistics_provider(req.stats, &searcher);
-        let terms =
-            term_queries.iter().map(|q| q.weight(scoring)).collect::<tantivy::Result<Vec<_>>>().map_err(tantivy_err)?;
-        let query = BooleanQuery::new(
-            term_queries.into_iter().map(|q| (Occur::Should, Box::new(q) as Box<dyn Query>)).collect(),
-        );
+        let segments = searchers.iter().map(|s| s.segment_readers().len() as u64).sum();
+        let mut hits = TextHits { rows: Vec::new(), scored_documents: 0, segments, watermark: upto, truncated: false };
+        if term_queries.is_empty() {
+            return Ok(hits);
+        }
         // the searched columns in one document of a row: the best documents are the best rows
         let one_document = groups.len() == 1;
         let keep = req.depth.filter(|_| one_document).map(|depth| depth + 1);
-        let collector =
-            RowHits { eligible: req.eligible.clone(), upto, keep, terms, column_of, kept: Mutex::default() };
-        let (hits, scored) =
-            searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
-        let mut rows = if one_document {
-            hits
-        } else {
-            let mut by_row: HashMap<u32, f32> = HashMap::with_capacity(hits.len());
-            for (row, score) in &hits {
-                *by_row.entry(*row).or_insert(0.0) += *score;
+        // each part's rows; a row in both (moved to the history, its
+        // removal from the current part not committed yet) counts once
+        let mut rows: HashMap<u32, f32> = HashMap::new();
+        for searcher in searchers.iter().filter(|s| s.num_docs() > 0) {
+            let scoring = EnableScoring::enabled_from_statistics_provider(req.stats, searcher);
+            let terms = term_queries
+                .iter()
+                .map(|q| q.weight(scoring))
+                .collect::<tantivy::Result<Vec<_>>>()
+                .map_err(tantivy_err)?;
+            let query = BooleanQuery::new(
+                term_queries.iter().map(|q| (Occur::Should, Box::new(q.clone()) as Box<dyn Query>)).collect(),
+            );
+            let column_of = column_of.clone();
+            let collector =
+                RowHits { eligible: req.eligible.clone(), upto, keep, terms, column_of, kept: Mutex::default() };
+            let (found, scored) =
+                searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
+            hits.scored_documents += scored;
+            let mut part: HashMap<u32, f32> = HashMap::with_capacity(found.len());
+            for (row, score) in found {
+                // a row's documents past the first SLOTS columns sum
+                *part.entry(row).or_insert(0.0) += score;
             }
-            by_row.into_iter().collect()
-        };
-        let mut truncated = false;
+            for (row, score) in part {
+                rows.entry(row).or_insert(score);
+            }
+        }
+        let mut rows: Vec<(u32, f32)> = rows.into_iter().collect();
         if let Some(depth) = req.depth {
             if rows.len() > depth {
                 rows.select_nth_unstable_by(depth, best_first);
                 rows.truncate(depth);
-                truncated = true;
+                hits.truncated = true;
             }
         }
         rows.sort_unstable_by(best_first);
-        Ok(TextHits { rows, scored_documents: scored, segments, watermark: upto, truncated })
+        hits.rows = rows;
+        Ok(hits)
     }
+}
+
+/// Documents with `term` that are not deleted: its document frequency in a
+/// segment without deletes, its postings counted in one with some (a
+/// version moved to the history part stays in its segment of the current
+/// part, deleted, until a merge drops it).
+fn alive_documents(searcher: &tantivy::Searcher, term: &Term) -> u64 {
+    use tantivy::{DocSet, TERMINATED};
+    let mut documents = 0;
+    for segment in searcher.segment_readers() {
+        let Ok(index) = segment.inverted_index(term.field()) else { continue };
+        let Some(alive) = segment.alive_bitset() else {
+            documents += u64::from(index.doc_freq(term).unwrap_or(0));
+            continue;
+        };
+        let Ok(Some(mut postings)) = index.read_postings(term, IndexRecordOption::Basic) else { continue };
+        let mut doc = postings.doc();
+        while doc != TERMINATED {
+            documents += u64::from(alive.is_alive(doc));
+            doc = postings.advance();
+        }
+    }
+    documents
 }
 
 /// Best score first, then the lowest row: a total, repeatable order.
@@ -928,6 +1120,9 @@ pub fn best_first(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
 }
 
 pub struct TextSearch<'a> {
+    /// Also the versions superseded since they were indexed (a read at an
+    /// older epoch).
+    pub history: bool,
     pub table: &'a str,
     pub tenant: &'a str,
     /// The text columns searched (one, or the table's text columns).

@@ -111,6 +111,9 @@ struct TextPrep {
     /// The eligible rows the index holds were scored from their text too
     /// ([`score_directly`]): the index is not searched.
     direct: bool,
+    /// A read below the latest epoch: versions superseded since they were
+    /// indexed may be eligible, so the index's history part is searched too.
+    history: bool,
 }
 
 /// Most eligible rows the text path scores from their stored text instead
@@ -249,7 +252,10 @@ fn prepare(
         Some(terms) => {
             let stats = pinned_stats
                 .unwrap_or_else(|| table.text_stats.snapshot(&plan.tenant, plan.text_field.as_deref(), terms));
-            Some(text_overlay(state, mask, plan, terms, stats, &eligible, marks, &mut overlay_rows, &mut pending, ex))
+            let mut prep =
+                text_overlay(state, mask, plan, terms, stats, &eligible, marks, &mut overlay_rows, &mut pending, ex);
+            prep.history = epoch < state.latest_epoch;
+            Some(prep)
         }
         None => {
             ex.skipped("text", "no text in query");
@@ -390,7 +396,7 @@ fn text_overlay(
             }
         }
     }
-    TextPrep { hits, stats, columns, build_ms: ms(t), direct }
+    TextPrep { hits, stats, columns, build_ms: ms(t), direct, history: false }
 }
 
 /// Rows (8 bytes each) whose (row, slot) list an exact vector scan keeps
@@ -497,11 +503,12 @@ fn search_text(
     ex: &mut Explain,
 ) -> Result<Hits> {
     let t = Instant::now();
-    let TextPrep { mut hits, stats, columns, build_ms, direct } = prep;
+    let TextPrep { mut hits, stats, columns, build_ms, direct, history } = prep;
     let terms = plan.terms.as_deref().unwrap_or_default();
     let opened = !terms.is_empty();
     if opened && !direct {
         let found = branch.text.search(&TextSearch {
+            history,
             table: &plan.table,
             tenant: &plan.tenant,
             columns: &columns,

@@ -57,12 +57,16 @@ struct VectorBatch {
 
 /// Text documents of a run of rows, copied out of the state under a read
 /// lock, and the rows whose fields could not be read from the record files.
+#[derive(Default)]
 struct TextBatch {
+    /// For the current part.
     docs: Vec<TextFeature>,
+    /// Superseded versions, for the history part.
+    superseded: Vec<TextFeature>,
     unreadable: u64,
 }
 
-/// One (row, text column) document for the text index.
+/// One row's text for the text index.
 struct TextFeature {
     row: u32,
     table: Arc<str>,
@@ -105,43 +109,66 @@ fn collect_vectors(state: &State, from: u32) -> VectorBatch {
     VectorBatch { upto, graphs }
 }
 
-/// The text documents of rows `from..upto`.
+/// The text documents of rows `from..upto`: the current part's, and the
+/// history part's (versions superseded by a row below `upto`: those indexed
+/// in an earlier batch move there, and those of this batch go there at once).
 fn collect_text(state: &State, from: u32, upto: u32) -> TextBatch {
-    let mut docs = Vec::new();
-    let mut unreadable = 0;
-    for row_id in from..upto.min(state.rows.len() as u32) {
+    let upto = upto.min(state.rows.len() as u32);
+    let mut batch = TextBatch::default();
+    for row_id in from..upto {
         let row = &state.rows[row_id as usize];
-        if row.deleted || row.loc.is_purged() {
-            // a version retention removed is in no index
+        if row.loc.is_purged() {
+            // removed by retention, as every version before it: in no index
             continue;
         }
-        let key = &state.keys[row.key as usize];
-        let Some(schema) = state.schemas.get(&*key.table) else { continue };
-        let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
-        let mut fields = match columns.is_empty() {
-            true => Default::default(),
-            false => state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
-                unreadable += 1;
-                Default::default()
-            }),
-        };
-        let texts: Vec<(String, String)> = columns
-            .into_iter()
-            .filter_map(|col| match fields.remove(&col) {
-                Some(Value::String(s)) => Some((col, s)),
-                _ => None,
-            })
-            .collect();
-        if !texts.is_empty() {
-            docs.push(TextFeature {
-                row: row_id,
-                table: key.table.clone(),
-                tenant: key.tenant.clone(),
-                columns: texts,
-            });
+        let versions = &state.keys[row.key as usize].rows;
+        let at = versions.binary_search(&row_id).ok();
+        // the version this one supersedes, indexed in an earlier batch
+        if let Some(prev) = at.and_then(|i| i.checked_sub(1)).map(|i| versions[i]).filter(|p| *p < from) {
+            if let Some(text) = text_of(state, prev, &mut batch.unreadable) {
+                batch.superseded.push(text);
+            }
+        }
+        let Some(text) = text_of(state, row_id, &mut batch.unreadable) else { continue };
+        match at.and_then(|i| versions.get(i + 1)).is_some_and(|next| *next < upto) {
+            true => batch.superseded.push(text),
+            false => batch.docs.push(text),
         }
     }
-    TextBatch { docs, unreadable }
+    batch
+}
+
+/// The text of one version's text columns, `None` when it has none (a
+/// delete, a version retention removed, or no text).
+fn text_of(state: &State, row_id: u32, unreadable: &mut u64) -> Option<TextFeature> {
+    let row = &state.rows[row_id as usize];
+    if row.deleted || row.loc.is_purged() {
+        // a version retention removed is in no index
+        return None;
+    }
+    let key = &state.keys[row.key as usize];
+    let schema = state.schemas.get(&*key.table)?;
+    let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
+    if columns.is_empty() {
+        return None;
+    }
+    let mut fields = state.fields(row_id, Some(&columns)).unwrap_or_else(|_| {
+        *unreadable += 1;
+        Default::default()
+    });
+    let texts: Vec<(String, String)> = columns
+        .into_iter()
+        .filter_map(|col| match fields.remove(&col) {
+            Some(Value::String(s)) => Some((col, s)),
+            _ => None,
+        })
+        .collect();
+    (!texts.is_empty()).then(|| TextFeature {
+        row: row_id,
+        table: key.table.clone(),
+        tenant: key.tenant.clone(),
+        columns: texts,
+    })
 }
 
 /// Marks the indexer stopped when its thread ends, however it ends.
@@ -275,6 +302,18 @@ fn run_indexer(
                 let upto = text_end.min(text_from.saturating_add(INDEX_ROUND_ROWS));
                 let batch = collect_text(&state.read(), text_from, upto);
                 failed += batch.unreadable;
+                let moved: Vec<u32> = batch.superseded.iter().map(|f| f.row).collect();
+                if text.supersede(&moved).is_err() {
+                    failed += moved.len() as u64;
+                } else {
+                    for f in &batch.superseded {
+                        let columns: Vec<(&str, &str)> =
+                            f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
+                        if text.add_superseded(f.row, &f.table, &f.tenant, &columns).is_err() {
+                            failed += 1;
+                        }
+                    }
+                }
                 for f in &batch.docs {
                     let columns: Vec<(&str, &str)> = f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
                     if text.add_row(f.row, &f.table, &f.tenant, &columns).is_err() {
