@@ -1044,6 +1044,44 @@ fn the_graph_path_contributes_its_budget_nearest_first() {
     assert_eq!(engine.query(None, None, &query).unwrap().explain.deduped_candidate_count, 60);
 }
 
+/// The walk stops once the rows within its levels that pass the filter are
+/// as many as the budget (nothing farther can be among the best), and not
+/// before: rows the filter refuses do not count.
+#[test]
+fn the_graph_walk_stops_at_the_level_that_fills_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    // seed -> a0..a29 -> b_i -> c_i; of the a's only a0..a2 are kind y
+    let mut records =
+        vec![rec("g", "t", "seed", json!({"links": (0..30).map(|i| format!("a{i}")).collect::<Vec<_>>()}))];
+    records.extend((0..30).map(|i| {
+        rec("g", "t", &format!("a{i}"), json!({"links": [format!("b{i}")], "kind": if i < 3 { "y" } else { "x" }}))
+    }));
+    records.extend((0..30).map(|i| rec("g", "t", &format!("b{i}"), json!({"links": [format!("c{i}")], "kind": "y"}))));
+    records.extend((0..30).map(|i| rec("g", "t", &format!("c{i}"), json!({"kind": "y"}))));
+    engine.put(None, None, records, None).unwrap();
+    let mut query = q("g", "t");
+    query.graph_seed = Some("seed".into());
+    query.graph_depth = Some(3);
+    query.scalar_eq = Some(json!({"kind": "y"}).as_object().unwrap().clone());
+    query.candidate_budget = Some(10);
+    query.top_k = Some(10);
+    let page = engine.query(None, None, &query).unwrap();
+    let want: Vec<String> =
+        ["a0", "a1", "a2"].iter().map(|s| s.to_string()).chain((0..7).map(|i| format!("b{i}"))).collect();
+    assert_eq!(ids(&page), want);
+    assert_eq!(page.explain.early_stop_reason.as_deref(), Some("candidate_budget"));
+    // a budget past the first two levels' 33 rows reaches the third
+    query.candidate_budget = Some(40);
+    query.top_k = Some(40);
+    let page = engine.query(None, None, &query).unwrap();
+    assert_eq!(page.results.len(), 40);
+    assert_eq!(page.results.iter().filter(|r| r.record_id.starts_with('c')).count(), 7);
+    query.candidate_budget = Some(100);
+    query.top_k = Some(100);
+    assert_eq!(engine.query(None, None, &query).unwrap().results.len(), 63);
+}
+
 /// Found by a black-box test: among groups of hundreds of near-duplicates
 /// (noise 1e-3 on 128-d unit vectors, finer than the 8-bit codes' step), a
 /// query with a member's own vector missed that member in half the queries:

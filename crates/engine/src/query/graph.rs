@@ -15,7 +15,22 @@ pub fn relational_score(hops: u32) -> f32 {
     1.0 / hops.max(1) as f32
 }
 
-/// Returns visible neighbour rows with their hop count, nearest first.
+/// The walk's target: rows that count (the query's eligible rows) and how
+/// many of them the query needs (its candidate budget). The graph path
+/// keeps its best rows by fewest hops, then lowest row, so once the rows
+/// that count within `h` hops are as many as it needs, nothing farther can
+/// be among them, and the walk ends with the level it has found.
+pub struct Enough<'a> {
+    pub eligible: &'a roaring::RoaringBitmap,
+    pub rows: usize,
+}
+
+/// Returns visible neighbour rows with their hop count, nearest first, and
+/// whether the walk stopped before `depth` because it had `enough`. A walk
+/// from a hub had read every record within the depth (183 ms for a top 10
+/// at depth 8 over 100,000 WordNet records) where its first levels already
+/// held more rows than the query could use.
+#[allow(clippy::too_many_arguments)]
 pub fn neighbourhood(
     state: &State,
     table: &str,
@@ -24,15 +39,27 @@ pub fn neighbourhood(
     epoch: u64,
     depth: u32,
     edge_columns: &[String],
-) -> Vec<(u32, u32)> {
+    enough: &Enough<'_>,
+) -> (Vec<(u32, u32)>, bool) {
     let mut seen: HashMap<String, u32> = HashMap::new();
     let mut out = Vec::new();
-    let Some(seed_row) = state.visible_version(table, tenant, seed, epoch) else { return out };
+    let Some(seed_row) = state.visible_version(table, tenant, seed, epoch) else { return (out, false) };
     seen.insert(seed.to_string(), 0);
     let mut queue = VecDeque::from([(seed_row, 0u32)]);
+    // rows that count among those found, and the level being expanded
+    let mut counted = 0;
+    let mut level = 0;
     while let Some((row, hops)) = queue.pop_front() {
         if hops >= depth {
             continue;
+        }
+        if hops > level {
+            // every row `hops` away has been found: the next level is needed
+            // only while fewer than enough rows count
+            level = hops;
+            if counted >= enough.rows {
+                return (out, true);
+            }
         }
         let fields = state.fields(row, Some(edge_columns)).unwrap_or_default();
         for col in edge_columns {
@@ -43,11 +70,12 @@ pub fn neighbourhood(
                 }
                 seen.insert(target.to_string(), hops + 1);
                 if let Some(next) = state.visible_version(table, tenant, target, epoch) {
+                    counted += usize::from(enough.eligible.contains(next));
                     out.push((next, hops + 1));
                     queue.push_back((next, hops + 1));
                 }
             }
         }
     }
-    out
+    (out, false)
 }

@@ -471,7 +471,9 @@ fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, 
         return Some(Vec::new());
     }
     let t = Instant::now();
-    let reached = graph::neighbourhood(state, &plan.table, &plan.tenant, seed, epoch, *depth, edges);
+    let enough = graph::Enough { eligible, rows: plan.budget };
+    let (reached, stopped) =
+        graph::neighbourhood(state, &plan.table, &plan.tenant, seed, epoch, *depth, edges, &enough);
     let walk_ms = ms(t);
     let t = Instant::now();
     let mut hits: Hits = reached
@@ -481,7 +483,7 @@ fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, 
         .collect();
     // like every path, the graph contributes its best `candidate_budget`
     // rows (fewest hops, then lowest row)
-    if keep_best(&mut hits, plan.budget) {
+    if keep_best(&mut hits, plan.budget) || stopped {
         ex.early_stop_reason = Some("candidate_budget".into());
     }
     // build: filtering and scoring what the walk (open) reached
