@@ -615,11 +615,11 @@ fn text_field(slot: usize) -> String {
     format!("text{slot}")
 }
 
-/// One indexing thread, an indexing budget of `budget` bytes, and of
-/// tantivy's four merge threads by default no more than the cores that
-/// could run them.
-fn writer_options(budget: usize) -> IndexWriterOptions {
-    let merge_threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MERGE_THREADS);
+/// One indexing thread, an indexing budget of `budget` bytes, and at most
+/// `merge_threads` merge threads (tantivy's default is four), no more than
+/// the cores that could run them.
+fn writer_options(budget: usize, merge_threads: usize) -> IndexWriterOptions {
+    let merge_threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, merge_threads);
     IndexWriterOptions::builder()
         .num_worker_threads(1)
         .memory_budget_per_thread(budget)
@@ -708,7 +708,8 @@ impl TextIndex {
         };
         // each branch has writers of its own (a black-box test counted 8
         // threads a branch, 534 for 64 branches): writer_options
-        let writer: IndexWriter = index.writer_with_options(writer_options(48_000_000)).map_err(open_err)?;
+        let writer: IndexWriter =
+            index.writer_with_options(writer_options(48_000_000, MERGE_THREADS)).map_err(open_err)?;
         // a version moved to the history stays in its segment here, deleted,
         // and block-max WAND still hands it over, until a merge drops it:
         // a segment a third deleted is merged (Lucene's tiered policy allows
@@ -854,7 +855,10 @@ impl TextIndex {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::storage("text index is closed"));
             }
-            *writer = Some(self.history.index.writer_with_options(writer_options(15_000_000)).map_err(tantivy_err)?);
+            // tantivy's least budget, one merge thread: the history takes
+            // what rewrites move, far less than the current part
+            let options = writer_options(15_000_000, 1);
+            *writer = Some(self.history.index.writer_with_options(options).map_err(tantivy_err)?);
         }
         Ok(writer)
     }
