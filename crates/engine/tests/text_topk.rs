@@ -290,16 +290,14 @@ fn more_text_columns_than_slots_rank_exactly_and_keep_their_slots() {
             let mut full = search(None).rows;
             full.sort_by(best_first);
             let bits = |r: &[(u32, f32)]| r.iter().map(|(row, s)| (*row, s.to_bits())).collect::<Vec<_>>();
-            if one_document {
-                // one document per row: summed in the overlay's order, to the bit
-                assert_eq!(bits(&full), bits(&model), "columns {searched:?}, round {round}, terms {terms:?}");
-            } else {
-                // documents summed by row: to rounding
-                assert_eq!(full.len(), model.len());
-                for ((row, score), (want_row, want)) in full.iter().zip(&model) {
-                    assert!((score - want).abs() <= want.abs() * 1e-5, "row {row}/{want_row}: {score} against {want}");
-                }
-            }
+            // summed in the overlay's order, to the bit, whether a row's
+            // searched columns are one document or two (found by a black-box
+            // test: two documents were summed in another order)
+            assert_eq!(
+                bits(&full),
+                bits(&model),
+                "columns {searched:?} ({one_document}), round {round}, terms {terms:?}"
+            );
             for k in [1, 10, 100] {
                 let top = search(Some(k));
                 let want: Vec<(u32, f32)> = full.iter().copied().take(k).collect();
@@ -524,9 +522,16 @@ fn a_selective_filter_scores_its_rows_from_their_text_as_the_index_does() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let mut rng = Lcg(23);
+    // two text columns, and (found by a black-box test) twelve: a row's
+    // columns past the eighth are a second document, summed in the same order
     let records: Vec<RecordInput> = (0..1000)
         .map(|i| {
-            let fields = json!({"body": sentence(&mut rng), "title": sentence(&mut rng), "bucket": i % 250});
+            let mut fields = json!({"body": sentence(&mut rng), "title": sentence(&mut rng), "bucket": i % 250});
+            if i % 2 == 0 {
+                for c in 0..10 {
+                    fields[format!("extra{c}")] = json!(sentence(&mut rng));
+                }
+            }
             rec(&format!("r{i:05}"), fields)
         })
         .collect();
@@ -592,48 +597,43 @@ fn rewrites_do_not_slow_latest_reads_and_older_reads_find_their_versions() {
             }
         }
         assert!(engine.wait_indexed(Duration::from_secs(120)));
+        // the moved versions leave the current part's segments as merges
+        // finish, with no further write (found by a black-box test: an idle
+        // branch kept scoring them until its next write)
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while engine.query(None, None, &query("water river", None)).unwrap().explain.lexical_scored_documents
+            > (n + n / 2) as u64
+        {
+            assert!(std::time::Instant::now() < deadline, "the superseded versions are still scored");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        check_versions(&engine, &epochs, n, &query);
     }
+    // a restart keeps both parts
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(engine.wait_indexed(Duration::from_secs(120)));
-    for round in 0..2 {
-        // every version of every record is indexed, the superseded ones in the history part
-        let latest = engine.query(None, None, &query("water river", None)).unwrap();
-        assert_eq!(latest.explain.lexical_indexed_documents, 6 * n as u64, "round {round}");
-        assert_eq!(latest.results.len(), n);
-        // the latest read is handed the current versions only: 400 rows, not 2,400
-        assert!(
-            latest.explain.lexical_scored_documents <= n as u64,
-            "round {round}: scored {} documents for {n} live rows",
-            latest.explain.lexical_scored_documents
-        );
-        assert!(engine.query(None, None, &query("version0", None)).unwrap().results.is_empty());
-        for (v, epoch) in epochs.iter().enumerate() {
-            let old = engine.query(None, None, &query(&format!("version{v}"), Some(*epoch))).unwrap();
-            assert_eq!(old.results.len(), n, "round {round}: version {v} at epoch {epoch}");
-            let got: HashSet<String> = ids(&old).into_iter().collect();
-            assert_eq!(got.len(), n);
-            // a word of one record's version finds that record at that epoch only
-            let one = engine.query(None, None, &query(&format!("item7 version{v}"), Some(*epoch))).unwrap();
-            assert_eq!(one.results[0].record_id, "r0007");
-            assert_eq!(one.results[0].version_id as usize, v + 1);
-        }
-        // a restart keeps both parts
-        drop(latest);
-        if round == 0 {
-            drop(engine);
-            let reopened = Engine::open(EngineConfig::new(dir.path())).unwrap();
-            assert!(reopened.wait_indexed(Duration::from_secs(120)));
-            return check_again(&reopened, &epochs, n, &query);
-        }
-    }
+    check_versions(&engine, &epochs, n, &query);
 }
 
-fn check_again(engine: &Engine, epochs: &[i64], n: usize, query: &dyn Fn(&str, Option<i64>) -> HybridQuery) {
+/// Every version of every record is indexed (the superseded ones in the
+/// history part); the latest read is handed about the current versions only
+/// (400 rows, not 2,400: a segment may keep up to a third of its documents
+/// deleted before a merge drops them); each version is found at its epoch.
+fn check_versions(engine: &Engine, epochs: &[i64], n: usize, query: &dyn Fn(&str, Option<i64>) -> HybridQuery) {
     let latest = engine.query(None, None, &query("water river", None)).unwrap();
     assert_eq!(latest.explain.lexical_indexed_documents, 6 * n as u64);
-    assert!(latest.explain.lexical_scored_documents <= n as u64);
+    assert_eq!(latest.results.len(), n);
+    let scored = latest.explain.lexical_scored_documents;
+    assert!(scored <= (n + n / 2) as u64, "scored {scored} documents for {n} live rows");
+    assert!(engine.query(None, None, &query("version0", None)).unwrap().results.is_empty());
     for (v, epoch) in epochs.iter().enumerate() {
         let old = engine.query(None, None, &query(&format!("version{v}"), Some(*epoch))).unwrap();
-        assert_eq!(old.results.len(), n, "after a restart: version {v}");
+        assert_eq!(old.results.len(), n, "version {v} at epoch {epoch}");
+        let got: HashSet<String> = ids(&old).into_iter().collect();
+        assert_eq!(got.len(), n);
+        // a word of one record's version finds that record at that epoch only
+        let one = engine.query(None, None, &query(&format!("item7 version{v}"), Some(*epoch))).unwrap();
+        assert_eq!(one.results[0].record_id, "r0007");
+        assert_eq!(one.results[0].version_id as usize, v + 1);
     }
 }

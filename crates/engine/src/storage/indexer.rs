@@ -371,6 +371,8 @@ fn run_indexer(
                 failed_features_total,
             });
         }
+        // merges finished since the last commit
+        text.refresh();
         let indexed = text.watermark().min(shared.vector_watermark.load(Ordering::Acquire));
         backlog.note((state.read().rows.len() as u32).saturating_sub(indexed), &shared.events);
         let rows = state.read().rows.len() as u32;
