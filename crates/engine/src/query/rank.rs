@@ -302,11 +302,7 @@ fn eligible_rows(
     let mask_ms = ms(mask_started);
     let temporal_started = Instant::now();
     let at_latest = epoch == state.latest_epoch;
-    let base: RoaringBitmap = if at_latest {
-        &table.live & mask
-    } else {
-        mask.iter().filter(|r| state.rows[*r as usize].visible_at(epoch)).collect()
-    };
+    let base: RoaringBitmap = if at_latest { &table.live & mask } else { visible_at(state, table, mask, epoch) };
     let temporal_ms = ms(temporal_started);
     ex.tenant_mask_visible_records = base.len();
     let scalar_started = Instant::now();
@@ -340,6 +336,42 @@ fn eligible_rows(
         ex.path("temporal", ex.tenant_mask_visible_records, true, 0.0, temporal_ms);
     }
     eligible
+}
+
+/// The rows of `mask` visible at an older `epoch`, from whichever side of
+/// it has fewer of them. Rows are appended in commit order, so those
+/// written by `epoch` are the row ids below a bound found by binary search
+/// (a row retention removed reads as epoch 0, and is below it). Then
+/// either each of those is checked, or, when fewer were written since, the
+/// rows live now that were written by then are taken and, for each row
+/// written since, the version it superseded or deleted, when that one was
+/// visible at `epoch`: a read a moment back (a cursor's next page after new
+/// writes) costs the writes since, not the tenant's whole history.
+fn visible_at(state: &State, table: &TableData, mask: &RoaringBitmap, epoch: u64) -> RoaringBitmap {
+    let (mut lo, mut hi) = (0u32, state.rows.len() as u32);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if state.rows[mid as usize].epoch <= epoch {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let written = lo;
+    if mask.range_cardinality(written..) >= mask.range_cardinality(..written) {
+        return mask.range(..written).filter(|r| state.rows[*r as usize].visible_at(epoch)).collect();
+    }
+    let mut rows = &table.live & mask;
+    rows.remove_range(written..);
+    for later in mask.range(written..) {
+        let versions = &state.key_entry(later).rows;
+        let Ok(at) = versions.binary_search(&later) else { continue };
+        let Some(&before) = at.checked_sub(1).and_then(|i| versions.get(i)) else { continue };
+        if before < written && state.rows[before as usize].visible_at(epoch) {
+            rows.insert(before);
+        }
+    }
+    rows
 }
 
 /// The hot overlay: eligible rows tantivy has not indexed yet, scored here
