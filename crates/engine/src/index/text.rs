@@ -589,6 +589,10 @@ pub struct TextIndex {
     analyzer: Mutex<TextAnalyzer>,
     fields: Fields,
     slots: Mutex<Slots>,
+    /// [`Self::scope_documents`]' answers for the readers' generations: in a
+    /// segment with deletes it counts a scope's postings, which a query of a
+    /// large tenant would otherwise pay each time.
+    documents_cache: Mutex<([u64; 2], HashMap<String, u64>)>,
     /// Every row below this id is searchable (and, once superseded by a row
     /// below it, in the history part).
     watermark: AtomicU32,
@@ -736,6 +740,7 @@ impl TextIndex {
             analyzer: Mutex::new(analyzer()),
             fields,
             slots: Mutex::new(slots),
+            documents_cache: Mutex::new(([u64::MAX; 2], HashMap::new())),
             watermark: AtomicU32::new(watermark),
             pending_upto: AtomicU32::new(watermark),
             purged: AtomicU64::new(purged),
@@ -1008,11 +1013,27 @@ impl TextIndex {
     /// the committed index: the corpus a text query of that tenant reads.
     pub fn scope_documents(&self, table: &str, tenant: &str) -> u64 {
         let searchers = [self.current.reader.searcher(), self.history.reader.searcher()];
+        let generations = searchers.each_ref().map(|s| s.generation().generation_id());
+        let scope = scope_column_key(table, tenant, "");
+        {
+            let mut cache = self.documents_cache.lock();
+            if cache.0 != generations {
+                *cache = (generations, HashMap::new());
+            }
+            if let Some(documents) = cache.1.get(&scope) {
+                return *documents;
+            }
+        }
         let slots = self.slots.lock();
         let mut documents = 0;
         for column in slots.columns(table) {
             let term = Term::from_field_text(self.fields.scope, &scope_column_key(table, tenant, column));
             documents += searchers.iter().map(|s| alive_documents(s, &term)).sum::<u64>();
+        }
+        drop(slots);
+        let mut cache = self.documents_cache.lock();
+        if cache.0 == generations {
+            cache.1.insert(scope, documents);
         }
         documents
     }
