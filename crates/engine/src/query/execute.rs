@@ -129,18 +129,19 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     let validate_ms = ms(started);
     let cache_key = format!("{}|{}|{}", ctx.branch_key, fingerprint, epoch);
     let lookup_started = Instant::now();
-    // The text path contributes its best `candidate_budget` rows. A text-only
-    // list is a prefix of every deeper one (the text order is total), so a
-    // page past its end widens it at the pinned epoch; a hybrid list is the
-    // fusion of each path's budget and ends there (as Elasticsearch's
-    // rank_window_size does), since a deeper path would re-rank it.
+    // In a hybrid list the text path contributes its best `candidate_budget`
+    // rows: the list is the fusion of each path's budget and ends there (as
+    // Elasticsearch's rank_window_size does), since a deeper path would
+    // re-rank it. A text-only list is a prefix of every deeper one (the text
+    // order is total), so it is ranked twice as deep as the page needs, and
+    // a page past its end widens it at the pinned epoch: a top 10 ranks 22
+    // rows, not the budget's 100, and block-max WAND prunes against the 22nd
+    // best (as Elasticsearch ranks `from + size`).
     let text_only = plan.terms.is_some() && plan.vector.is_none() && plan.graph.is_none();
     let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
     let needed = pinned.as_ref().map_or(0, |p| p.o) + plan.top_k + 1;
-    let text_depth = if text_only && needed > plan.budget {
+    let text_depth = if text_only {
         (needed * 2).min(MAX_TEXT_DEPTH).max(needed)
-    } else if text_only {
-        plan.budget.max(plan.top_k)
     } else {
         // every path of a hybrid list contributes the same budget, whatever
         // the page size, so the list and its scores do not depend on top_k
