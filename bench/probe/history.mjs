@@ -50,11 +50,16 @@ let written = 0;
 let firstEpoch = 0;
 for (const target of rounds) {
   while (written <= target) {
+    // each round: its writes, then the indexes catching up with them
+    const t0 = performance.now();
     const epoch = await writeAll(written);
+    const t1 = performance.now();
+    await waitIndexed();
+    const t2 = performance.now();
+    console.log(`round ${written}: writes ${((t1 - t0) / 1000).toFixed(2)} s, indexes ${((t2 - t1) / 1000).toFixed(2)} s more`);
     if (written === 0) firstEpoch = epoch;
     written++;
   }
-  await waitIndexed();
   const kinds = {
     'text "of the"': () => Q({ text: 'of the' }),
     'text known-item, body': (i) => Q({ text: known[i % 60], text_field: 'body' }),
