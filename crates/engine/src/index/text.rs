@@ -5,9 +5,9 @@
 //! for each text column the row has) and one text field per column. A
 //! table's text columns each have a slot ([`Slots`]), given the first time
 //! the index sees the column and never changed, and a column's text goes in
-//! the text field of its slot (`text0` to `text7`), so each column keeps its
+//! the text field of its slot (`text0` to `text15`), so each column keeps its
 //! own length (BM25's field norm) while a row stays one document. A table
-//! with more than [`SLOTS`] text columns puts the ninth to sixteenth in a
+//! with more than [`SLOTS`] text columns puts the 17th to 32nd in a
 //! second document of the row, and so on. Every version is indexed so reads
 //! at an older epoch find the text they had; visibility is applied by the
 //! collector from a bitmap of eligible rows, before any row is opened.
@@ -136,8 +136,13 @@ fn token_of(term_text: &str) -> &str {
 const FORMAT: &str = "3";
 
 /// Text fields of a document: a row's first [`SLOTS`] text columns share its
-/// one document, each in the field of its slot.
-pub const SLOTS: usize = 8;
+/// one document, each in the field of its slot. Every string field is a
+/// text column unless declared otherwise, so a table of many string fields
+/// (a product's name, description, brand, colour, status, URL...) is
+/// common; past this many its queries over every column sum a row's
+/// documents and score every match. Each slot costs a byte of field norms
+/// per document.
+pub const SLOTS: usize = 16;
 
 /// Each table's text columns in the order the index first took text of
 /// them: a column's place is its slot, which never changes (a table's
