@@ -696,6 +696,10 @@ impl TextIndex {
     }
 
     fn try_open(dir: &Path) -> std::result::Result<(TextIndex, Option<String>), OpenError> {
+        // a history part without its current part: start both again
+        if !dir.join("meta.json").exists() && dir.join(HISTORY_DIR).exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
         let ((index, watermark, purged, slots), rebuilt) = match Self::open_index(dir)? {
             Ok(found) => (found, None),
             Err(older) => {
@@ -735,6 +739,16 @@ impl TextIndex {
         };
         let current = Part::new(index, Some(writer))?;
         let history = Part::new(history, None)?;
+        // every field's postings of every segment open: a segment whose
+        // positions file is gone opens, and failed each text query after
+        // (found by a black-box test: a 503 on every start)
+        for part in [&current, &history] {
+            for segment in part.reader.searcher().segment_readers() {
+                for field in [fields.row, fields.scope].iter().chain(&fields.text) {
+                    segment.inverted_index(*field).map_err(open_err)?;
+                }
+            }
+        }
         // the history's deletes of removed versions are only needed once it holds some
         let purged = if history.documents() > 0 { purged.min(history_purged) } else { purged };
         let index = TextIndex {
