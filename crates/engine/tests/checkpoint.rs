@@ -798,23 +798,14 @@ fn a_damaged_text_index_is_rebuilt_at_the_start() {
     let mut damaged = 0;
     // one file of each kind in turn (a rebuild writes new segment files)
     for kind in ["meta.json", ".managed.json", ".idx", ".term", ".store", ".fast", ".fieldnorm", ".pos"] {
-        let found = std::fs::read_dir(&text)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(kind)));
-        let Some(file) = found else { continue };
+        let Some(file) = file_of_kind(&text, kind) else { continue };
         damaged += 1;
         let mut bytes = std::fs::read(&file).unwrap();
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0xff;
         bytes.truncate(bytes.len().saturating_sub(3));
         std::fs::write(&file, &bytes).unwrap();
-        let engine =
-            Engine::open(config_without_checkpoints(dir.path())).unwrap_or_else(|e| panic!("{file:?}: {}", e.message));
-        let events = serde_json::to_value(engine.events()).unwrap().to_string();
-        assert!(events.contains("text_index_rebuilt"), "{file:?}: {events}");
-        assert_eq!(observe(&engine, &[]), expected, "{file:?}: the rebuilt index answers as before");
-        drop(engine);
+        opens_rebuilt(dir.path(), &expected, &format!("{file:?} damaged"));
         // rebuilt once: the next start finds it whole
         let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
         assert!(!serde_json::to_value(engine.events()).unwrap().to_string().contains("text_index_rebuilt"));
@@ -825,17 +816,25 @@ fn a_damaged_text_index_is_rebuilt_at_the_start() {
     // positions file gone a segment still opened, and every text query
     // failed with a 503 on every start)
     for kind in [".pos", ".idx", ".term", ".store", ".fieldnorm"] {
-        let found = std::fs::read_dir(&text)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(kind)));
-        let Some(file) = found else { continue };
+        let Some(file) = file_of_kind(&text, kind) else { continue };
         std::fs::remove_file(&file).unwrap();
-        let engine =
-            Engine::open(config_without_checkpoints(dir.path())).unwrap_or_else(|e| panic!("{file:?}: {}", e.message));
-        let events = serde_json::to_value(engine.events()).unwrap().to_string();
-        assert!(events.contains("text_index_rebuilt"), "{file:?} deleted: {events}");
-        assert_eq!(observe(&engine, &[]), expected, "{file:?} deleted: the rebuilt index answers as before");
-        drop(engine);
+        opens_rebuilt(dir.path(), &expected, &format!("{file:?} deleted"));
     }
+}
+
+/// A file in `dir` whose name ends with `kind`.
+fn file_of_kind(dir: &Path, kind: &str) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(kind)))
+}
+
+/// Opens the engine in `dir`, which says it rebuilt its text index and
+/// answers as `expected`.
+fn opens_rebuilt(dir: &Path, expected: &[Value], what: &str) {
+    let engine = Engine::open(config_without_checkpoints(dir)).unwrap_or_else(|e| panic!("{what}: {}", e.message));
+    let events = serde_json::to_value(engine.events()).unwrap().to_string();
+    assert!(events.contains("text_index_rebuilt"), "{what}: {events}");
+    assert_eq!(observe(&engine, &[]), expected, "{what}: the rebuilt index answers as before");
 }

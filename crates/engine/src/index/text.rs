@@ -846,15 +846,24 @@ impl TextIndex {
         if rows.is_empty() {
             return Ok(());
         }
+        self.delete_from_both(rows, true)
+    }
+
+    /// Deletes the documents of `rows` from the current part and from the
+    /// history part: always with `open_history`, else only once the history
+    /// holds (or was handed) documents.
+    fn delete_from_both(&self, rows: &[u32], open_history: bool) -> Result<()> {
         {
             let mut writer = self.current.writer.lock();
             let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
             self.current.delete(writer, self.fields.row, rows)?;
         }
-        let mut writer = self.history_writer()?;
-        let writer = writer.as_mut().expect("history_writer opens it");
-        self.history.delete(writer, self.fields.row, rows)?;
-        self.history_dirty.store(true, Ordering::Release);
+        let opened = self.history.writer.lock().is_some();
+        if open_history || opened || self.history.documents() > 0 {
+            let mut writer = self.history_writer()?;
+            self.history.delete(writer.as_mut().expect("history_writer opens it"), self.fields.row, rows)?;
+            self.history_dirty.store(true, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -938,18 +947,7 @@ impl TextIndex {
     /// weight) until a commit applies it, and a start that deleted 1.2
     /// million removed rows again after a crash held about 800 MB that way.
     pub fn delete_rows(&self, rows: &[u32], horizon: u64) -> Result<()> {
-        {
-            let mut writer = self.current.writer.lock();
-            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-            self.current.delete(writer, self.fields.row, rows)?;
-        }
-        // the history part, once it holds (or was handed) documents
-        let opened = self.history.writer.lock().is_some();
-        if opened || self.history.documents() > 0 {
-            let mut writer = self.history_writer()?;
-            self.history.delete(writer.as_mut().expect("history_writer opens it"), self.fields.row, rows)?;
-            self.history_dirty.store(true, Ordering::Release);
-        }
+        self.delete_from_both(rows, false)?;
         self.purge_pending.fetch_max(horizon, Ordering::AcqRel);
         Ok(())
     }
