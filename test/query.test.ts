@@ -18,6 +18,14 @@ beforeAll(async () => {
   const r = await s.post('/v1/records/put-batch', { records: docs.map((d) => ({ table: 'articles', tenant_id: 'acme', ...d })) });
   expect(r.status).toBe(200);
   await s.post('/v1/records/put', { table: 'articles', tenant_id: 'other', id: 'x1', fields: { title: 'solar solar solar', topic: 'energy', year: 2024, emb: [1, 0, 0] } });
+  // every row scored by the index, not the hot overlay: several tests compare two requests, and the indexer
+  // catching up between them would change a freshness_penalty (a CI run on Node 26 saw it)
+  for (const tenant of ['acme', 'other']) {
+    await waitFor(`${tenant} indexed`, async () => {
+      const e = await s.post('/v1/explain', { table: 'articles', tenant_id: tenant, text: 'solar', vector: [1, 0, 0], freshness: 'indexed' });
+      return e.status === 200 && e.body.pending_feature_count === 0;
+    });
+  }
 });
 
 afterAll(async () => {
