@@ -283,6 +283,8 @@ describe('request bodies read by the engine from their bytes', () => {
 
   it('runs a /v1/query body from its bytes and answers JSON bytes, or null when the service must read the body', async () => {
     const query = { table: TABLE, tenant_id: TENANT, text: 'bytes', vector: [0, 0, 1], top_k: 5 };
+    // scored by the index in every query compared (a freshness_penalty changes as the indexer catches up)
+    expect(await native.waitIndexed(30_000)).toBe(true);
     const answer = await native.queryJson(undefined, Buffer.from(JSON.stringify(query)));
     expect(Buffer.isBuffer(answer)).toBe(true);
     const fromBytes = JSON.parse(answer!.toString('utf8'));
