@@ -243,6 +243,21 @@ impl Hnsw {
 
     /// The distance from `query` to `id`, through its code when it has one.
     #[inline]
+    /// The lowest and highest distance a walk's candidate can have from
+    /// the query: its code's distance less and plus the code's error bound
+    /// (exact for a vector without a code yet); a bound that overflows
+    /// (components near f32's limits) bounds nothing.
+    fn bounds(&self, query: &CodedQuery<'_>, n: &Near) -> (f32, f32) {
+        let Some(p) = point(&self.arena, n.id) else { return (f32::INFINITY, f32::INFINITY) };
+        let error = query.error(p);
+        let (low, high) = (n.dist - error, n.dist + error);
+        if low.is_finite() && high.is_finite() {
+            (low, high)
+        } else {
+            (f32::NEG_INFINITY, f32::INFINITY)
+        }
+    }
+
     fn dist_to(&self, query: &CodedQuery<'_>, id: u32) -> f32 {
         match point(&self.arena, id) {
             Some(p) => query.distance(p),
@@ -554,7 +569,25 @@ impl Hnsw {
             let within = nearest.map_or(0, |n| found.iter().filter(|f| f.dist <= n.dist + bound).count());
             bound > 0.0 && within > enough
         };
-        // the walk compared codes: score what it found with the vectors
+        // the walk compared codes: score with their vectors the candidates
+        // that can be among the best k, and drop the others unread. As in
+        // the exact scan (vector::exact_top), a candidate whose best
+        // possible distance (its code's, less the code's error bound) is
+        // worse than the k-th best worst possible one cannot be: scoring
+        // each of the ef candidates read a vector (1 KiB at 256-d, and a
+        // page of its file) for every one of them, most of which no query
+        // returns
+        let keep = k.min(found.len());
+        if keep > 0 && found.len() > keep {
+            let bounds: Vec<(f32, f32)> = found.iter().map(|n| self.bounds(query, n)).collect();
+            let mut highest: Vec<f32> = bounds.iter().map(|b| b.1).collect();
+            let threshold = *highest.select_nth_unstable_by(keep - 1, f32::total_cmp).1;
+            let mut at = 0;
+            found.retain(|_| {
+                at += 1;
+                bounds[at - 1].0 <= threshold
+            });
+        }
         for i in 0..found.len() {
             if let Some(ahead) = found.get(i + 4).and_then(|n| self.arena.vector(n.id)) {
                 prefetch(ahead);
@@ -714,6 +747,37 @@ mod tests {
         let (recall, recall_filtered) = (hits as f64 / total as f64, hits_filtered as f64 / total as f64);
         assert!(recall >= 0.95, "recall {recall}");
         assert!(recall_filtered >= 0.95, "filtered recall {recall_filtered}");
+    }
+
+    /// A walk scores with their vectors only the candidates whose codes
+    /// leave them a chance at the best k; what it returns is what scoring
+    /// every candidate gave (the same walk asked for all of them), ids and
+    /// distances, for each metric and with a filter.
+    #[test]
+    fn the_candidates_a_walk_scores_give_the_best_k_of_scoring_them_all() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let points: Vec<Vec<f32>> = random_unit(&mut rng, 2500, 32)
+            .into_iter()
+            .enumerate()
+            // lengths that differ, so that Dot and L2 rank apart from Cosine
+            .map(|(i, v)| v.into_iter().map(|x| x * (1.0 + (i % 7) as f32 / 3.0)).collect())
+            .collect();
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            let prepared: Vec<Vec<f32>> =
+                points.iter().map(|p| crate::index::vector::prepare(metric, p.clone())).collect();
+            let graph = Hnsw::new(metric, arena_of(&prepared));
+            assert_eq!(graph.insert_upto(2500), 0);
+            for (n, q) in random_unit(&mut rng, 40, 32).into_iter().enumerate() {
+                let q = crate::index::vector::prepare(metric, q);
+                let filter = |i: u32| n % 2 == 0 || i % 4 != 1;
+                for (k, ef) in [(1, 64), (10, 64), (10, 200), (40, 100)] {
+                    let (got, _) = graph.search_checked(&q, k, ef, &filter);
+                    let (all, _) = graph.search_checked(&q, ef, ef, &filter);
+                    let want: Vec<(u32, f32)> = all.into_iter().take(k).collect();
+                    assert_eq!(got, want, "{metric:?} query {n}, k {k}, ef {ef}");
+                }
+            }
+        }
     }
 
     /// Thousands of copies of one vector among other points: a walk for
