@@ -243,21 +243,6 @@ impl Hnsw {
 
     /// The distance from `query` to `id`, through its code when it has one.
     #[inline]
-    /// The lowest and highest distance a walk's candidate can have from
-    /// the query: its code's distance less and plus the code's error bound
-    /// (exact for a vector without a code yet); a bound that overflows
-    /// (components near f32's limits) bounds nothing.
-    fn bounds(&self, query: &CodedQuery<'_>, n: &Near) -> (f32, f32) {
-        let Some(p) = point(&self.arena, n.id) else { return (f32::INFINITY, f32::INFINITY) };
-        let error = query.error(p);
-        let (low, high) = (n.dist - error, n.dist + error);
-        if low.is_finite() && high.is_finite() {
-            (low, high)
-        } else {
-            (f32::NEG_INFINITY, f32::INFINITY)
-        }
-    }
-
     fn dist_to(&self, query: &CodedQuery<'_>, id: u32) -> f32 {
         match point(&self.arena, id) {
             Some(p) => query.distance(p),
@@ -579,7 +564,10 @@ impl Hnsw {
         // returns
         let keep = k.min(found.len());
         if keep > 0 && found.len() > keep {
-            let bounds: Vec<(f32, f32)> = found.iter().map(|n| self.bounds(query, n)).collect();
+            let bounds: Vec<(f32, f32)> = found
+                .iter()
+                .map(|n| point(&self.arena, n.id).map_or((f32::INFINITY, f32::INFINITY), |p| query.bounds(p, n.dist)))
+                .collect();
             let mut highest: Vec<f32> = bounds.iter().map(|b| b.1).collect();
             let threshold = *highest.select_nth_unstable_by(keep - 1, f32::total_cmp).1;
             let mut at = 0;

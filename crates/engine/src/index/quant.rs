@@ -147,6 +147,22 @@ impl<'a> CodedQuery<'a> {
         }
     }
 
+    /// The lowest and highest distance to `p`'s vector, given `distance`
+    /// (this query's [`Self::distance`] to `p`): off by at most
+    /// [`Self::error`] either way. A code whose sums overflow (components
+    /// near f32's limits) bounds nothing: `(-inf, inf)`, so its vector is
+    /// always scored.
+    #[inline(always)]
+    pub fn bounds(&self, p: Point<'_>, distance: f32) -> (f32, f32) {
+        let error = self.error(p);
+        let (low, high) = (distance - error, distance + error);
+        if low.is_finite() && high.is_finite() {
+            (low, high)
+        } else {
+            (f32::NEG_INFINITY, f32::INFINITY)
+        }
+    }
+
     /// At most how far `distance` to `p` is from the distance to the
     /// point's vector: the code's rounding, plus room for the f32 rounding
     /// of both sums (0 for a vector).

@@ -337,17 +337,7 @@ pub fn exact_top(
                 arena.prefetch_code(*ahead, true);
             }
             *bound = match point(arena, slot) {
-                Some(p) => {
-                    let (d, e) = (coded.distance(p), coded.error(p));
-                    let (low, high) = (d - e, d + e);
-                    // a code whose sums overflow (components near f32's
-                    // limits) bounds nothing: its row is scored exactly
-                    if low.is_finite() && high.is_finite() {
-                        (low, high)
-                    } else {
-                        (f32::NEG_INFINITY, f32::INFINITY)
-                    }
-                }
+                Some(p) => coded.bounds(p, coded.distance(p)),
                 None => (f32::INFINITY, f32::INFINITY),
             };
         }
