@@ -215,6 +215,78 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
     assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
 }
 
+/// Queries of many words (a known-item query, or a run of stopwords) are
+/// pruned by MaxScore over windows of blocks instead of block-max WAND
+/// (index/text.rs, `max_score_union`): over one column and over three, with
+/// filters, their top k is the full ranking's to the bit, and they still
+/// hand over far fewer documents than match.
+#[test]
+fn long_queries_rank_exactly_and_prune() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = TextIndex::open(dir.path()).unwrap().0;
+    let mut rng = Lcg(23);
+    let mut stats = QueryStats::default();
+    let rows = 8000u32;
+    let columns = ["body".to_string(), "note".to_string(), "title".to_string()];
+    for row in 0..rows {
+        let mut texts = Vec::new();
+        for (c, column) in columns.iter().enumerate() {
+            if c == 1 && row % 3 != 0 {
+                continue;
+            }
+            let text = match c {
+                2 => sentence(&mut rng).split(' ').take(2).collect::<Vec<_>>().join(" "),
+                _ => sentence(&mut rng),
+            };
+            count(&mut stats, &text);
+            texts.push((column.as_str(), text));
+        }
+        let texts: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (*c, t.as_str())).collect();
+        index.add_row(row, "docs", "t", &texts).unwrap();
+        if row % 2000 == 1999 {
+            index.mark_pending(row + 1);
+            index.commit().unwrap();
+        }
+    }
+    let (mut large, mut pruned) = (0, 0);
+    for round in 0..48 {
+        // 4 to 20 distinct words, the commonest ones among them often
+        let n_terms = 4 + rng.below(17) as usize;
+        let mut terms: Vec<String> = Vec::new();
+        while terms.len() < n_terms {
+            let a = rng.below(VOCAB.len() as u64);
+            let word = VOCAB[if round % 2 == 0 { a.min(rng.below(VOCAB.len() as u64)) } else { a } as usize];
+            if !terms.iter().any(|t| t == word) {
+                terms.push(word.to_string());
+            }
+        }
+        let searched = if round % 3 == 0 { &columns[..1] } else { &columns[..] };
+        let keep = [100, 100, 40, 5][round % 4];
+        let eligible = Arc::new((0..rows).filter(|_| rng.below(100) < keep).collect::<RoaringBitmap>());
+        let search = |depth: Option<usize>| search_docs(&index, searched, &terms, &stats, &eligible, rows, depth);
+        let everything = search(None);
+        let mut full = everything.rows;
+        full.sort_by(best_first);
+        for k in [1, 10, 100] {
+            let top = search(Some(k));
+            let want: Vec<(u32, f32)> = full.iter().copied().take(k).collect();
+            let bits = |r: &[(u32, f32)]| r.iter().map(|(row, s)| (*row, s.to_bits())).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&top.rows),
+                bits(&want),
+                "round {round}, terms {terms:?}, columns {searched:?}, keep {keep}%, k {k}"
+            );
+            assert_eq!(top.truncated, full.len() > k, "round {round}, k {k}");
+            if k == 10 && keep == 100 {
+                large += 1;
+                pruned += (top.scored_documents * 2 < everything.scored_documents) as usize;
+            }
+        }
+    }
+    assert!(large >= 20, "only {large} unfiltered queries");
+    assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
+}
+
 /// A table with more text columns than a document has slots: a row's
 /// columns past the 16th are a second document, and a search over all of
 /// them (summed by row) or over some in either document still gives every

@@ -41,12 +41,16 @@ use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::indexer::IndexWriterOptions;
+use tantivy::postings::BlockSegmentPostings;
 use tantivy::query::{
     Bm25StatisticsProvider, Bm25Weight, BooleanQuery, EnableScoring, Occur, Query, TermQuery, TermSetQuery, Weight,
 };
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING};
 use tantivy::tokenizer::{LowerCaser, PreTokenizedString, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token};
-use tantivy::{DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentReader, TantivyDocument, Term};
+use tantivy::{
+    DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentReader, TantivyDocument, Term,
+    TERMINATED,
+};
 
 use crate::error::{Error, Result};
 
@@ -1173,12 +1177,26 @@ impl TextIndex {
                 .map(|q| q.weight(scoring))
                 .collect::<tantivy::Result<Vec<_>>>()
                 .map_err(tantivy_err)?;
+            // the weights TermQuery::weight computes
+            let clauses = term_queries
+                .iter()
+                .map(|q| Ok((q.term().clone(), Bm25Weight::for_terms(req.stats, std::slice::from_ref(q.term()))?)))
+                .collect::<tantivy::Result<Vec<_>>>()
+                .map_err(tantivy_err)?;
             let query = BooleanQuery::new(
                 term_queries.iter().map(|q| (Occur::Should, Box::new(q.clone()) as Box<dyn Query>)).collect(),
             );
             let column_of = column_of.clone();
-            let collector =
-                RowHits { eligible: req.eligible.clone(), upto, keep, terms, column_of, kept: Mutex::default() };
+            let collector = RowHits {
+                eligible: req.eligible.clone(),
+                upto,
+                keep,
+                terms,
+                column_of,
+                clauses,
+                max_score: req.terms.len() >= MAX_SCORE_TERMS,
+                kept: Mutex::default(),
+            };
             let (found, scored) =
                 searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
             hits.scored_documents += scored;
@@ -1209,7 +1227,6 @@ impl TextIndex {
 /// version moved to the history part stays in its segment of the current
 /// part, deleted, until a merge drops it).
 fn alive_documents(searcher: &tantivy::Searcher, term: &Term) -> u64 {
-    use tantivy::{DocSet, TERMINATED};
     let mut documents = 0;
     for segment in searcher.segment_readers() {
         let Ok(index) = segment.inverted_index(term.field()) else { continue };
@@ -1266,7 +1283,7 @@ pub struct TextHits {
 /// them, or with `keep` only the best `keep`, through
 /// `Weight::for_each_pruning`, where the scorer hands over only documents that
 /// may beat the current threshold (for a union of term queries, block-max
-/// WAND).
+/// WAND), or for a long query through [`max_score_union`].
 ///
 /// Scores are summed again over the terms in query order, each column's
 /// terms from zero and then the columns in the query's order, as the hot
@@ -1290,6 +1307,10 @@ struct RowHits {
     terms: Vec<Box<dyn Weight>>,
     /// The column (its place among the searched ones) of each of `terms`.
     column_of: Vec<usize>,
+    /// Each of `terms` as its term and BM25 weight, for [`max_score_union`].
+    clauses: Vec<(Term, Bm25Weight)>,
+    /// Prune by [`max_score_union`] (a query of [`MAX_SCORE_TERMS`] words or more).
+    max_score: bool,
     /// The best `keep` rows so far, across segments (searched one at a time).
     kept: Mutex<BinaryHeap<Kept>>,
 }
@@ -1369,7 +1390,8 @@ impl Collector for RowHits {
             Some(worst) if heap.len() >= keep => worst.0 - worst.0.abs() * THRESHOLD_SLACK,
             _ => Score::MIN,
         };
-        weight.for_each_pruning(threshold(heap), reader, &mut |doc, _score| {
+        let start = threshold(heap);
+        let mut collect = |doc: DocId, _score: Score| {
             // a document handed over and passed by counts once; one taken,
             // once for each of its columns that matched
             let Some(row) = rows.first(doc).filter(|_| !alive.is_some_and(|a| a.is_deleted(doc))) else {
@@ -1416,9 +1438,191 @@ impl Collector for RowHits {
                 heap.push(entry);
             }
             threshold(heap)
-        })?;
+        };
+        if self.keep.is_some() && self.max_score {
+            let mut clauses = Vec::with_capacity(self.clauses.len());
+            for (term, weight) in &self.clauses {
+                clauses.extend(Clause::open(reader, term, weight)?);
+            }
+            max_score_union(clauses, start, &mut collect);
+        } else {
+            weight.for_each_pruning(start, reader, &mut collect)?;
+        }
         // kept rows stay in the shared heap until merge_fruits
         Ok((all, scored))
+    }
+}
+
+/// Queries of this many words or more are pruned by [`max_score_union`];
+/// shorter ones by tantivy's block-max WAND, which skips the blocks of a few
+/// common words without reading them (bench/README.md, "Long text queries":
+/// at 3 to 5 words the two measured the same, at 2 words over 3 columns
+/// block-max WAND was faster, from 6 words on MaxScore twice as fast).
+const MAX_SCORE_TERMS: usize = 4;
+
+/// Calls `callback` with every document of the union of `clauses` whose
+/// score (the sum of its clauses' scores) may be above `threshold`, in
+/// ascending order, taking the threshold it returns for the documents
+/// after: `Weight::for_each_pruning`'s contract, by MaxScore (Turtle and
+/// Flood, 1995) over windows of blocks, as Lucene's `MaxScoreBulkScorer`.
+///
+/// The documents are taken a window at a time: from the lowest current
+/// document of any clause to the first end of a clause's current postings
+/// block, so that in the window each clause adds at most its block's maximum
+/// score. The clauses are ordered by that bound; the longest run of the
+/// lowest ones whose bounds add up to no more than the threshold is
+/// "non-essential": a document none of the others contains cannot beat the
+/// threshold. Only the other ("essential") clauses' postings are walked, and
+/// a non-essential clause is read only at a document the essential ones
+/// found, from the highest bound down, and only while what it and the lower
+/// ones could add still lifts the document over the threshold. A window no
+/// clause can lift over the threshold is skipped whole.
+///
+/// Block-max WAND (tantivy's pruning of a union) keeps its clauses ordered by
+/// their current document and moves a pivot through them one block boundary
+/// at a time; with the many common words of a long query (a 20-40-word
+/// known-item query, or stopwords) that order is re-sorted at nearly every
+/// step, and this measured about twice as fast there. For short queries
+/// block-max WAND stays: it skips blocks by their skip entries alone, where
+/// this has to decode every block it moves into (tantivy does not expose
+/// moving without decoding), which costs more when only a few common words
+/// are searched ([`MAX_SCORE_TERMS`]). Both still read the postings of common
+/// words, so both grow with the corpus.
+fn max_score_union(mut clauses: Vec<Clause>, mut threshold: Score, callback: &mut dyn FnMut(DocId, Score) -> Score) {
+    clauses.retain(|c| c.doc() != TERMINATED);
+    // (bound in the window, clause), lowest bound first
+    let mut order: Vec<(Score, usize)> = Vec::with_capacity(clauses.len());
+    let mut bound: Vec<Score> = Vec::with_capacity(clauses.len());
+    loop {
+        let start = clauses.iter().map(Clause::doc).min().unwrap_or(TERMINATED);
+        if start == TERMINATED {
+            return;
+        }
+        // the window: from `start` to the first end of a clause's current
+        // block; in it each clause adds at most its block's maximum
+        let end = clauses.iter().map(Clause::last_doc_in_block).min().unwrap_or(TERMINATED);
+        order.clear();
+        for (i, c) in clauses.iter_mut().enumerate() {
+            if c.doc() <= end {
+                order.push((c.block_max(), i));
+            }
+        }
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        bound.clear();
+        let mut sum = 0.0f32;
+        for &(max, _) in &order {
+            sum += max;
+            bound.push(sum);
+        }
+        let mut essential = bound.partition_point(|&b| b <= threshold);
+        while essential < order.len() {
+            let doc = order[essential..].iter().map(|&(_, i)| clauses[i].doc()).min().unwrap_or(TERMINATED);
+            if doc > end {
+                break;
+            }
+            let mut score: Score = 0.0;
+            for &(_, i) in &order[essential..] {
+                if clauses[i].doc() == doc {
+                    score += clauses[i].score();
+                    clauses[i].advance();
+                }
+            }
+            let mut possible = true;
+            for k in (0..essential).rev() {
+                if score + bound[k] <= threshold {
+                    possible = false;
+                    break;
+                }
+                let c = &mut clauses[order[k].1];
+                c.seek(doc);
+                if c.doc() == doc {
+                    score += c.score();
+                }
+            }
+            if possible && score > threshold {
+                threshold = callback(doc, score);
+                while essential < order.len() && bound[essential] <= threshold {
+                    essential += 1;
+                }
+            }
+        }
+        // past the window: every clause, essential or not
+        if end == TERMINATED {
+            return;
+        }
+        for c in clauses.iter_mut() {
+            c.seek(end + 1);
+        }
+        clauses.retain(|c| c.doc() != TERMINATED);
+    }
+}
+
+/// Documents per block of tantivy's postings (its `COMPRESSION_BLOCK_SIZE`).
+const POSTINGS_BLOCK: usize = 128;
+
+/// One term's postings in a segment, read a block at a time as tantivy's
+/// `SegmentPostings` reads them, with the block's maximum score (which
+/// `SegmentPostings` does not expose) and the term's BM25 weight.
+struct Clause {
+    block: BlockSegmentPostings,
+    /// Place of the current document in the block.
+    cur: usize,
+    fieldnorms: FieldNormReader,
+    weight: Bm25Weight,
+}
+
+impl Clause {
+    /// `None` when the segment has no posting of `term`.
+    fn open(reader: &SegmentReader, term: &Term, weight: &Bm25Weight) -> tantivy::Result<Option<Clause>> {
+        let index = reader.inverted_index(term.field())?;
+        let Some(info) = index.get_term_info(term)? else { return Ok(None) };
+        let block = index.read_block_postings_from_terminfo(&info, IndexRecordOption::WithFreqs)?;
+        // as tantivy's TermWeight: a field without norms scores every document as of length 1
+        let fieldnorms = match reader.fieldnorms_readers().get_field(term.field())? {
+            Some(norms) => norms,
+            None => FieldNormReader::constant(reader.max_doc(), 1),
+        };
+        Ok(Some(Clause { block, cur: 0, fieldnorms, weight: weight.clone() }))
+    }
+
+    /// The current document; `TERMINATED` past the last (the last block is
+    /// padded with it).
+    fn doc(&self) -> DocId {
+        self.block.doc(self.cur)
+    }
+
+    fn advance(&mut self) {
+        if self.cur == POSTINGS_BLOCK - 1 {
+            self.cur = 0;
+            self.block.advance();
+        } else {
+            self.cur += 1;
+        }
+    }
+
+    /// Moves to the first document at or after `target`.
+    fn seek(&mut self, target: DocId) {
+        if self.doc() >= target {
+            return;
+        }
+        self.cur = (self.cur + 1).min(POSTINGS_BLOCK - 1);
+        if self.doc() < target {
+            self.cur = self.block.seek(target);
+        }
+    }
+
+    fn score(&self) -> Score {
+        let doc = self.doc();
+        self.weight.score(self.fieldnorms.fieldnorm_id(doc), self.block.freq(self.cur))
+    }
+
+    /// The most a document of the current block scores.
+    fn block_max(&mut self) -> Score {
+        self.block.block_max_score(&self.fieldnorms, &self.weight)
+    }
+
+    fn last_doc_in_block(&self) -> DocId {
+        self.block.docs().last().copied().unwrap_or(TERMINATED)
     }
 }
 
