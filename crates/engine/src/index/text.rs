@@ -1194,7 +1194,7 @@ impl TextIndex {
                 terms,
                 column_of,
                 clauses,
-                max_score: req.terms.len() >= MAX_SCORE_TERMS,
+                max_score: req.terms.len() > WAND_MAX_TERMS || req.columns.len() == 1,
                 kept: Mutex::default(),
             };
             let (found, scored) =
@@ -1309,7 +1309,7 @@ struct RowHits {
     column_of: Vec<usize>,
     /// Each of `terms` as its term and BM25 weight, for [`max_score_union`].
     clauses: Vec<(Term, Bm25Weight)>,
-    /// Prune by [`max_score_union`] (a query of [`MAX_SCORE_TERMS`] words or more).
+    /// Prune by [`max_score_union`], not block-max WAND ([`WAND_MAX_TERMS`]).
     max_score: bool,
     /// The best `keep` rows so far, across segments (searched one at a time).
     kept: Mutex<BinaryHeap<Kept>>,
@@ -1453,12 +1453,19 @@ impl Collector for RowHits {
     }
 }
 
-/// Queries of this many words or more are pruned by [`max_score_union`];
-/// shorter ones by tantivy's block-max WAND, which skips the blocks of a few
-/// common words without reading them (bench/README.md, "Long text queries":
-/// at 3 to 5 words the two measured the same, at 2 words over 3 columns
-/// block-max WAND was faster, from 6 words on MaxScore twice as fast).
-const MAX_SCORE_TERMS: usize = 4;
+/// A query of at most this many words over several text columns is pruned
+/// by tantivy's block-max WAND, any other by [`max_score_union`]. Over
+/// several columns a short column (a title) gives a few high-scoring
+/// documents that raise the threshold early, and block-max WAND then skips
+/// the blocks of the long column's common words by their skip entries alone,
+/// where [`max_score_union`] decodes each block it moves into (tantivy does
+/// not expose moving without decoding). Measured on WordNet glosses in three
+/// text columns at 50,000 and 200,000 records (bench/README.md, "Long text
+/// queries"): one or two words over every column 0.1-0.4 ms faster by
+/// block-max WAND; over one column, and from three words on, MaxScore as
+/// fast or faster (one or two words over one column 2-3 times, a 20-40-word
+/// known-item query or six stopwords about 2-3 times).
+const WAND_MAX_TERMS: usize = 2;
 
 /// Calls `callback` with every document of the union of `clauses` whose
 /// score (the sum of its clauses' scores) may be above `threshold`, in
@@ -1482,17 +1489,19 @@ const MAX_SCORE_TERMS: usize = 4;
 /// their current document and moves a pivot through them one block boundary
 /// at a time; with the many common words of a long query (a 20-40-word
 /// known-item query, or stopwords) that order is re-sorted at nearly every
-/// step, and this measured about twice as fast there. For short queries
-/// block-max WAND stays: it skips blocks by their skip entries alone, where
-/// this has to decode every block it moves into (tantivy does not expose
-/// moving without decoding), which costs more when only a few common words
-/// are searched ([`MAX_SCORE_TERMS`]). Both still read the postings of common
-/// words, so both grow with the corpus.
+/// step; summing a window's essential postings into an array instead is
+/// about twice as fast or more there. Block-max WAND stays for a word or two
+/// over several columns ([`WAND_MAX_TERMS`]). Both still read the postings of
+/// common words, so both still grow with the corpus.
 fn max_score_union(mut clauses: Vec<Clause>, mut threshold: Score, callback: &mut dyn FnMut(DocId, Score) -> Score) {
     clauses.retain(|c| c.doc() != TERMINATED);
     // (bound in the window, clause), lowest bound first
     let mut order: Vec<(Score, usize)> = Vec::with_capacity(clauses.len());
     let mut bound: Vec<Score> = Vec::with_capacity(clauses.len());
+    // the essential clauses' scores summed per document of the window, and
+    // which documents they found
+    let mut sums = vec![0.0f32; MAX_SCORE_WINDOW as usize];
+    let mut found = vec![0u64; MAX_SCORE_WINDOW as usize / 64];
     loop {
         let start = clauses.iter().map(Clause::doc).min().unwrap_or(TERMINATED);
         if start == TERMINATED {
@@ -1501,6 +1510,7 @@ fn max_score_union(mut clauses: Vec<Clause>, mut threshold: Score, callback: &mu
         // the window: from `start` to the first end of a clause's current
         // block; in it each clause adds at most its block's maximum
         let end = clauses.iter().map(Clause::last_doc_in_block).min().unwrap_or(TERMINATED);
+        let end = end.min(start + (MAX_SCORE_WINDOW - 1));
         order.clear();
         for (i, c) in clauses.iter_mut().enumerate() {
             if c.doc() <= end {
@@ -1514,35 +1524,41 @@ fn max_score_union(mut clauses: Vec<Clause>, mut threshold: Score, callback: &mu
             sum += max;
             bound.push(sum);
         }
-        let mut essential = bound.partition_point(|&b| b <= threshold);
-        while essential < order.len() {
-            let doc = order[essential..].iter().map(|&(_, i)| clauses[i].doc()).min().unwrap_or(TERMINATED);
-            if doc > end {
-                break;
-            }
-            let mut score: Score = 0.0;
+        // clauses below `essential` are read only where the others matched
+        let essential = bound.partition_point(|&b| b <= threshold);
+        if essential < order.len() {
             for &(_, i) in &order[essential..] {
-                if clauses[i].doc() == doc {
-                    score += clauses[i].score();
-                    clauses[i].advance();
+                let c = &mut clauses[i];
+                while c.doc() <= end {
+                    let at = (c.doc() - start) as usize;
+                    sums[at] += c.score();
+                    found[at / 64] |= 1 << (at % 64);
+                    c.advance();
                 }
             }
-            let mut possible = true;
-            for k in (0..essential).rev() {
-                if score + bound[k] <= threshold {
-                    possible = false;
-                    break;
-                }
-                let c = &mut clauses[order[k].1];
-                c.seek(doc);
-                if c.doc() == doc {
-                    score += c.score();
-                }
-            }
-            if possible && score > threshold {
-                threshold = callback(doc, score);
-                while essential < order.len() && bound[essential] <= threshold {
-                    essential += 1;
+            let words = (end - start) as usize / 64 + 1;
+            for (word, slot) in found.iter_mut().enumerate().take(words) {
+                let mut bits = std::mem::take(slot);
+                while bits != 0 {
+                    let at = word * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let doc = start + at as DocId;
+                    let mut score = std::mem::take(&mut sums[at]);
+                    let mut possible = true;
+                    for k in (0..essential).rev() {
+                        if score + bound[k] <= threshold {
+                            possible = false;
+                            break;
+                        }
+                        let c = &mut clauses[order[k].1];
+                        c.seek(doc);
+                        if c.doc() == doc {
+                            score += c.score();
+                        }
+                    }
+                    if possible && score > threshold {
+                        threshold = callback(doc, score);
+                    }
                 }
             }
         }
@@ -1556,6 +1572,9 @@ fn max_score_union(mut clauses: Vec<Clause>, mut threshold: Score, callback: &mu
         clauses.retain(|c| c.doc() != TERMINATED);
     }
 }
+
+/// The most documents [`max_score_union`] takes in one window.
+const MAX_SCORE_WINDOW: DocId = 4096;
 
 /// Documents per block of tantivy's postings (its `COMPRESSION_BLOCK_SIZE`).
 const POSTINGS_BLOCK: usize = 128;
