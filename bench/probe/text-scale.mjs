@@ -5,6 +5,7 @@
 //
 //   node bench/probe/text-scale.mjs [--sizes 50000,200000] [--dir /tmp/braid-text-scale] [--runs 60]
 //
+// Queries ask for no fields (`return_fields: []`), so the client p50 is not the transfer of vectors.
 // Prints per size and query the client p50, the server's p50 (the explain's total phase) and the
 // documents scored (lexical_scored_documents); writes bench/results/text-scale-<time>.json.
 import fs from 'node:fs';
@@ -29,7 +30,7 @@ for (const size of sizes) {
   if (fresh) fs.rmSync(dir, { recursive: true, force: true });
   const srv = await startServer(dir);
   try {
-    const Q = (body) => req(srv.url, 'POST', '/v1/query', { table: 'docs', tenant_id: 't0', ...body });
+    const Q = (body) => req(srv.url, 'POST', '/v1/query', { table: 'docs', tenant_id: 't0', return_fields: [], ...body });
     if (fresh) {
       for (let at = 0; at < size; at += 1000) {
         const records = recs.slice(at, Math.min(size, at + 1000)).map((r) => ({ table: 'docs', tenant_id: 't0', id: r.id, fields: r.fields }));
@@ -46,9 +47,14 @@ for (const size of sizes) {
     const mine = recs.slice(0, size);
     const longGloss = mine.filter((r) => r.fields.body.split(' ').length >= 20);
     const known = Array.from({ length: 60 }, (_, i) => longGloss[(i * 7919) % longGloss.length].fields.body.split(' ').slice(0, 40).join(' '));
+    const short = Array.from({ length: 60 }, (_, i) => mine[(i * 104729) % size].fields.body.split(' ').slice(0, 3).join(' '));
     const kinds = {
       'text "a"': () => Q({ text: 'a' }),
+      'text "a", body': () => Q({ text: 'a', text_field: 'body' }),
       'text "of the"': () => Q({ text: 'of the' }),
+      'text "of the", body': () => Q({ text: 'of the', text_field: 'body' }),
+      'text 3 words': (i) => Q({ text: short[i % 60] }),
+      'text 3 words, body': (i) => Q({ text: short[i % 60], text_field: 'body' }),
       'text "the a of to and in"': () => Q({ text: 'the a of to and in' }),
       'text "the a of to and in", body': () => Q({ text: 'the a of to and in', text_field: 'body' }),
       'text known-item 20-40 words': (i) => Q({ text: known[i % 60] }),

@@ -148,6 +148,46 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
     assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
 }
 
+/// An index of `rows` rows of table "docs", tenant "t", in three text
+/// columns of different lengths, one of which some rows lack: `body` a
+/// sentence, `note` a sentence in one row of every `note_every`, `title` the
+/// first `title_words` words of a sentence; a segment every `segment_rows`
+/// rows. Returns the index (and its directory), its statistics and the
+/// columns.
+fn three_columns(
+    rng: &mut Lcg,
+    rows: u32,
+    note_every: u32,
+    title_words: usize,
+    segment_rows: u32,
+) -> (tempfile::TempDir, TextIndex, QueryStats, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let index = TextIndex::open(dir.path()).unwrap().0;
+    let mut stats = QueryStats::default();
+    let columns = vec!["body".to_string(), "note".to_string(), "title".to_string()];
+    for row in 0..rows {
+        let mut texts = Vec::new();
+        for (c, column) in columns.iter().enumerate() {
+            if c == 1 && row % note_every != 0 {
+                continue;
+            }
+            let text = match c {
+                2 => sentence(rng).split(' ').take(title_words).collect::<Vec<_>>().join(" "),
+                _ => sentence(rng),
+            };
+            count(&mut stats, &text);
+            texts.push((column.as_str(), text));
+        }
+        let texts: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (*c, t.as_str())).collect();
+        index.add_row(row, "docs", "t", &texts).unwrap();
+        if row % segment_rows == segment_rows - 1 {
+            index.mark_pending(row + 1);
+            index.commit().unwrap();
+        }
+    }
+    (dir, index, stats, columns)
+}
+
 /// Over several columns a row's score is the sum of its columns'
 /// documents: the top k is exactly the full ranking's, score bits included,
 /// with a column some rows lack and columns of different lengths. (A
@@ -157,34 +197,10 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
 /// was not kept; bench/README.md.)
 #[test]
 fn top_k_over_several_columns_equals_the_full_ranking() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = TextIndex::open(dir.path()).unwrap().0;
     let mut rng = Lcg(11);
-    let mut stats = QueryStats::default();
     let rows = 6000u32;
-    let columns = vec!["body".to_string(), "note".to_string(), "title".to_string()];
+    let (_dir, index, stats, columns) = three_columns(&mut rng, rows, 4, 3, 1500);
     let (mut large, mut pruned) = (0, 0);
-    for row in 0..rows {
-        let mut texts = Vec::new();
-        for (c, column) in columns.iter().enumerate() {
-            // a column some rows lack, and columns of different lengths
-            if c == 1 && row % 4 != 0 {
-                continue;
-            }
-            let text = match c {
-                2 => sentence(&mut rng).split(' ').take(3).collect::<Vec<_>>().join(" "),
-                _ => sentence(&mut rng),
-            };
-            count(&mut stats, &text);
-            texts.push((column.as_str(), text));
-        }
-        let texts: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (*c, t.as_str())).collect();
-        index.add_row(row, "docs", "t", &texts).unwrap();
-        if row % 1500 == 1499 {
-            index.mark_pending(row + 1);
-            index.commit().unwrap();
-        }
-    }
     for round in 0..40 {
         let n_terms = 1 + rng.below(5) as usize;
         let mut terms: Vec<String> =
@@ -222,32 +238,9 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
 /// hand over far fewer documents than match.
 #[test]
 fn long_queries_rank_exactly_and_prune() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = TextIndex::open(dir.path()).unwrap().0;
     let mut rng = Lcg(23);
-    let mut stats = QueryStats::default();
     let rows = 8000u32;
-    let columns = ["body".to_string(), "note".to_string(), "title".to_string()];
-    for row in 0..rows {
-        let mut texts = Vec::new();
-        for (c, column) in columns.iter().enumerate() {
-            if c == 1 && row % 3 != 0 {
-                continue;
-            }
-            let text = match c {
-                2 => sentence(&mut rng).split(' ').take(2).collect::<Vec<_>>().join(" "),
-                _ => sentence(&mut rng),
-            };
-            count(&mut stats, &text);
-            texts.push((column.as_str(), text));
-        }
-        let texts: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (*c, t.as_str())).collect();
-        index.add_row(row, "docs", "t", &texts).unwrap();
-        if row % 2000 == 1999 {
-            index.mark_pending(row + 1);
-            index.commit().unwrap();
-        }
-    }
+    let (_dir, index, stats, columns) = three_columns(&mut rng, rows, 3, 2, 2000);
     let (mut large, mut pruned) = (0, 0);
     for round in 0..48 {
         // 4 to 20 distinct words, the commonest ones among them often
