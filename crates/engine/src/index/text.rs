@@ -15,8 +15,9 @@
 //! Each token is indexed with its scope and column in front (`table 0x1F
 //! tenant 0x1F column 0x1F token`, see [`term_text`]), so a tenant's query
 //! is a plain union of term queries that reads only that tenant's postings,
-//! and tantivy's block-max WAND can skip the blocks that cannot reach the
-//! current top k ([`TextIndex::search`] with a depth), over one column or
+//! and the pruning (MaxScore, or tantivy's block-max WAND for a word or two
+//! over several columns) can skip the blocks that cannot reach the current
+//! top k ([`TextIndex::search`] with a depth), over one column or
 //! several: a row's score is the sum over its columns, and its columns are
 //! one document. Analyzer tokens are alphanumeric, so the last separator
 //! ends the prefix.
@@ -1125,9 +1126,9 @@ impl TextIndex {
     /// the searched columns.
     ///
     /// With a depth, only the best `depth` rows are collected (best score
-    /// first, then lowest row), by block-max WAND over the tenant's own
-    /// postings: the cost grows with the depth, not with the number of
-    /// matching rows. That holds for one column and for several, as long as
+    /// first, then lowest row), pruned over the tenant's own postings
+    /// ([`max_score_union`], or block-max WAND): the rows scored grow with the
+    /// depth, not with the number of matching rows. That holds for one column and for several, as long as
     /// they are in one document of a row (the table's first [`SLOTS`] text
     /// columns); columns searched across a row's documents need every match,
     /// summed by row, and then the best `depth` are kept.

@@ -135,7 +135,7 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     // re-rank it. A text-only list is a prefix of every deeper one (the text
     // order is total), so it is ranked twice as deep as the page needs, and
     // a page past its end widens it at the pinned epoch: a top 10 ranks 22
-    // rows, not the budget's 100, and block-max WAND prunes against the 22nd
+    // rows, not the budget's 100, and the text pruning works against the 22nd
     // best (as Elasticsearch ranks `from + size`).
     let text_only = plan.terms.is_some() && plan.vector.is_none() && plan.graph.is_none();
     let filter_only = plan.terms.is_none() && plan.vector.is_none() && plan.graph.is_none();
