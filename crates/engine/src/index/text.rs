@@ -15,9 +15,8 @@
 //! Each token is indexed with its scope and column in front (`table 0x1F
 //! tenant 0x1F column 0x1F token`, see [`term_text`]), so a tenant's query
 //! is a plain union of term queries that reads only that tenant's postings,
-//! and the pruning (MaxScore, or tantivy's block-max WAND for a word or two
-//! over several columns) can skip the blocks that cannot reach the current
-//! top k ([`TextIndex::search`] with a depth), over one column or
+//! and the pruning (MaxScore over windows of blocks, [`max_score_union`])
+//! can skip the blocks that cannot reach the current top k ([`TextIndex::search`] with a depth), over one column or
 //! several: a row's score is the sum over its columns, and its columns are
 //! one document. Analyzer tokens are alphanumeric, so the last separator
 //! ends the prefix.
@@ -790,7 +789,7 @@ impl TextIndex {
         let writer: IndexWriter =
             index.writer_with_options(writer_options(48_000_000, MERGE_THREADS)).map_err(open_err)?;
         // a version moved to the history stays in its segment here, deleted,
-        // and block-max WAND still hands it over, until a merge drops it:
+        // and the pruning still reads its postings, until a merge drops it:
         // a segment a third deleted is merged (Lucene's tiered policy allows
         // a third by default; tantivy's, every document deleted)
         let mut policy = tantivy::indexer::LogMergePolicy::default();
@@ -1127,7 +1126,7 @@ impl TextIndex {
     ///
     /// With a depth, only the best `depth` rows are collected (best score
     /// first, then lowest row), pruned over the tenant's own postings
-    /// ([`max_score_union`], or block-max WAND): the rows scored grow with the
+    /// ([`max_score_union`]): the rows scored grow with the
     /// depth, not with the number of matching rows. That holds for one column and for several, as long as
     /// they are in one document of a row (the table's first [`SLOTS`] text
     /// columns); columns searched across a row's documents need every match,
@@ -1195,7 +1194,8 @@ impl TextIndex {
                 terms,
                 column_of,
                 clauses,
-                max_score: req.terms.len() > WAND_MAX_TERMS || req.columns.len() == 1,
+                // as Bm25Weight::for_terms computes it from the statistics
+                average: req.stats.tokens.max(1) as Score / req.stats.docs.max(1) as Score,
                 kept: Mutex::default(),
             };
             let (found, scored) =
@@ -1281,14 +1281,13 @@ pub struct TextHits {
 
 /// Collects (row, score) of the eligible documents below `upto` that match,
 /// reading the row id from the fast field so no document is loaded: all of
-/// them, or with `keep` only the best `keep`, through
-/// `Weight::for_each_pruning`, where the scorer hands over only documents that
-/// may beat the current threshold (for a union of term queries, block-max
-/// WAND), or for a long query through [`max_score_union`].
+/// them (through `Weight::for_each_pruning` at no threshold), or with `keep`
+/// only the best `keep`, through [`max_score_union`], which hands over only
+/// documents that may beat the current threshold.
 ///
 /// Scores are summed again over the terms in query order, each column's
 /// terms from zero and then the columns in the query's order, as the hot
-/// overlay sums a row it scores: block-max WAND adds a document's term scores
+/// overlay sums a row it scores: the pruning adds a document's term scores
 /// in an order that depends on what it skipped before, so the same document
 /// could score an ulp apart in two searches of different depth, and a cursor
 /// could then see two ties in another order.
@@ -1310,8 +1309,8 @@ struct RowHits {
     column_of: Vec<usize>,
     /// Each of `terms` as its term and BM25 weight, for [`max_score_union`].
     clauses: Vec<(Term, Bm25Weight)>,
-    /// Prune by [`max_score_union`], not block-max WAND ([`WAND_MAX_TERMS`]).
-    max_score: bool,
+    /// The average length the clauses' weights were made with.
+    average: Score,
     /// The best `keep` rows so far, across segments (searched one at a time).
     kept: Mutex<BinaryHeap<Kept>>,
 }
@@ -1440,10 +1439,10 @@ impl Collector for RowHits {
             }
             threshold(heap)
         };
-        if self.keep.is_some() && self.max_score {
+        if self.keep.is_some() {
             let mut clauses = Vec::with_capacity(self.clauses.len());
             for (term, weight) in &self.clauses {
-                clauses.extend(Clause::open(reader, term, weight)?);
+                clauses.extend(Clause::open(reader, term, weight, self.average)?);
             }
             max_score_union(clauses, start, &mut collect);
         } else {
@@ -1453,20 +1452,6 @@ impl Collector for RowHits {
         Ok((all, scored))
     }
 }
-
-/// A query of at most this many words over several text columns is pruned
-/// by tantivy's block-max WAND, any other by [`max_score_union`]. Over
-/// several columns a short column (a title) gives a few high-scoring
-/// documents that raise the threshold early, and block-max WAND then skips
-/// the blocks of the long column's common words by their skip entries alone,
-/// where [`max_score_union`] decodes each block it moves into (tantivy does
-/// not expose moving without decoding). Measured on WordNet glosses in three
-/// text columns at 50,000 and 200,000 records (bench/README.md, "Long text
-/// queries"): one or two words over every column 0.1-0.4 ms faster by
-/// block-max WAND; over one column, and from three words on, MaxScore as
-/// fast or faster (one or two words over one column 2-3 times, a 20-40-word
-/// known-item query or six stopwords about 2-3 times).
-const WAND_MAX_TERMS: usize = 2;
 
 /// Calls `callback` with every document of the union of `clauses` whose
 /// score (the sum of its clauses' scores) may be above `threshold`, in
@@ -1491,9 +1476,12 @@ const WAND_MAX_TERMS: usize = 2;
 /// at a time; with the many common words of a long query (a 20-40-word
 /// known-item query, or stopwords) that order is re-sorted at nearly every
 /// step; summing a window's essential postings into an array instead is
-/// about twice as fast or more there. Block-max WAND stays for a word or two
-/// over several columns ([`WAND_MAX_TERMS`]). Both still read the postings of
-/// common words, so both still grow with the corpus.
+/// about twice as fast or more there. For a word or two over several columns
+/// block-max WAND measured 0.1-0.4 ms faster (it moves through blocks by
+/// their skip entries without decoding them, which tantivy keeps to itself),
+/// but its block maxima are tantivy's, too low for a column few rows have
+/// ([`Clause::block_max`]), so every pruned search comes here. Reading the
+/// postings of common words still grows with the corpus.
 fn max_score_union(mut clauses: Vec<Clause>, mut threshold: Score, callback: &mut dyn FnMut(DocId, Score) -> Score) {
     clauses.retain(|c| c.doc() != TERMINATED);
     // (bound in the window, clause), lowest bound first
@@ -1589,11 +1577,22 @@ struct Clause {
     cur: usize,
     fieldnorms: FieldNormReader,
     weight: Bm25Weight,
+    /// The term weighed at the segment's own average length of the field
+    /// (only its length factors are read: see [`Clause::block_max`]).
+    segment_weight: Bm25Weight,
+    /// min(1, the segment's average length of the field / `weight`'s).
+    ratio: Score,
 }
 
 impl Clause {
-    /// `None` when the segment has no posting of `term`.
-    fn open(reader: &SegmentReader, term: &Term, weight: &Bm25Weight) -> tantivy::Result<Option<Clause>> {
+    /// `None` when the segment has no posting of `term`. `average` is the
+    /// average length `weight` was made with.
+    fn open(
+        reader: &SegmentReader,
+        term: &Term,
+        weight: &Bm25Weight,
+        average: Score,
+    ) -> tantivy::Result<Option<Clause>> {
         let index = reader.inverted_index(term.field())?;
         let Some(info) = index.get_term_info(term)? else { return Ok(None) };
         let block = index.read_block_postings_from_terminfo(&info, IndexRecordOption::WithFreqs)?;
@@ -1602,7 +1601,12 @@ impl Clause {
             Some(norms) => norms,
             None => FieldNormReader::constant(reader.max_doc(), 1),
         };
-        Ok(Some(Clause { block, cur: 0, fieldnorms, weight: weight.clone() }))
+        // as tantivy's postings serializer computes it
+        let segment_average = index.total_num_tokens() as Score / reader.max_doc().max(1) as Score;
+        let ratio = if average > 0.0 { (segment_average / average).min(1.0) } else { 1.0 };
+        // any positive idf: only the length factor is read
+        let segment_weight = Bm25Weight::for_one_term_without_explain(1, 2, segment_average);
+        Ok(Some(Clause { block, cur: 0, fieldnorms, weight: weight.clone(), segment_weight, ratio }))
     }
 
     /// The current document; `TERMINATED` past the last (the last block is
@@ -1637,8 +1641,27 @@ impl Clause {
     }
 
     /// The most a document of the current block scores.
+    ///
+    /// tantivy keeps, for each full block, the (length, frequency) pair
+    /// whose score is highest at the segment's own average length of the
+    /// field: every document of the segment counted, those without the
+    /// column as empty. BM25 here uses the average over the rows that have
+    /// the column (or over the tenant's columns), which for a column few rows
+    /// have is several times higher, and at a higher average a longer
+    /// document with the word more often can outscore that pair: scoring the
+    /// pair alone (as tantivy's `block_max_score` with this weight does) came
+    /// out up to about 7% low, and rows that belonged in the top k were
+    /// skipped. So the pair's length factor `m` at the segment's average
+    /// bounds every document's frequency in the block (`tf <= m L / (1 - m)`
+    /// for its length term `L`), and with `r` the least ratio of the two
+    /// averages' length terms (at least min(1, segment average / average)),
+    /// no document's factor at this average exceeds `m / (m + r (1 - m))`.
     fn block_max(&mut self) -> Score {
-        self.block.block_max_score(&self.fieldnorms, &self.weight)
+        let at_segment = self.block.block_max_score(&self.fieldnorms, &self.segment_weight);
+        let m = (at_segment / self.segment_weight.max_score()).clamp(0.0, 1.0);
+        let factor = if m >= 1.0 || self.ratio <= 0.0 { 1.0 } else { m / (m + self.ratio * (1.0 - m)) };
+        // a little above, for the rounding of the two divisions
+        self.weight.max_score() * (factor * (1.0 + 1e-5)).min(1.0)
     }
 
     fn last_doc_in_block(&self) -> DocId {
@@ -1784,6 +1807,79 @@ mod tests {
             assert_eq!(read.is_empty(), expected.is_empty());
         }
     }
+    /// A block's bound is never below the best score of a document in it,
+    /// also for a column few rows have, whose average length over its rows
+    /// is several times the segment's over every document (where scoring
+    /// tantivy's stored best pair alone comes out too low).
+    #[test]
+    fn a_block_bound_is_never_below_its_best_score() {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = TextIndex::open(dir.path()).unwrap();
+        let words = ["the", "of", "a", "to", "in", "water", "stone", "river"];
+        let mut seed = 17u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut stats = QueryStats::default();
+        let mut analyzer = analyzer();
+        for row in 0..20_000u32 {
+            let body = (0..3 + next(10)).map(|_| words[next(8).min(next(8)) as usize]).collect::<Vec<_>>().join(" ");
+            let mut texts = vec![("body", body)];
+            // one row in ten has a note of 1 to 60 words
+            if row % 10 == 0 {
+                let note =
+                    (0..1 + next(60)).map(|_| words[next(8).min(next(8)) as usize]).collect::<Vec<_>>().join(" ");
+                let toks = tokens(&mut analyzer, &note);
+                stats.docs += 1;
+                stats.tokens += toks.len() as u64;
+                for t in toks.into_iter().collect::<std::collections::HashSet<_>>() {
+                    *stats.df.entry(t).or_default() += 1;
+                }
+                texts.push(("note", note));
+            }
+            let texts: Vec<(&str, &str)> = texts.iter().map(|(c, t)| (*c, t.as_str())).collect();
+            index.add_row(row, "docs", "t", &texts).unwrap();
+            if row % 7_000 == 6_999 {
+                index.mark_pending(row + 1);
+                index.commit().unwrap();
+            }
+        }
+        index.mark_pending(20_000);
+        index.commit().unwrap();
+        let slot = index.slots.lock().get("docs", "note").unwrap();
+        let average = stats.tokens as Score / stats.docs as Score;
+        let searcher = index.current.reader.searcher();
+        let (mut blocks, mut pair_too_low) = (0, 0);
+        for word in words {
+            let term = Term::from_field_text(index.fields.text[slot % SLOTS], &term_text("docs", "t", "note", word));
+            let weight = Bm25Weight::for_terms(&stats, std::slice::from_ref(&term)).unwrap();
+            for segment in searcher.segment_readers() {
+                let Some(mut clause) = Clause::open(segment, &term, &weight, average).unwrap() else { continue };
+                while clause.doc() != TERMINATED {
+                    let best = clause
+                        .block
+                        .docs()
+                        .iter()
+                        .zip(clause.block.freqs())
+                        .map(|(&doc, &tf)| weight.score(clause.fieldnorms.fieldnorm_id(doc), tf))
+                        .fold(0.0f32, f32::max);
+                    // tantivy's stored pair scored with this weight (a copy:
+                    // the cursor keeps the first maximum it computed)
+                    let pair = clause.block.clone().block_max_score(&clause.fieldnorms, &weight);
+                    let bound = clause.block_max();
+                    assert!(bound >= best, "{word}: block bound {bound} below its best score {best}");
+                    blocks += 1;
+                    pair_too_low += usize::from(pair < best);
+                    clause.seek(clause.last_doc_in_block() + 1);
+                }
+            }
+        }
+        assert!(blocks > 20, "only {blocks} blocks");
+        // the case the bound is for happens here
+        assert!(pair_too_low > 0, "tantivy's stored pair was never too low in {blocks} blocks");
+    }
+
     /// The indexer refreshes the readers every round: a refresh reloads
     /// only when the committed segments changed (a merge ended), so a
     /// branch under a stream of small writes does not open every segment
