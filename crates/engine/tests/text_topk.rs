@@ -142,8 +142,8 @@ fn pruned_top_k_equals_the_full_ranking_for_random_queries_and_filters() {
             }
         }
     }
-    // the words match much of the corpus, and block-max WAND hands over
-    // fewer than half of the matches for a top 10
+    // the words match much of the corpus, and the pruning hands over fewer
+    // than half of the matches for a top 10
     assert!(large >= 5, "only {large} queries matched over 1000 rows");
     assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
 }
@@ -224,15 +224,15 @@ fn top_k_over_several_columns_equals_the_full_ranking() {
             }
         }
     }
-    // a row's columns are one document, so block-max WAND prunes over
-    // several columns too (it scored every match when each column was a
-    // document of its own)
+    // a row's columns are one document, so the pruning works over several
+    // columns too (it scored every match when each column was a document of
+    // its own)
     assert!(large >= 5, "only {large} queries matched over 1000 rows");
     assert!(pruned * 10 >= large * 8, "pruning skipped half of the matches in only {pruned} of {large} queries");
 }
 
-/// Queries of many words (a known-item query, or a run of stopwords) are
-/// pruned by MaxScore over windows of blocks instead of block-max WAND
+/// Queries of many words (a known-item query, or a run of stopwords), which
+/// block-max WAND pruned slowly, are pruned by MaxScore over windows of blocks
 /// (index/text.rs, `max_score_union`): over one column and over three, with
 /// filters, their top k is the full ranking's to the bit, and they still
 /// hand over far fewer documents than match.
