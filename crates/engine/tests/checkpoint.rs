@@ -508,7 +508,39 @@ fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
     assert_eq!(look(&engine), more);
     drop(engine);
     let engine = open_without_checkpoints(dir.path());
+    // a start reads its vector files whole (their checksums, then the
+    // codes of their vectors) and lets their pages go: every vector stayed
+    // mapped, so a restart's memory grew with every vector ever written
+    let branch = main_dir(dir.path());
+    let file_bytes: usize =
+        files(&branch, "vectors-").iter().map(|f| std::fs::metadata(branch.join(f)).unwrap().len() as usize).sum();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while resident_under(&branch, "vectors-") > file_bytes / 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        resident_under(&branch, "vectors-") <= file_bytes / 4,
+        "{} of {file_bytes} bytes of vector files resident",
+        resident_under(&branch, "vectors-")
+    );
     assert_eq!(look(&engine), more);
+}
+
+/// Bytes this process has resident of the files in `dir` whose names start
+/// with `prefix` (their mappings' `Rss` in /proc/self/smaps).
+fn resident_under(dir: &Path, prefix: &str) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let (mut ours, mut kb) = (false, 0);
+    for line in smaps.lines() {
+        if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
+            let path = Path::new(line.split_whitespace().last().unwrap_or(""));
+            ours =
+                path.parent() == Some(dir) && path.file_name().is_some_and(|n| n.to_string_lossy().starts_with(prefix));
+        } else if ours && line.starts_with("Rss:") {
+            kb += line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap();
+        }
+    }
+    kb * 1024
 }
 
 /// Found by a black-box test: with the newest checkpoint deleted, a start

@@ -181,7 +181,7 @@ const MAX_FILE_BACKED_RANGES: usize = 16_384;
 /// What keeps slot memory alive.
 enum Owner {
     Heap(HeapBlock),
-    Mapped(#[allow(dead_code)] Arc<Mmap>),
+    Mapped(MappedRun),
 }
 
 /// A block of `len` floats of anonymous memory, held as a raw pointer so
@@ -250,6 +250,44 @@ unsafe impl Send for Writer {}
 struct Writer {
     owners: Vec<Owner>,
 }
+
+/// `count` slots from `first` on, read in place from a vector file: their
+/// vectors lie back to back at `offset` bytes into `map`.
+#[derive(Clone)]
+struct MappedRun {
+    map: Arc<Mmap>,
+    offset: usize,
+    first: usize,
+    count: usize,
+}
+
+impl MappedRun {
+    /// Lets the process's page tables go of the file pages under the
+    /// vectors of slots `from..to` in this run (the page cache keeps them).
+    fn release(&self, from: usize, to: usize, dim: usize) {
+        let (lo, hi) = (from.max(self.first), to.min(self.first + self.count));
+        if lo >= hi {
+            return;
+        }
+        let bytes = dim * 4;
+        // SAFETY: the map is a read-only mapping of a vector file that is
+        // never written after its checkpoint: dropping its page table
+        // entries changes no byte a reader sees (the next read faults the
+        // same bytes in again from the page cache or the file), and the
+        // range is inside the map (memmap2 widens it to whole pages of it).
+        let _ = unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                self.offset + (lo - self.first) * bytes,
+                (hi - lo) * bytes,
+            )
+        };
+    }
+}
+
+/// Slots [`VectorArena::encode_pending`] encodes before it lets their file
+/// pages go (4 MiB of 256-d vectors).
+const ENCODE_PIECE: usize = 4 * BLOCK_VECTORS;
 
 /// The header of one slot's 8-bit code (scalar quantisation, SQ8): the
 /// code is `dim` signed bytes `c` with `v ≈ scale · c`, scaled per vector
@@ -395,6 +433,13 @@ impl VectorArena {
 
     /// Encodes the slots that have no code yet, on all cores, and
     /// publishes their codes. Cheap when there are none.
+    ///
+    /// The slots a start mapped from vector files are read once here, a
+    /// piece at a time, and each piece's file pages are let go of as soon
+    /// as its codes are written: reading them had mapped every vector file
+    /// into the process for good (a restart holding 1,000,000 256-d
+    /// vectors came up with the whole gigabyte resident), while a walk
+    /// reads codes and re-scores only its best few with their vectors.
     pub fn encode_pending(&self) {
         use rayon::prelude::*;
         let _coder = self.coder.lock();
@@ -403,7 +448,18 @@ impl VectorArena {
             return;
         }
         self.ensure_code_blocks(to);
-        (from..to).into_par_iter().with_min_len(256).for_each(|slot| self.encode_slot(slot as u32));
+        let mapped: Vec<MappedRun> = (self.writer.lock().owners.iter())
+            .filter_map(|o| if let Owner::Mapped(run) = o { Some(run) } else { None })
+            .filter(|r| r.first + r.count > from && r.first < to)
+            .cloned()
+            .collect();
+        for start in (from..to).step_by(ENCODE_PIECE) {
+            let end = (start + ENCODE_PIECE).min(to);
+            (start..end).into_par_iter().with_min_len(256).for_each(|slot| self.encode_slot(slot as u32));
+            for run in &mapped {
+                run.release(start, end, self.dim);
+            }
+        }
         self.coded.store(to, Ordering::Release);
     }
 
@@ -505,7 +561,12 @@ impl VectorArena {
             return None;
         }
         let mut w = self.writer.lock();
-        w.owners.push(Owner::Mapped(map.clone()));
+        w.owners.push(Owner::Mapped(MappedRun {
+            map: map.clone(),
+            offset,
+            first: self.slots.len(),
+            count: rows.len(),
+        }));
         let base = bytes.as_ptr().cast::<f32>();
         for (i, row) in rows.iter().enumerate() {
             // SAFETY: in bounds of `bytes` (checked above); the map is kept
@@ -615,9 +676,66 @@ impl VectorArena {
     }
 }
 
+/// Bytes of the file at `path` this process has mapped resident (its
+/// mappings' `Rss` in /proc/self/smaps).
+#[cfg(test)]
+pub(crate) fn resident_of(path: &std::path::Path) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut ours = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
+            ours = line.ends_with(path.to_str().unwrap());
+        } else if ours && line.starts_with("Rss:") {
+            kb += line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap();
+        }
+    }
+    kb * 1024
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoding_vectors_read_from_a_file_leaves_its_pages_unmapped() {
+        use std::io::Write;
+        let dim = 64;
+        let v = |i: u32| -> Vec<f32> { (0..dim).map(|d| ((i * 31 + d as u32) % 97) as f32 - 48.0).collect() };
+        let count = 3 * ENCODE_PIECE + 100;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.f32");
+        let mut file = std::fs::File::create(&path).unwrap();
+        // a first column's vectors, then this one's at a page-aligned offset
+        let offset = page_size();
+        file.write_all(&vec![0u8; offset]).unwrap();
+        for i in 0..count as u32 {
+            file.write_all(&v(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        }
+        file.sync_all().unwrap();
+        let map = Arc::new(unsafe { Mmap::map(&std::fs::File::open(&path).unwrap()) }.unwrap());
+        let arena = VectorArena::new(dim);
+        let rows: Vec<u32> = (0..count as u32).map(|i| i * 2).collect();
+        arena.push_mapped(&map, offset, &rows).unwrap();
+        arena.push(u32::MAX, &v(0));
+        assert_eq!(arena.coded(), 0, "mapped slots wait for their codes");
+        // the bytes are read, as a start's check reads them
+        let sum: f32 = map[offset..].iter().step_by(page_size()).map(|b| f32::from(*b)).sum();
+        assert!(sum >= 0.0 && resident_of(&path) >= count * dim * 4, "the measure sees the reads");
+        arena.encode_pending();
+        assert_eq!(arena.coded(), count + 1);
+        // (the page before the run may be mapped too: a fault maps the
+        // cached pages around it, and that page is not this column's)
+        assert!(resident_of(&path) <= offset, "encoding kept {} bytes of the file mapped", resident_of(&path));
+        // every slot reads the same, and a code approximates its vector
+        for i in 0..count as u32 {
+            assert_eq!(arena.vector(i).unwrap(), &v(i)[..], "slot {i}");
+            let (code, header) = arena.code(i).unwrap();
+            let back: Vec<f32> = code.iter().map(|c| f32::from(*c) * header.scale).collect();
+            assert!(back.iter().zip(v(i)).all(|(a, b)| (a - b).abs() <= header.scale / 2.0 + 1e-4), "slot {i}");
+        }
+        assert_eq!(arena.vector(count as u32).unwrap(), &v(0)[..], "the heap slot after them");
+    }
 
     #[test]
     fn paged_indexes_across_buckets_and_drops_what_it_holds() {

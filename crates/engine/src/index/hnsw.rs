@@ -773,23 +773,9 @@ mod tests {
     /// any other point is not trapped among them (found by a black-box
     /// fuzz: 10,000 copies gave 32 rows where 40 were asked for).
     /// Resident bytes of this process's mappings of `path` (/proc/self/smaps).
-    fn resident_of(path: &std::path::Path) -> usize {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut ours = false;
-        let mut kb = 0;
-        for line in smaps.lines() {
-            if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
-                ours = line.ends_with(path.to_str().unwrap());
-            } else if ours && line.starts_with("Rss:") {
-                kb += line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap();
-            }
-        }
-        kb * 1024
-    }
-
     #[test]
     fn linking_reads_codes_and_leaves_file_backed_vectors_unread() {
-        use super::super::arena::page_size;
+        use super::super::arena::{page_size, resident_of};
         use std::io::Write;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let mut points = random_unit(&mut rng, 4_000, 64);
