@@ -110,7 +110,7 @@ async function embedded() {
     ladder,
     notes: [
       'in-process through the release napi addon (BRAID_NATIVE_DIR=target/bench-native); declared schema (text: text only, category: scalar only); putBatch chunks of 5,000, then waitIndexed; vectors as Float32Array (records and queries), as the embedded API takes them',
-      `hybrid: text + vector + scalar_eq, RRF (k 60), candidate_budget max(tuned, ${HYBRID_DEPTH}); each side contributes its best candidate_budget rows (text: block-max WAND top-k)`,
+      `hybrid: text + vector + scalar_eq, RRF (k 60), candidate_budget max(tuned, ${HYBRID_DEPTH}); each side contributes its best candidate_budget rows (text: top k pruned by MaxScore)`,
     ],
     async ingest(corpus) {
       db = Braid.open({ dataDir });

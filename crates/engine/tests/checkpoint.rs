@@ -499,6 +499,9 @@ fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
     let vector_bytes = 2_400 * dim as u64 * 4;
     assert!(held - after_checkpoint >= vector_bytes - 2 * 4096, "{held} -> {after_checkpoint}");
     assert_eq!(look(&engine), before);
+    // the queries re-scored with vectors read from the file, not mapped
+    let branch = main_dir(dir.path());
+    assert!(resident_under(&branch, "vectors-") <= 2 * 4096, "{} bytes mapped", resident_under(&branch, "vectors-"));
 
     // writes go on into the same block, past the pages now mapped from the file
     put(&engine, 2_400..2_600, 1);
@@ -511,7 +514,6 @@ fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
     // a start reads its vector files whole (their checksums, then the
     // codes of their vectors) and lets their pages go: every vector stayed
     // mapped, so a restart's memory grew with every vector ever written
-    let branch = main_dir(dir.path());
     let file_bytes: usize =
         files(&branch, "vectors-").iter().map(|f| std::fs::metadata(branch.join(f)).unwrap().len() as usize).sum();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -524,6 +526,7 @@ fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
         resident_under(&branch, "vectors-")
     );
     assert_eq!(look(&engine), more);
+    assert!(resident_under(&branch, "vectors-") <= file_bytes / 4, "the queries mapped vector files");
 }
 
 /// Bytes this process has resident of the files in `dir` whose names start

@@ -289,6 +289,17 @@ impl MappedRun {
 /// pages go (4 MiB of 256-d vectors).
 const ENCODE_PIECE: usize = 4 * BLOCK_VECTORS;
 
+/// `count` slots from `first` on whose vectors a vector file holds back to
+/// back from byte `offset` on: the file a checkpoint sealed them in, or the
+/// one a start maps them from. [`VectorArena::read_vector`] reads them
+/// there.
+struct FileRun {
+    first: u32,
+    count: u32,
+    offset: u64,
+    file: Arc<std::fs::File>,
+}
+
 /// The header of one slot's 8-bit code (scalar quantisation, SQ8): the
 /// code is `dim` signed bytes `c` with `v ≈ scale · c`, scaled per vector
 /// so the largest component maps to ±127, stored right after this header.
@@ -354,6 +365,8 @@ pub struct VectorArena {
     coded: AtomicUsize,
     /// Held by whoever encodes.
     coder: Mutex<()>,
+    /// Runs of slots a vector file holds, in slot order.
+    file_runs: Paged<FileRun>,
 }
 
 /// Quantises `v` into `out` (its length); returns the code's header.
@@ -385,6 +398,7 @@ impl VectorArena {
             code_lines: (CODE_HEADER + dim).div_ceil(64),
             coded: AtomicUsize::new(0),
             coder: Mutex::new(()),
+            file_runs: Paged::default(),
         }
     }
 
@@ -507,6 +521,62 @@ impl VectorArena {
         Some(unsafe { std::slice::from_raw_parts(s.vector, self.dim) })
     }
 
+    /// The vector in `slot`, read into `buf` (at least `dim` long) from the
+    /// vector file that holds it, or from memory when none does. A read
+    /// through the mapping maps the page cache's whole folio around the
+    /// vector into the process (up to 2 MiB, 2,048 vectors of 256-d), so the
+    /// few vectors a query re-scores had brought most of a column's file
+    /// pages into the process's resident memory within a few hundred
+    /// queries; a `pread` goes through the same page cache and maps nothing.
+    /// The bytes are the same either way.
+    pub fn read_vector<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
+        use std::os::unix::fs::FileExt;
+        if let Some(run) = self.file_run(slot) {
+            let out = &mut buf[..self.dim];
+            // SAFETY: the floats' own bytes, written whole by the read (any
+            // bit pattern is an f32); vector files are little-endian, as
+            // the mapped reads of `push_mapped` take them too
+            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), self.dim * 4) };
+            let at = run.offset + u64::from(slot - run.first) * (self.dim * 4) as u64;
+            if run.file.read_exact_at(bytes, at).is_ok() {
+                return Some(out);
+            }
+        }
+        self.vector(slot)
+    }
+
+    /// The file run holding `slot`, if any.
+    fn file_run(&self, slot: u32) -> Option<&FileRun> {
+        let runs = &self.file_runs;
+        let (mut lo, mut hi) = (0, runs.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if runs.get(mid)?.first <= slot {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let run = runs.get(lo.checked_sub(1)?)?;
+        (slot - run.first < run.count).then_some(run)
+    }
+
+    /// Notes that `file` holds the vectors of slots `first..first + count`
+    /// from byte `offset` on (runs come in slot order; one that does not is
+    /// not noted, and its slots are read from memory).
+    fn note_file_run(&self, first: usize, count: usize, file: &Arc<std::fs::File>, offset: u64) {
+        let (Ok(first), Ok(count)) = (u32::try_from(first), u32::try_from(count)) else { return };
+        let after_last = self
+            .file_runs
+            .len()
+            .checked_sub(1)
+            .and_then(|i| self.file_runs.get(i))
+            .is_none_or(|last| first >= last.first + last.count);
+        if count > 0 && after_last && first as usize + count as usize <= self.slots.len() {
+            self.file_runs.push(FileRun { first, count, offset, file: file.clone() });
+        }
+    }
+
     /// Asks the CPU to start loading `slot`'s entry (where its vector is).
     #[inline]
     pub fn prefetch_slot(&self, slot: u32) {
@@ -554,8 +624,8 @@ impl VectorArena {
     }
 
     /// Publishes `count` vectors stored back to back at `offset` bytes into
-    /// `map` (a read-only vector file) as the next slots, for `rows`.
-    pub fn push_mapped(&self, map: &Arc<Mmap>, offset: usize, rows: &[u32]) -> Option<()> {
+    /// `map` (a read-only vector file, `file`) as the next slots, for `rows`.
+    pub fn push_mapped(&self, map: &Arc<Mmap>, file: &Arc<std::fs::File>, offset: usize, rows: &[u32]) -> Option<()> {
         let bytes = map.get(offset..offset.checked_add(rows.len() * self.dim * 4)?)?;
         if bytes.as_ptr().align_offset(std::mem::align_of::<f32>()) != 0 {
             return None;
@@ -574,6 +644,8 @@ impl VectorArena {
             let vector = unsafe { base.add(i * self.dim) };
             self.slots.push(Slot { vector, row: *row });
         }
+        let first = self.slots.len() - rows.len();
+        self.note_file_run(first, rows.len(), file, offset as u64);
         Some(())
     }
 
@@ -593,12 +665,14 @@ impl VectorArena {
     /// memory. Partial pages at either end, runs whose file offsets do not
     /// share their page offset, vectors not in an anonymous heap block, and
     /// any range once the process holds [`MAX_FILE_BACKED_RANGES`] stay as
-    /// they are. Returns the bytes now file-backed.
-    pub fn back_with_file(&self, first: u32, count: usize, file: &std::fs::File, offset: u64) -> usize {
+    /// they are. Returns the bytes now file-backed. Whatever it maps,
+    /// [`Self::read_vector`] reads these slots from the file from now on.
+    pub fn back_with_file(&self, first: u32, count: usize, file: &Arc<std::fs::File>, offset: u64) -> usize {
         use std::os::fd::AsRawFd;
         let page = page_size();
         let bytes = self.dim * 4;
         let mut w = self.writer.lock();
+        self.note_file_run(first as usize, count, file, offset);
         let mut backed = 0;
         let mut map_run = |w: &mut Writer, start: usize, len: usize, file_at: u64| {
             for owner in w.owners.iter_mut() {
@@ -713,10 +787,11 @@ mod tests {
             file.write_all(&v(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
-        let map = Arc::new(unsafe { Mmap::map(&std::fs::File::open(&path).unwrap()) }.unwrap());
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let map = Arc::new(unsafe { Mmap::map(&*file) }.unwrap());
         let arena = VectorArena::new(dim);
         let rows: Vec<u32> = (0..count as u32).map(|i| i * 2).collect();
-        arena.push_mapped(&map, offset, &rows).unwrap();
+        arena.push_mapped(&map, &file, offset, &rows).unwrap();
         arena.push(u32::MAX, &v(0));
         assert_eq!(arena.coded(), 0, "mapped slots wait for their codes");
         // the bytes are read, as a start's check reads them
@@ -735,6 +810,11 @@ mod tests {
             assert!(back.iter().zip(v(i)).all(|(a, b)| (a - b).abs() <= header.scale / 2.0 + 1e-4), "slot {i}");
         }
         assert_eq!(arena.vector(count as u32).unwrap(), &v(0)[..], "the heap slot after them");
+        let mut buf = vec![0f32; dim];
+        for i in (0..count as u32).step_by(97) {
+            assert_eq!(arena.read_vector(i, &mut buf).unwrap(), &v(i)[..], "slot {i}");
+        }
+        assert_eq!(arena.read_vector(count as u32, &mut buf).unwrap(), &v(0)[..]);
     }
 
     #[test]
@@ -801,7 +881,7 @@ mod tests {
             file.write_all(&v(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
-        let file = std::fs::File::open(&path).unwrap();
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
         let held = arena.heap_bytes();
         let backed = arena.back_with_file(10, 990, &file, offset);
         assert!(backed >= 990 * dim * 4 - 2 * page, "{backed} bytes backed");
@@ -820,5 +900,13 @@ mod tests {
         for i in 0..1100 {
             assert_eq!(arena.vector(i).unwrap(), &v(i)[..], "slot {i}");
         }
+        // the sealed run is read from the file, the others from memory, alike
+        assert!(arena.file_run(10).is_some() && arena.file_run(999).is_some());
+        assert!(arena.file_run(9).is_none() && arena.file_run(1000).is_none(), "only the run the file holds");
+        let mut buf = vec![0f32; dim];
+        for i in 0..1100 {
+            assert_eq!(arena.read_vector(i, &mut buf).unwrap(), &v(i)[..], "slot {i}");
+        }
+        assert!(arena.read_vector(1100, &mut buf).is_none());
     }
 }

@@ -576,11 +576,13 @@ impl Hnsw {
                 bounds[at - 1].0 <= threshold
             });
         }
+        // (a vector a file holds is read from it: [`VectorArena::read_vector`])
+        let mut buf = vec![0f32; self.arena.dim()];
         for i in 0..found.len() {
             if let Some(ahead) = found.get(i + 4).and_then(|n| self.arena.vector(n.id)) {
                 prefetch(ahead);
             }
-            if let Some(v) = self.arena.vector(found[i].id) {
+            if let Some(v) = self.arena.read_vector(found[i].id, &mut buf) {
                 found[i].dist = distance(self.metric, vector, v);
             }
         }
@@ -796,7 +798,7 @@ mod tests {
             file.write_all(&p.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
-        let file = std::fs::File::open(&path).unwrap();
+        let file = std::sync::Arc::new(std::fs::File::open(&path).unwrap());
         assert!(arena.back_with_file(0, points.len(), &file, offset) > 0);
         assert_eq!(resident_of(&path), 0, "nothing read yet");
         let graph = Hnsw::new(Metric::Cosine, arena.clone());
@@ -804,13 +806,18 @@ mod tests {
         // every link was chosen by the codes: no vector page came in (one
         // read maps a whole page-cache folio, up to 2 MiB of vectors)
         assert_eq!(resident_of(&path), 0, "the build read vectors");
-        // a search scores what it found with the vectors themselves
+        // a search scores what it found with the vectors themselves, read
+        // from the file (`read_vector`), which maps nothing either
         let found = graph.search(&points[8], 10, 64, &|_| true);
         assert_eq!(found[0].0, 8);
-        assert!(resident_of(&path) > 0, "the measure sees a read");
+        assert!((found[0].1 - distance(Metric::Cosine, &points[8], &points[8])).abs() < 1e-6, "{found:?}");
         let truth = exact(&points, &points[11], 10, |_| true);
         let got: Vec<u32> = graph.search(&points[11], 10, 64, &|_| true).iter().map(|f| f.0).collect();
         assert!(truth.iter().filter(|t| got.contains(t)).count() >= 9, "{got:?} against {truth:?}");
+        assert_eq!(resident_of(&path), 0, "re-scoring mapped vector pages");
+        // a read through the mapping does
+        assert_eq!(arena.vector(8).unwrap(), &points[8][..]);
+        assert!(resident_of(&path) > 0, "the measure sees a read");
     }
 
     #[test]

@@ -313,15 +313,19 @@ pub fn exact_top(
     scan: &[(u32, u32)],
     keep: usize,
 ) -> Vec<(u32, f32)> {
-    // the vectors of `rows`, a few rows ahead asked for while scoring one
+    // the vectors of `rows` (from their file when one holds them:
+    // [`VectorArena::read_vector`]), a few rows ahead asked for while
+    // scoring one
     let score = |rows: &[(u32, u32)], out: &mut Vec<(u32, f32)>| {
-        let vectors: Vec<(u32, &[f32])> = rows.iter().filter_map(|&(r, s)| Some((r, arena.vector(s)?))).collect();
-        out.reserve(vectors.len());
-        for (i, &(row, v)) in vectors.iter().enumerate() {
-            if let Some((_, ahead)) = vectors.get(i + RESCORE_AHEAD) {
+        let mut buf = vec![0f32; arena.dim()];
+        out.reserve(rows.len());
+        for (i, &(row, slot)) in rows.iter().enumerate() {
+            if let Some(ahead) = rows.get(i + RESCORE_AHEAD).and_then(|&(_, s)| arena.vector(s)) {
                 super::prefetch::prefetch(ahead);
             }
-            out.push((row, similarity(metric, query, v)));
+            if let Some(v) = arena.read_vector(slot, &mut buf) {
+                out.push((row, similarity(metric, query, v)));
+            }
         }
     };
     let mut hits = Vec::new();

@@ -554,13 +554,18 @@ pub fn check_vector_files(dir: &Path, ckpt: Option<u32>) -> Result<()> {
 }
 
 fn map_file(path: &Path) -> Result<Arc<Mmap>> {
+    open_mapped(path).map(|(map, _)| map)
+}
+
+/// A vector file, mapped, and the file itself.
+fn open_mapped(path: &Path) -> Result<(Arc<Mmap>, Arc<File>)> {
     let file =
         File::open(path).map_err(|e| Error::storage(format!("vector file {} is missing: {e}", path.display())))?;
     // SAFETY: vector files are written once, fsynced and never modified or
     // truncated afterwards (only deleted with their branch), so the mapping
     // does not change under the reader.
     let map = unsafe { Mmap::map(&file)? };
-    Ok(Arc::new(map))
+    Ok((Arc::new(map), Arc::new(file)))
 }
 
 /// Lets the process's page tables go of every page of `map`, which a
@@ -578,17 +583,17 @@ fn release_pages(map: &Mmap) {
 /// Records each vector column's unsealed vectors as sealed in the file.
 pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> {
     let Some(path) = &sealed.path else { return Ok(()) };
-    let map = map_file(path)?;
-    // the arena maps the file's pages over the vectors' own (a file that
-    // cannot be opened again leaves them in memory, as before)
-    let file = File::open(path).ok();
+    let (map, file) = open_mapped(path)?;
     for (table, data) in state.tables.iter_mut() {
         for (column, vc) in data.vectors.iter_mut() {
             if let Some((offset, count)) = sealed.placed.get(&(table.clone(), column.clone())) {
-                vc.data.seal(
-                    VectorChunk { map: map.clone(), offset: *offset as usize, count: *count as usize, gen: sealed.gen },
-                    file.as_ref(),
-                );
+                vc.data.seal(VectorChunk {
+                    map: map.clone(),
+                    file: file.clone(),
+                    offset: *offset as usize,
+                    count: *count as usize,
+                    gen: sealed.gen,
+                });
             }
         }
     }
@@ -1058,7 +1063,7 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
     use rayon::prelude::*;
     let slot_bases: HashMap<(&str, &str), u32> =
         slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
-    let mut maps: HashMap<u32, Arc<Mmap>> = HashMap::new();
+    let mut maps: HashMap<u32, (Arc<Mmap>, Arc<File>)> = HashMap::new();
     let ends = vector_file_ends(schemas, &images);
     let mut tables = HashMap::new();
     for t in images {
@@ -1108,22 +1113,22 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
             };
             let mut chunks = Vec::with_capacity(v.chunks.len());
             for c in v.chunks {
-                let map = match maps.get(&c.gen) {
+                let (map, file) = match maps.get(&c.gen) {
                     Some(m) => m.clone(),
                     None => {
                         let path = dir.join(vectors_name(c.gen));
-                        let m = map_file(&path)?;
-                        check_vectors(&path, &m, c.gen, ends.get(&c.gen).copied())?;
-                        release_pages(&m);
-                        maps.insert(c.gen, m.clone());
-                        m
+                        let (map, file) = open_mapped(&path)?;
+                        check_vectors(&path, &map, c.gen, ends.get(&c.gen).copied())?;
+                        release_pages(&map);
+                        maps.insert(c.gen, (map.clone(), file.clone()));
+                        (map, file)
                     }
                 };
                 let end = c.offset as usize + c.count as usize * dim as usize * 4;
                 if c.offset % 4 != 0 || end > map.len() {
                     return Err(Error::storage(format!("vector chunk past the end of {}", vectors_name(c.gen))));
                 }
-                chunks.push(VectorChunk { map, offset: c.offset as usize, count: c.count as usize, gen: c.gen });
+                chunks.push(VectorChunk { map, file, offset: c.offset as usize, count: c.count as usize, gen: c.gen });
             }
             let base = slot_bases.get(&(t.name.as_str(), v.column.as_str())).copied().unwrap_or(0);
             let store = VectorStore::restored(dim, base, v.slots, chunks).ok_or_else(|| {

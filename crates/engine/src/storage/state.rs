@@ -417,6 +417,8 @@ pub struct VectorStore {
 #[derive(Clone)]
 pub struct VectorChunk {
     pub map: Arc<Mmap>,
+    /// The file itself, which the arena reads vectors from.
+    pub file: Arc<std::fs::File>,
     /// Byte offset in the file (a multiple of 4).
     pub offset: usize,
     /// Vectors in the chunk.
@@ -517,11 +519,12 @@ impl VectorStore {
         self.arena.page_offset(self.sealed_slots as u32)
     }
 
-    /// Records that the unsealed vectors are now in a vector file too, and,
-    /// given the file, reads their whole pages from it from now on (the same
-    /// bytes at the same addresses, held by the page cache instead of the
-    /// process: [`VectorArena::back_with_file`]).
-    pub fn seal(&mut self, chunk: VectorChunk, file: Option<&std::fs::File>) {
+    /// Records that the unsealed vectors are now in a vector file too, and
+    /// reads them from it from now on: their whole pages are mapped from it
+    /// (the same bytes at the same addresses, held by the page cache instead
+    /// of the process: [`VectorArena::back_with_file`]), and re-scoring
+    /// reads them with `pread` ([`VectorArena::read_vector`]).
+    pub fn seal(&mut self, chunk: VectorChunk) {
         // the checkpoint holds off column rebuilds, so the count matches; a
         // chunk that does not is left unsealed (the next checkpoint writes
         // these vectors again) rather than misplaced
@@ -529,9 +532,7 @@ impl VectorStore {
             debug_assert!(false, "sealing {} vectors of {} unsealed", chunk.count, self.unsealed_len());
             return;
         }
-        if let Some(file) = file {
-            self.arena.back_with_file(self.sealed_slots as u32, chunk.count, file, chunk.offset as u64);
-        }
+        self.arena.back_with_file(self.sealed_slots as u32, chunk.count, &chunk.file, chunk.offset as u64);
         self.sealed_slots += chunk.count;
         if chunk.count > 0 {
             self.sealed.push(chunk);
@@ -567,7 +568,7 @@ impl VectorStore {
         let arena = Arc::new(VectorArena::new(dim as usize));
         let mut first = 0;
         for chunk in &sealed {
-            arena.push_mapped(&chunk.map, chunk.offset, &row_of[first..first + chunk.count])?;
+            arena.push_mapped(&chunk.map, &chunk.file, chunk.offset, &row_of[first..first + chunk.count])?;
             first += chunk.count;
         }
         Some(VectorStore { slot_of, slot_base, arena, sealed, sealed_slots })
