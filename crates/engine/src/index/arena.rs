@@ -475,6 +475,13 @@ impl VectorArena {
             }
         }
         self.coded.store(to, Ordering::Release);
+        // queries meanwhile read the slots not yet coded as vectors, through
+        // the mapping (a restart's first queries: 214 MB of 300,000 256-d
+        // vectors came back in); from here on they read codes, and vectors
+        // with `read_vector`
+        for run in &mapped {
+            run.release(from, to, self.dim);
+        }
     }
 
     /// Allocates code blocks until slots below `end` have one (the caller
