@@ -450,10 +450,10 @@ impl VectorArena {
     ///
     /// The slots a start mapped from vector files are read once here, a
     /// piece at a time, and each piece's file pages are let go of as soon
-    /// as its codes are written: reading them had mapped every vector file
-    /// into the process for good (a restart holding 1,000,000 256-d
-    /// vectors came up with the whole gigabyte resident), while a walk
-    /// reads codes and re-scores only its best few with their vectors.
+    /// as its codes are written: reading them had kept every vector file
+    /// mapped into the process (a restart of 100,000 256-d vectors came up
+    /// with 98 MB of vector file pages resident), while from then on walks
+    /// and scans read codes and re-score with [`Self::read_vector`].
     pub fn encode_pending(&self) {
         use rayon::prelude::*;
         let _coder = self.coder.lock();
@@ -532,10 +532,10 @@ impl VectorArena {
     /// vector file that holds it, or from memory when none does. A read
     /// through the mapping maps the page cache's whole folio around the
     /// vector into the process (up to 2 MiB, 2,048 vectors of 256-d), so the
-    /// few vectors a query re-scores had brought most of a column's file
-    /// pages into the process's resident memory within a few hundred
-    /// queries; a `pread` goes through the same page cache and maps nothing.
-    /// The bytes are the same either way.
+    /// vectors queries re-score had brought most of a column's file pages
+    /// into the process's resident memory within a few hundred queries; a
+    /// `pread` goes through the same page cache and maps nothing, for a
+    /// system call per vector. The bytes are the same either way.
     pub fn read_vector<'a>(&'a self, slot: u32, buf: &'a mut [f32]) -> Option<&'a [f32]> {
         use std::os::unix::fs::FileExt;
         if let Some(run) = self.file_run(slot) {

@@ -569,10 +569,9 @@ fn open_mapped(path: &Path) -> Result<(Arc<Mmap>, Arc<File>)> {
 }
 
 /// Lets the process's page tables go of every page of `map`, which a
-/// start's checksum of the file has just read: vectors are read in place a
-/// few at a time from then on, and the file's pages stay the page cache's
-/// (at 1,000,000 256-d vectors, a start had kept the whole gigabyte
-/// mapped).
+/// start's checksum of the file has just read: from then on vectors are
+/// read from the file as queries need them, and its pages stay the page
+/// cache's (a start of 100,000 256-d vectors had kept 98 MB of them mapped).
 fn release_pages(map: &Mmap) {
     // SAFETY: a vector file is never written after its checkpoint (see
     // `map_file`): dropping the mapping's page table entries changes no
