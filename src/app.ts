@@ -17,6 +17,7 @@ import { headerBranch, resolveBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv } from './validation.js';
+import { LazySerializers } from './lazy-serializers.js';
 import { parseRequestJson } from './json.js';
 import { recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
@@ -80,7 +81,10 @@ function receiptBranch(request: FastifyRequest): BranchRef {
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const config: ServerConfig = { ...DEFAULTS, ...options.config };
+  // compiled on first use and once the server listens, not as it boots
+  const serializers = new LazySerializers();
   const app = Fastify({
+    schemaController: { compilersFactory: { buildSerializer: serializers.factory } },
     logger: options.logger ?? false,
     // one line per request from the onResponse hook below instead of fastify's two
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
@@ -98,6 +102,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // what fastify answers before any hook runs (a path that does not decode) gets a {code, error} body too
     frameworkErrors,
   }).withTypeProvider<TypeBoxTypeProvider>();
+  app.addHook('onListen', async () => serializers.warm());
   refuseConnect(app.server);
   refuseExpectation(app.server);
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));

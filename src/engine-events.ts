@@ -30,6 +30,15 @@ export function pollEngineEvents(app: FastifyInstance, engine: Engine, intervalM
   };
   let timer: NodeJS.Timeout | undefined;
   app.addHook('onReady', async () => {
+    // the app boots while the data directory opens (src/server.ts), and
+    // reading events waits for the open: wait for it here without holding
+    // the thread; when the open failed there are no events to read and the
+    // server reports the open's error
+    try {
+      await engine.ready();
+    } catch {
+      return;
+    }
     drain();
     timer = setInterval(drain, intervalMs);
     timer.unref();
