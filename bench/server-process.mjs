@@ -26,21 +26,33 @@ export function glosses() {
   return out;
 }
 
-/** Starts `braid serve` on `dataDir` with extra flags; resolves once it listens. */
-export function startServer(dataDir, flags = []) {
+/**
+ * Starts `braid serve` on `dataDir` with extra flags; resolves once it
+ * listens. With `logLevel: 'info'` the engine's recovery event (logged before
+ * the server listens) is returned as `recovery`: the checkpoint it loaded,
+ * the commits it replayed and how long each part took.
+ */
+export function startServer(dataDir, flags = [], { logLevel = 'error' } = {}) {
   const started = performance.now();
   const child = spawn(process.execPath, ['bin/braid.js', 'serve', '--port', '0', '--data-dir', dataDir, ...flags], {
     cwd: root,
-    env: { ...process.env, BRAID_NATIVE_DIR: path.join(root, 'target', 'bench-native'), BRAID_LOG_LEVEL: 'error' },
+    env: { ...process.env, BRAID_NATIVE_DIR: path.join(root, 'target', 'bench-native'), BRAID_LOG_LEVEL: logLevel },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise((r) => child.on('exit', r));
   return new Promise((resolve, reject) => {
     let out = '';
+    let listening = false;
     child.stdout.on('data', (d) => {
+      // read to the end (a full pipe would stop the server), kept until it listens
+      if (listening) return;
       out += d;
       const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m) resolve({ child, exited, url: m[1], listenMs: performance.now() - started, started });
+      if (!m) return;
+      listening = true;
+      const line = out.split('\n').find((l) => l.includes('"msg":"recovery"'));
+      const recovery = line ? JSON.parse(line) : undefined;
+      resolve({ child, exited, url: m[1], listenMs: performance.now() - started, started, recovery });
     });
     child.on('exit', (code) => reject(new Error(`server exited with ${code}`)));
   });

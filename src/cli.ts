@@ -66,7 +66,7 @@ export function buildCli(): Command {
     .option('--auth-token <token...>', 'require one of these bearer tokens, each `secret` (admin) or `secret:read|write|admin` (env: BRAID_AUTH_TOKENS, comma-separated; default: accept any)')
     .option('--history-epochs <n>', 'epochs of history kept readable (env: BRAID_HISTORY_EPOCHS; default: all)')
     .option('--checkpoint-bytes <n>', 'checkpoint a branch once its WAL segment holds this many bytes (env: BRAID_CHECKPOINT_BYTES; default 64 MiB)')
-    .option('--checkpoint-rows <n>', 'checkpoint a branch once its WAL segment holds this many record versions (env: BRAID_CHECKPOINT_ROWS; default 100,000)')
+    .option('--checkpoint-rows <n>', 'checkpoint a branch once its WAL segment holds this many record versions (env: BRAID_CHECKPOINT_ROWS; default 50,000)')
     .option('--log-level <level>', `${LOG_LEVELS.join(', ')} (env: BRAID_LOG_LEVEL; default warn)`)
     .addHelpText('after', '\nEvery variable and its range: docs/operations.md. A bad value stops the start with `braid: invalid_config:`.')
     .action(run(async (opts: ServerFlags) => {
