@@ -6,7 +6,9 @@
 // /proc status is read every 5 ms, so the peak is the process's own VmHWM
 // split into anonymous memory (the process's own) and mapped file pages
 // (page cache the kernel may drop and read again), with the engine's own
-// per-structure estimate (braid_branch_memory_bytes) beside it.
+// per-structure estimate (braid_branch_memory_bytes) beside it, and the
+// anonymous memory by the kind of region that holds it at the largest of
+// the samples taken 4 times a second (C heap, the addon's allocator, V8).
 //
 //   node scripts/build-native.mjs --release && npm run build:ts
 //   [BRAID_BENCH_CORPUS=wordnet] node bench/server-memory.mjs [--records 100000]
@@ -73,6 +75,34 @@ function filePages() {
   return Object.entries(by).filter(([, mb]) => mb >= 1).sort((a, b) => b[1] - a[1]).map(([k, mb]) => `${k} ${mb.toFixed(0)}`).join(', ');
 }
 
+/**
+ * Resident anonymous memory by the kind of region holding it
+ * (/proc/<pid>/smaps), in MB: the C heap (glibc's main arena: node's own
+ * allocations, the Buffers V8 counts as external memory), regions of 512 MiB
+ * and more (reservations of the addon's allocator, mimalloc: the engine),
+ * regions under 1 MiB (V8's heap pages and the like) and the rest.
+ */
+function anonRegions() {
+  const by = { 'C heap': 0, 'mimalloc (>= 512 MiB regions)': 0, 'regions < 1 MiB': 0, 'other regions': 0 };
+  let kind = null;
+  for (const line of readFileSync(`/proc/${server.child.pid}/smaps`, 'utf8').split('\n')) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const size = (Number.parseInt(head[2], 16) - Number.parseInt(head[1], 16)) / 2 ** 20;
+      const name = head[3].trim();
+      if (name === '[heap]') kind = 'C heap';
+      else if (name !== '') kind = null;
+      else if (size >= 512) kind = 'mimalloc (>= 512 MiB regions)';
+      else if (size < 1) kind = 'regions < 1 MiB';
+      else kind = 'other regions';
+      continue;
+    }
+    const anon = /^Anonymous:\s+(\d+) kB/.exec(line);
+    if (anon && kind) by[kind] += Number(anon[1]) / 1024;
+  }
+  return by;
+}
+
 /** The engine's estimate per structure, in MB. */
 async function structures() {
   const out = {};
@@ -93,6 +123,8 @@ async function v8() {
 const idle = { ...status(), ...(await v8()) };
 let v8Peak = { heap: 0, external: 0 };
 let v8AtPeak = idle;
+// the anonymous regions at the largest of the 4-a-second samples
+let regionsAtPeak = { rss: 0, regions: anonRegions() };
 let peak = { ...idle, at_s: 0, phase: 'idle' };
 let phase = 'writes';
 const t0 = performance.now();
@@ -105,7 +137,9 @@ const v8Sampler = setInterval(async () => {
   const v = await v8().catch(() => null);
   if (!v) return;
   v8Peak = { heap: Math.max(v8Peak.heap, v.heap), external: Math.max(v8Peak.external, v.external) };
-  if (status().rss >= peak.rss * 0.97) v8AtPeak = v;
+  const now = status().rss;
+  if (now >= peak.rss * 0.97) v8AtPeak = v;
+  if (now > regionsAtPeak.rss) regionsAtPeak = { rss: now, regions: anonRegions() };
 }, 250);
 
 await request('POST', '/v1/graphql', {
@@ -157,6 +191,10 @@ console.log(`| indexed | ${f(end.rss)} | ${f(end.anon)} | ${f(end.file)} | ${est
 console.log(`VmHWM at the end: ${f(end.hwm)} MB`);
 console.log(`file pages after the writes (MB): ${afterWrites.files}`);
 console.log(`file pages once indexed (MB): ${end.files}`);
+console.log(
+  `anonymous MB by region at the largest 250 ms sample (RSS ${f(regionsAtPeak.rss)} MB): ` +
+    Object.entries(regionsAtPeak.regions).map(([k, mb]) => `${k} ${f(mb)}`).join(', '),
+);
 console.log(
   `V8 heap (reserved) / external MB: idle ${f(idle.heap)} / ${f(idle.external)}, near the peak ${f(v8AtPeak.heap)} / ${f(v8AtPeak.external)}, ` +
     `highest ${f(v8Peak.heap)} / ${f(v8Peak.external)}, indexed ${f(end.heap)} / ${f(end.external)}`,

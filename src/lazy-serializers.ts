@@ -25,8 +25,8 @@ export class LazySerializers {
       let serialize: Serialize | undefined;
       const compile: Compile = () => {
         if (!serialize) {
-          // a schema fast-json-stringify refuses stays pending: each
-          // response that needs it fails as it would have at boot
+          // a schema fast-json-stringify refuses is never kept: each
+          // response that needs it fails (where it had failed the boot)
           serialize = build(route);
           this.pending.delete(compile);
         }
@@ -49,7 +49,7 @@ export class LazySerializers {
     try {
       next.value();
     } catch {
-      // left to the responses that need it (above)
+      // not tried again here: the responses that need it fail (above)
       this.pending.delete(next.value);
     }
     setImmediate(() => this.warm()).unref();
