@@ -16,7 +16,7 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use napi::sys;
 
@@ -41,6 +41,10 @@ struct Shared {
     pending: AtomicUsize,
     /// Set once, right after the threadsafe function is made.
     tsfn: AtomicPtr<sys::napi_threadsafe_function__>,
+    /// Whether the threadsafe function is alive: read-locked by a worker
+    /// while it calls the function, cleared (write-locked) when the
+    /// environment finalizes it.
+    alive: RwLock<bool>,
 }
 
 #[derive(Clone)]
@@ -65,6 +69,7 @@ impl Settler {
             queue: Mutex::new(Queue { done: Vec::new(), closed: false }),
             pending: AtomicUsize::new(0),
             tsfn: AtomicPtr::new(ptr::null_mut()),
+            alive: RwLock::new(true),
         });
         let context = Arc::into_raw(shared.clone()) as *mut c_void;
         let mut tsfn = ptr::null_mut();
@@ -127,22 +132,33 @@ impl Pending {
 
     /// Settles on the JS thread (from any thread).
     pub fn settle(self, outcome: Outcome) {
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if queue.closed {
-            return;
-        }
-        let wake = queue.done.is_empty();
-        queue.done.push((self.deferred, outcome));
+        let wake = {
+            let mut queue = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if queue.closed {
+                return;
+            }
+            queue.done.push((self.deferred, outcome));
+            queue.done.len() == 1
+        };
+        // Outside the queue's lock: the JS thread this wakes preempts the
+        // worker (src/pool.rs, `batch_scheduling`) and takes that lock at
+        // once to settle; woken under it, it blocked until the worker ran
+        // again to let go, and was woken a second time. A wake is not lost:
+        // whoever found the queue empty wakes the JS thread, which settles
+        // all there is when it runs.
         if wake {
-            // under the lock, so the environment cannot finalize the function meanwhile
-            // SAFETY: not closed, so the threadsafe function is alive
-            unsafe {
-                sys::napi_call_threadsafe_function(
-                    self.shared.tsfn.load(Ordering::Acquire),
-                    ptr::null_mut(),
-                    sys::ThreadsafeFunctionCallMode::nonblocking,
-                )
-            };
+            // the read lock keeps the environment from finalizing the function meanwhile
+            let alive = self.shared.alive.read().unwrap_or_else(PoisonError::into_inner);
+            if *alive {
+                // SAFETY: alive, and kept so until the lock is let go
+                unsafe {
+                    sys::napi_call_threadsafe_function(
+                        self.shared.tsfn.load(Ordering::Acquire),
+                        ptr::null_mut(),
+                        sys::ThreadsafeFunctionCallMode::nonblocking,
+                    )
+                };
+            }
         }
     }
 }
@@ -176,6 +192,7 @@ unsafe extern "C" fn settle_queued(env: sys::napi_env, _js: sys::napi_value, con
 unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     // SAFETY: the reference `Settler::new` handed to the threadsafe function
     let shared = unsafe { Arc::from_raw(data as *const Shared) };
+    *shared.alive.write().unwrap_or_else(PoisonError::into_inner) = false;
     let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
     queue.closed = true;
     queue.done.clear();
