@@ -303,6 +303,31 @@ describe('request bodies read by the engine from their bytes', () => {
     const refused = await rejection(native.queryJson(undefined, Buffer.from(JSON.stringify({ ...query, top_k: 0 }))));
     expect(refused).toMatchObject({ code: 'top_k_out_of_range', status: 400 });
   });
+
+  it('settles every body call of a burst with its own answer, and the bodies stay the caller\'s', async () => {
+    // the workers queue finished calls and wake the JS thread outside the
+    // queue's lock, and each body is released as its promise settles
+    // (crates/node/src/settle.rs, lib.rs `releasing`): a lost wake would
+    // leave promises pending, and this test at its timeout
+    const record = (i: number) => ({ table: TABLE, tenant_id: 'burst', id: `b${i}`, fields: { title: `burst ${i}`, v: [1, i, 0] } });
+    const written = await native.putBatchJson(undefined, Buffer.from(JSON.stringify({ records: Array.from({ length: 200 }, (_, i) => record(i)) })));
+    expect(written).not.toBeNull();
+    for (let round = 0; round < 5; round++) {
+      const gets = Array.from({ length: 200 }, (_, i) => Buffer.from(JSON.stringify({ table: TABLE, tenant_id: 'burst', id: `b${i}` })));
+      const queries = Array.from({ length: 50 }, (_, i) => Buffer.from(JSON.stringify({ table: TABLE, tenant_id: 'burst', vector: [1, i, 0], vector_field: 'v', top_k: 3 })));
+      const batches = Array.from({ length: 10 }, (_, i) => Buffer.from(JSON.stringify({ records: [record(1_000 + round * 10 + i)] })));
+      const [got, found, wrote] = await Promise.all([
+        Promise.all(gets.map((body) => native.getJson(undefined, body))),
+        Promise.all(queries.map((body) => native.queryJson(undefined, body))),
+        Promise.all(batches.map((body) => native.putBatchJson(undefined, body))),
+      ]);
+      got.forEach((answer, i) => expect(JSON.parse(answer!.toString('utf8')).record).toMatchObject({ id: `b${i}`, fields: { title: `burst ${i}` } }));
+      for (const answer of found) expect(JSON.parse(answer!.toString('utf8')).results).toHaveLength(3);
+      for (const answer of wrote) expect(answer!.result.committed).toMatchObject({ record_count: 1 });
+      // the engine read each body before answering: the caller's buffers are intact and its own again
+      gets.forEach((body, i) => expect(JSON.parse(body.toString('utf8')).id).toBe(`b${i}`));
+    }
+  });
 });
 
 describe('an engine opened in the background (as the server opens it)', () => {
