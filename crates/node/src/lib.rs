@@ -864,8 +864,10 @@ fn outcome<T: ToNapiValue + Send + 'static>(out: EngineResult<T>) -> settle::Out
 /// napi-rs hands the release to the JS thread through a threadsafe function
 /// of its own: one more wake of that thread, and a context switch in and
 /// out of the worker that dropped it, for every request (a sequence of
-/// vector queries over HTTP, `perf sched`: the JS thread woken three to
-/// five times per query instead of once).
+/// vector queries over HTTP, `perf sched`: with the settle queue's own
+/// extra wake, since removed, the JS thread was woken three to five times
+/// per query; it is woken twice now, the second time by Node's mutex in
+/// `napi_call_threadsafe_function`).
 fn releasing(settle: settle::Outcome, buffer: Buffer) -> settle::Outcome {
     Box::new(move |env| {
         let settled = settle(env);

@@ -141,7 +141,7 @@ impl Pending {
             queue.done.len() == 1
         };
         // Outside the queue's lock: the JS thread this wakes preempts the
-        // worker (src/pool.rs, `batch_scheduling`) and takes that lock at
+        // worker (pool.rs, `batch_scheduling`) and takes that lock at
         // once to settle; woken under it, it blocked until the worker ran
         // again to let go, and was woken a second time. A wake is not lost:
         // whoever found the queue empty wakes the JS thread, which settles
