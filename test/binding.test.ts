@@ -321,11 +321,11 @@ describe('request bodies read by the engine from their bytes', () => {
         Promise.all(queries.map((body) => native.queryJson(undefined, body))),
         Promise.all(batches.map((body) => native.putBatchJson(undefined, body))),
       ]);
-      got.forEach((answer, i) => expect(JSON.parse(answer!.toString('utf8')).record).toMatchObject({ id: `b${i}`, fields: { title: `burst ${i}` } }));
+      for (const [i, answer] of got.entries()) expect(JSON.parse(answer!.toString('utf8')).record).toMatchObject({ id: `b${i}`, fields: { title: `burst ${i}` } });
       for (const answer of found) expect(JSON.parse(answer!.toString('utf8')).results).toHaveLength(3);
       for (const answer of wrote) expect(answer!.result.committed).toMatchObject({ record_count: 1 });
       // the engine read each body before answering: the caller's buffers are intact and its own again
-      gets.forEach((body, i) => expect(JSON.parse(body.toString('utf8')).id).toBe(`b${i}`));
+      for (const [i, body] of gets.entries()) expect(JSON.parse(body.toString('utf8')).id).toBe(`b${i}`);
     }
   });
 });
