@@ -673,13 +673,13 @@ impl NativeEngine {
             let (engine, records, extra) = match read {
                 Ok((engine, Read::Write(records, extra))) => (engine, records, extra),
                 Ok((_, Read::Answer(value))) => {
-                    return pending.settle(releasing(outcome::<Option<T>>(Ok(Some(value))), body));
+                    return pending.settle(outcome_releasing::<Option<T>>(Ok(Some(value)), body));
                 }
-                Ok((_, Read::Service)) => return pending.settle(releasing(outcome::<Option<T>>(Ok(None)), body)),
-                Err(e) => return pending.settle(releasing(outcome::<Option<T>>(Err(e)), body)),
+                Ok((_, Read::Service)) => return pending.settle(outcome_releasing::<Option<T>>(Ok(None), body)),
+                Err(e) => return pending.settle(outcome_releasing::<Option<T>>(Err(e), body)),
             };
             let reply = Reply::new(move |result| {
-                pending.settle(releasing(outcome(result.map(|r| Some(answer(r, extra)))), body));
+                pending.settle(outcome_releasing(result.map(|r| Some(answer(r, extra))), body));
             });
             let (db, br) = route(&branch);
             let write = WriteOp::Put { records, receipt };
@@ -772,26 +772,32 @@ impl NativeEngine {
     /// Runs `job` on the pool over the bytes of `body`, a request body the
     /// service handed over, and returns the promise it settles. The buffer
     /// belongs to JavaScript: it is released as the promise settles, on the
-    /// JS thread ([`releasing`]).
+    /// JS thread ([`outcome_releasing`]).
     fn run_on_body<'env, T, F>(&self, env: &'env Env, body: Buffer, job: F) -> Result<Object<'env>>
     where
         T: ToNapiValue + Send + 'static,
         F: FnOnce(&Engine, &[u8]) -> EngineResult<T> + Send + 'static,
     {
-        // SAFETY: methods run on the JS thread
-        let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
-        let opening = self.opening.clone();
-        self.pool.spawn(Box::new(move || {
-            let out = guard("a call", || job(&*opening.wait()?, &body));
-            pending.settle(releasing(outcome(out), body));
-        }));
-        Ok(Object::from_raw(env.raw(), promise))
+        self.run_holding(env, Ok(move |e: &Engine, body: &Buffer| job(e, body)), body)
     }
 
     fn run<'env, T, F>(&self, env: &'env Env, job: EngineResult<F>) -> Result<Object<'env>>
     where
         T: ToNapiValue + Send + 'static,
         F: FnOnce(&Engine) -> EngineResult<T> + Send + 'static,
+    {
+        self.run_holding(env, job.map(|job| move |e: &Engine, _: &()| job(e)), ())
+    }
+
+    /// Runs `job` over `held` on the pool and returns the promise it
+    /// settles, releasing `held` on the JS thread as it does; when the
+    /// arguments could not be read (`job` is an error), the promise rejects
+    /// with that error, as every asynchronous method's failures do.
+    fn run_holding<'env, T, F, H>(&self, env: &'env Env, job: EngineResult<F>, held: H) -> Result<Object<'env>>
+    where
+        T: ToNapiValue + Send + 'static,
+        F: FnOnce(&Engine, &H) -> EngineResult<T> + Send + 'static,
+        H: Send + 'static,
     {
         let job = match job {
             Ok(job) => job,
@@ -801,7 +807,8 @@ impl NativeEngine {
         let (promise, pending) = unsafe { self.settler.promise(env.raw()) }?;
         let opening = self.opening.clone();
         self.pool.spawn(Box::new(move || {
-            pending.settle(outcome(guard("a call", || job(&*opening.wait()?))));
+            let out = guard("a call", || job(&*opening.wait()?, &held));
+            pending.settle(outcome_releasing(out, held));
         }));
         Ok(Object::from_raw(env.raw(), promise))
     }
@@ -851,27 +858,31 @@ fn put_decision(body: Option<braid_engine::wire::PutBody>, named: Option<BranchR
 
 /// How a finished call settles its promise on the JS thread.
 fn outcome<T: ToNapiValue + Send + 'static>(out: EngineResult<T>) -> settle::Outcome {
-    Box::new(move |env| match out {
-        // SAFETY: settle runs this on the JS thread of `env`
-        Ok(value) => unsafe { T::to_napi_value(env, value) }
-            .map_err(|e| error_value(env, &EngineError::internal(format!("the result could not be converted: {e}")))),
-        Err(e) => Err(error_value(env, &e)),
-    })
+    outcome_releasing(out, ())
 }
 
-/// `settle` with `buffer`, a JavaScript buffer a call was given, released
-/// once it has run, on the JS thread that runs it. Dropped on a worker,
-/// napi-rs hands the release to the JS thread through a threadsafe function
-/// of its own: one more wake of that thread, and a context switch in and
-/// out of the worker that dropped it, for every request (a sequence of
-/// vector queries over HTTP, `perf sched`: with the settle queue's own
-/// extra wake, since removed, the JS thread was woken three to five times
-/// per query; it is woken twice now, the second time by Node's mutex in
-/// `napi_call_threadsafe_function`).
-fn releasing(settle: settle::Outcome, buffer: Buffer) -> settle::Outcome {
+/// [`outcome`], and `held` (a JavaScript buffer the call was given)
+/// released once the promise is settled, on the JS thread that settles it.
+/// Dropped on a worker, napi-rs hands a buffer's release to the JS thread
+/// through a threadsafe function of its own: one more wake of that thread,
+/// and a context switch in and out of the worker that dropped it, for every
+/// request (a sequence of vector queries over HTTP, `perf sched`: with the
+/// settle queue's own extra wake, since removed, the JS thread was woken
+/// three to five times per query; it is woken twice now, the second time by
+/// Node's mutex in `napi_call_threadsafe_function`).
+fn outcome_releasing<T: ToNapiValue + Send + 'static>(
+    out: EngineResult<T>,
+    held: impl Send + 'static,
+) -> settle::Outcome {
     Box::new(move |env| {
-        let settled = settle(env);
-        drop(buffer);
+        let settled = match out {
+            // SAFETY: settle runs this on the JS thread of `env`
+            Ok(value) => unsafe { T::to_napi_value(env, value) }.map_err(|e| {
+                error_value(env, &EngineError::internal(format!("the result could not be converted: {e}")))
+            }),
+            Err(e) => Err(error_value(env, &e)),
+        };
+        drop(held);
         settled
     })
 }
