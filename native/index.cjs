@@ -838,3 +838,4 @@ module.exports = nativeBinding
 module.exports.NativeEngine = nativeBinding.NativeEngine
 module.exports.doctor = nativeBinding.doctor
 module.exports.errorCodes = nativeBinding.errorCodes
+module.exports.releaseBuffer = nativeBinding.releaseBuffer

@@ -66,6 +66,17 @@ describe('the binding itself', () => {
     }
   });
 
+  it('releaseBuffer frees an ArrayBuffer now: it is empty after, and what is not an ArrayBuffer is refused', () => {
+    const bytes = Buffer.allocUnsafeSlow(100_000).fill(7);
+    loadNative().releaseBuffer(bytes.buffer as ArrayBuffer);
+    expect(bytes.buffer.byteLength).toBe(0);
+    expect(bytes.length).toBe(0);
+    // twice does nothing more; a buffer V8 shares between threads, or no buffer, is refused
+    loadNative().releaseBuffer(bytes.buffer as ArrayBuffer);
+    expect(() => loadNative().releaseBuffer(new SharedArrayBuffer(8) as unknown as ArrayBuffer)).toThrow(/ArrayBuffer/);
+    expect(() => loadNative().releaseBuffer('text' as unknown as ArrayBuffer)).toThrow(/ArrayBuffer/);
+  });
+
   it('writes and reads records as objects, with typed results', async () => {
     const put = await native.put(undefined, [
       { table: TABLE, tenant_id: TENANT, id: 'a', fields: { title: 'solar wind', v: new Float32Array([1, 0, 0]), n: 3, when: new Date(0), gone: undefined } },

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { HybridExplain, HybridQuery, type HybridQuery as HybridQueryT, NativeQlRequest, QueryResponse } from '../schemas/query.js';
-import { keepBodyBytes, sendJson } from './body-bytes.js';
+import { keepBodyBytes, sendJson, withBody } from './body-bytes.js';
 import { headerBranch } from '../services/branch.js';
 import { explainQuery, runNativeQueryJson, runQuery, runQueryJson } from '../services/queries.js';
 
@@ -46,7 +46,7 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: QueryResponse, ...idemErrorResponses },
       },
       validatorCompiler: checkedByService,
-    }, async (request, reply) => {
+    }, async (request, reply) => withBody(request, async () => {
       const body = request.body as unknown;
       const branch = headerBranch(request.headers);
       // no JSON body at all (no content type): the schema's refusal
@@ -54,6 +54,6 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
       const answer = await runQueryJson(engine, body, branch);
       if (!Buffer.isBuffer(answer)) return answer;
       return sendJson(reply, answer);
-    });
+    }));
   });
 }

@@ -16,7 +16,7 @@ import {
 import { compile, validationError } from '../validation.js';
 import type { BranchRef, Engine, RequestKey, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
-import { keepBodyBytes, sendJson } from './body-bytes.js';
+import { keepBodyBytes, sendJson, withBody } from './body-bytes.js';
 import { headerBranch, resolveBranch } from '../services/branch.js';
 import { getJson, getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
@@ -129,7 +129,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       },
       // checked by the engine's reading, else by putChecked below
       validatorCompiler: () => (value: unknown) => ({ value }),
-    }, async (request, reply) => {
+    }, async (request, reply) => withBody(request, async () => {
       const body = request.body as unknown;
       const headers = headerBranch(request.headers);
       const requestKey = writeKeyOf(request);
@@ -138,7 +138,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       const result = await putJson(engine, body, { branch: headers, requestKey, reply: EPOCH_REPLY })
         ?? await putChecked(engine, body, headers, requestKey);
       return epochReply(reply, result);
-    });
+    }));
 
     bytesContext.post('/v1/records/put-batch', {
       schema: {
@@ -148,7 +148,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       },
       // checked by the engine's reading, else by putBatchChecked below
       validatorCompiler: () => (value: unknown) => ({ value }),
-    }, async (request, reply) => {
+    }, async (request, reply) => withBody(request, async () => {
       const started = performance.now();
       const options = {
         branch: headerBranch(request.headers),
@@ -177,7 +177,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
         total_ms: performance.now() - started,
       };
       return { epoch, record_count, write_timing };
-    });
+    }));
 
     // the engine reads the key from the body and writes the answer's JSON,
     // which is sent as it is (docs/api.md, "How a request is served")
@@ -189,13 +189,13 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       },
       // checked by the engine's reading, else by getChecked below
       validatorCompiler: () => (value: unknown) => ({ value }),
-    }, async (request, reply) => {
+    }, async (request, reply) => withBody(request, async () => {
       const body = request.body as unknown;
       const branch = headerBranch(request.headers);
       if (!Buffer.isBuffer(body)) return getChecked(engine, body, branch);
       const answer = await getJson(engine, body, branch);
       if (answer === null) return getChecked(engine, parseRequestJson(body), branch);
       return sendJson(reply, answer);
-    });
+    }));
   });
 }

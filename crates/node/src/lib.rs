@@ -84,6 +84,18 @@ use types::{
 
 type EngineResult<T> = std::result::Result<T, EngineError>;
 
+/// Frees an `ArrayBuffer`'s memory now instead of when V8's collector next
+/// runs, by detaching it: the buffer is empty after. The service frees the
+/// request bodies it read into buffers of their own once the engine's call
+/// on them has settled (src/routes/body-bytes.ts).
+#[napi(ts_args_type = "buffer: ArrayBuffer")]
+pub fn release_buffer(env: &Env, buffer: Unknown<'_>) -> Result<()> {
+    const REFUSED: &str = "releaseBuffer takes an ArrayBuffer that can be detached";
+    // SAFETY: the value is this call's argument, alive for the call
+    let buffer = unsafe { ArrayBuffer::from_napi_value(env.raw(), buffer.raw()) };
+    buffer.and_then(ArrayBuffer::detach).map_err(|e| Error::new(e.status, REFUSED))
+}
+
 /// Every stable error code of the engine with its HTTP status; the service
 /// builds its error table from this (src/errors.ts).
 #[napi]
