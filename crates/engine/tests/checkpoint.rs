@@ -525,6 +525,109 @@ fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
     assert!(resident <= file_bytes / 4, "the queries left {resident} bytes of vector files mapped");
 }
 
+/// Between checkpoints, the vectors written since the last one are flushed
+/// to the open generation's vector file once they reach
+/// `vector_flush_bytes`, and leave the process's memory: reads answer as
+/// before; a crash after flushes (no checkpoint) loses nothing, and the start
+/// deletes the unfinished file and replays the log; a checkpoint after
+/// flushes names every part of the file (its own append last, one trailer
+/// at the end), and a start reads all of them.
+#[test]
+fn vectors_are_flushed_to_a_file_between_checkpoints() {
+    let _failpoints = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let dim = 64;
+    let vector = |i: usize, version: usize| -> Vec<f64> {
+        (0..dim).map(|d| (((i * 29 + d * 13 + version * 5) % 89) as f64 / 89.0) - 0.4).collect()
+    };
+    let put = |engine: &Engine, range: std::ops::Range<usize>, version: usize| {
+        let records = range
+            .map(|i| rec(&format!("r{i}"), json!({"body": format!("text {i} w{}", i % 7), "emb": vector(i, version)})));
+        engine.put(None, None, records.collect(), None).unwrap();
+    };
+    let look = |engine: &Engine| -> Vec<Value> {
+        assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
+        let mut seen: Vec<Value> = (0..2_400).step_by(53).map(|i| json!(get(engine, &format!("r{i}"), None))).collect();
+        for i in [0, 7, 1_111, 2_399] {
+            let v = vector(i, 1);
+            seen.push(json!(query(engine, json!({"table": "docs", "tenant_id": "acme", "vector": v, "top_k": 10}))));
+            seen.push(json!(query(
+                engine,
+                json!({"table": "docs", "tenant_id": "acme", "vector": v, "text": "w3", "top_k": 10})
+            )));
+        }
+        seen
+    };
+    let vectors_in_memory = |engine: &Engine| engine.metrics(None, None).unwrap().memory.vectors;
+    // the committer flushes after the group that crosses the threshold, at its next turn
+    let flushed_below = |engine: &Engine, bytes: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while vectors_in_memory(engine) > bytes && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        vectors_in_memory(engine)
+    };
+    let write_all = |engine: &Engine| {
+        for chunk in 0..6 {
+            put(engine, chunk * 400..(chunk + 1) * 400, 1);
+        }
+        put(engine, 0..100, 2);
+    };
+    // what the process holds of the same writes without flushes, and once a
+    // checkpoint has sealed them all (the vectors' 8-bit codes, the slots)
+    let (unflushed, sealed) = {
+        let reference = tempfile::tempdir().unwrap();
+        let engine = open_without_checkpoints(reference.path());
+        write_all(&engine);
+        let unflushed = vectors_in_memory(&engine);
+        engine.checkpoint(None, None).unwrap();
+        (unflushed, vectors_in_memory(&engine))
+    };
+    let mut config = common::config_without_checkpoints(dir.path());
+    // 256 vectors of 64 floats
+    config.branch.vector_flush_bytes = 64 << 10;
+    let branch = main_dir(dir.path());
+
+    let engine = Engine::open(config.clone()).unwrap();
+    write_all(&engine);
+    // 2,500 vectors (625 KiB) written, no checkpoint: all but the last
+    // flush's worth and a page or two at the ends of each flushed run are
+    // read from the open generation's file
+    let slack = (64 << 10) + 16 * 4096;
+    let held = flushed_below(&engine, sealed + slack);
+    assert!(held <= sealed + slack, "{held} bytes of vectors held; {sealed} once all are sealed");
+    assert!(unflushed - held >= 2_500 * dim as u64 * 4 - slack, "{unflushed} -> {held}");
+    assert_eq!(files(&branch, "vectors-"), vec![checkpoint::vectors_name(0)]);
+    assert!(files(&branch, "checkpoint-").is_empty());
+    let before = look(&engine);
+
+    // a crash: the start deletes the unfinished file and replays the log
+    drop(engine);
+    let engine = Engine::open(config.clone()).unwrap();
+    assert_eq!(look(&engine), before);
+
+    // a checkpoint after flushes: one file, its parts all named by the image
+    put(&engine, 2_400..2_500, 1);
+    let more = look(&engine);
+    engine.checkpoint(None, None).unwrap();
+    assert_eq!(look(&engine), more);
+    assert_eq!(files(&branch, "vectors-"), vec![checkpoint::vectors_name(0)]);
+    // the next generation's vectors go to a file of its own
+    put(&engine, 0..600, 3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while files(&branch, "vectors-").len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(files(&branch, "vectors-"), vec![checkpoint::vectors_name(0), checkpoint::vectors_name(1)]);
+    let last = look(&engine);
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    let engine = Engine::open(config).unwrap();
+    assert_eq!(look(&engine), last);
+    // the files are whole: braid doctor's check of every vector file passes
+    checkpoint::check_vector_files(&branch, checkpoint::latest(&branch).unwrap()).unwrap();
+}
+
 /// The bytes of `branch`'s vector files this process has resident, once at
 /// most `limit` (or a minute has passed): the indexer lets pages go as it
 /// finishes encoding what a start mapped.

@@ -396,64 +396,158 @@ pub struct SealedVectors {
     pub placed: HashMap<(String, String), (u64, u64)>,
 }
 
-/// Writes every vector column's tail to `vectors-<gen>.f32` and fsyncs it
-/// (no file when no column has new vectors). The state is not changed:
-/// [`install_vectors`] maps the file once the checkpoint is durable.
+/// Appends every vector column's unsealed vectors to the generation's vector
+/// file and finishes it: its trailer (length, CRC-32 of every byte before
+/// it, generation), fsynced. With no file yet and no column with new
+/// vectors, no file. The state is not changed: [`install_vectors`] maps the
+/// file once the checkpoint is durable. `open` is the generation's file when
+/// [`flush_vectors`] has begun it; it stays open (the committer drops it
+/// once the checkpoint is durable), so a checkpoint that fails after this
+/// is retried with the same file, which later appends continue past the
+/// trailer written here.
 ///
 /// The vectors are streamed to the file through a small buffer: a whole
 /// generation's vectors gathered first (100,000 of 256 dimensions are
 /// 102 MB, and a growing buffer copies itself on the way) had been the
 /// largest allocation of a load, and the peak of its resident memory.
-pub fn write_vectors(dir: &Path, gen: u32, state: &State) -> Result<SealedVectors> {
-    let mut placed = HashMap::new();
-    let columns: Vec<(&String, &String, &VectorColumn)> = state
-        .tables
-        .iter()
-        .flat_map(|(table, data)| data.vectors.iter().map(move |(column, vc)| (table, column, vc)))
-        .filter(|(.., vc)| vc.data.unsealed_len() > 0)
-        .collect();
-    if columns.is_empty() {
-        return Ok(SealedVectors { gen, path: None, placed });
+pub fn write_vectors(dir: &Path, gen: u32, open: &mut Option<VectorFile>, state: &State) -> Result<SealedVectors> {
+    if open.is_none() && !has_unsealed(state) {
+        return Ok(SealedVectors { gen, path: None, placed: HashMap::new() });
     }
-    let path = dir.join(vectors_name(gen));
-    faults::check("checkpoint::vectors")?;
-    let mut out = Summed {
-        out: std::io::BufWriter::with_capacity(1 << 20, wal::create_private(&path, true)?),
-        crc: crc32fast::Hasher::new(),
-    };
-    let mut offset = 0u64;
-    let mut written_back = 0u64;
-    let mut bytes: Vec<u8> = Vec::new();
-    for (table, column, vc) in columns {
-        // zeros up to the file offset whose page offset is the first vector's
-        // in memory, so whole pages of the file hold whole pages of the
-        // column's memory and can be mapped over it once this is durable
-        if let Some(at) = vc.data.unsealed_page_offset() {
-            let page = crate::index::arena::page_size() as u64;
-            let pad = (at as u64 + page - offset % page) % page;
-            out.write_all(&vec![0u8; pad as usize])?;
-            offset += pad;
+    let file = VectorFile::of(dir, gen, open)?;
+    let placed = file.append(state, true)?;
+    Ok(SealedVectors { gen, path: Some(file.path.clone()), placed })
+}
+
+/// Appends every vector column's unsealed vectors to the generation's vector
+/// file between checkpoints, so that [`install_vectors`] can map them from
+/// it and the process's own copies are freed: without this, the vectors
+/// written since the last checkpoint (up to 50,000 rows of them) are held
+/// in memory until it. A crash before the checkpoint loses nothing: the
+/// log still holds these vectors, and a start deletes the generation's file
+/// (`remove_stale`) before it replays them.
+pub fn flush_vectors(dir: &Path, gen: u32, open: &mut Option<VectorFile>, state: &State) -> Result<SealedVectors> {
+    let file = VectorFile::of(dir, gen, open)?;
+    let placed = file.append(state, false)?;
+    Ok(SealedVectors { gen, path: Some(file.path.clone()), placed })
+}
+
+/// Bytes of vectors written since the last checkpoint or flush, in every column.
+pub fn unsealed_bytes(state: &State) -> u64 {
+    state
+        .tables
+        .values()
+        .flat_map(|t| t.vectors.values())
+        .map(|vc| (vc.data.unsealed_len() * vc.data.dim() * 4) as u64)
+        .sum()
+}
+
+fn has_unsealed(state: &State) -> bool {
+    state.tables.values().flat_map(|t| t.vectors.values()).any(|vc| vc.data.unsealed_len() > 0)
+}
+
+/// The vector file of the generation being written, `vectors-<gen>.f32`,
+/// from its first append until the checkpoint that ends the generation is
+/// durable: where its bytes end and their CRC-32 so far.
+pub struct VectorFile {
+    gen: u32,
+    path: PathBuf,
+    file: File,
+    len: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl VectorFile {
+    /// The generation's open file, begun (empty) when there is none. A file
+    /// left open for another generation is let go: its vectors are sealed
+    /// where they are, and a file without a trailer is read as whole f32s.
+    fn of<'a>(dir: &Path, gen: u32, open: &'a mut Option<VectorFile>) -> Result<&'a mut VectorFile> {
+        if open.as_ref().is_some_and(|f| f.gen != gen) {
+            debug_assert!(false, "a vector file of another generation was left open");
+            *open = None;
         }
-        placed.insert((table.clone(), column.clone()), (offset, vc.data.unsealed_len() as u64));
-        for v in vc.data.unsealed() {
-            bytes.clear();
-            bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
-            out.write_all(&bytes)?;
-            offset += bytes.len() as u64;
-            // the device writes what is written while the rest is encoded
-            if offset - written_back >= fsutil::WRITEBACK_BYTES {
-                out.out.flush()?;
-                fsutil::start_writeback(out.out.get_ref(), written_back, offset - written_back);
-                written_back = offset;
+        if open.is_none() {
+            let path = dir.join(vectors_name(gen));
+            faults::check("checkpoint::vectors")?;
+            let file = wal::create_private(&path, true)?;
+            *open = Some(VectorFile { gen, path, file, len: 0, crc: crc32fast::Hasher::new() });
+        }
+        Ok(open.as_mut().expect("opened above"))
+    }
+
+    /// Appends every column's unsealed vectors (and, with `finish`, the
+    /// trailer), synced to the device; where each column's vectors went. A
+    /// failed append is cut off again, so the file holds only what an
+    /// append that succeeded wrote, and where the next one goes is known.
+    fn append(&mut self, state: &State, finish: bool) -> Result<HashMap<(String, String), (u64, u64)>> {
+        let (len, crc) = (self.len, self.crc.clone());
+        let appended = self.try_append(state, finish);
+        if appended.is_err() {
+            self.len = len;
+            self.crc = crc;
+            let _ = self.file.set_len(len);
+        }
+        appended
+    }
+
+    fn try_append(&mut self, state: &State, finish: bool) -> Result<HashMap<(String, String), (u64, u64)>> {
+        use std::io::{Seek, SeekFrom};
+        let mut placed = HashMap::new();
+        let columns: Vec<(&String, &String, &VectorColumn)> = state
+            .tables
+            .iter()
+            .flat_map(|(table, data)| data.vectors.iter().map(move |(column, vc)| (table, column, vc)))
+            .filter(|(.., vc)| vc.data.unsealed_len() > 0)
+            .collect();
+        (&self.file).seek(SeekFrom::Start(self.len))?;
+        let start = self.len;
+        let mut out = Summed { out: std::io::BufWriter::with_capacity(1 << 20, &self.file), crc: self.crc.clone() };
+        let mut offset = start;
+        let mut written_back = start;
+        let mut bytes: Vec<u8> = Vec::new();
+        for (table, column, vc) in columns {
+            // zeros up to the file offset whose page offset is the first vector's
+            // in memory, so whole pages of the file hold whole pages of the
+            // column's memory and can be mapped over it once this is durable
+            if let Some(at) = vc.data.unsealed_page_offset() {
+                let page = crate::index::arena::page_size() as u64;
+                let pad = (at as u64 + page - offset % page) % page;
+                out.write_all(&vec![0u8; pad as usize])?;
+                offset += pad;
+            }
+            placed.insert((table.clone(), column.clone()), (offset, vc.data.unsealed_len() as u64));
+            for v in vc.data.unsealed() {
+                bytes.clear();
+                bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+                out.write_all(&bytes)?;
+                offset += bytes.len() as u64;
+                // the device writes what is written while the rest is encoded
+                if offset - written_back >= fsutil::WRITEBACK_BYTES {
+                    out.out.flush()?;
+                    fsutil::start_writeback(&self.file, written_back, offset - written_back);
+                    written_back = offset;
+                }
             }
         }
+        if finish {
+            // the trailer goes through the checksum too: a retried checkpoint
+            // appends past it, and its own trailer's sum covers this one
+            let trailer = vector_trailer(offset, out.crc.clone().finalize(), self.gen);
+            out.write_all(&trailer)?;
+            offset += trailer.len() as u64;
+        }
+        let Summed { out, crc } = out;
+        out.into_inner().map_err(|e| Error::from(e.into_error()))?;
+        if finish {
+            self.file.sync_all()?;
+            fsutil::sync_dir(&self.path)?;
+        } else {
+            self.file.sync_data()?;
+        }
+        self.len = offset;
+        self.crc = crc;
+        Ok(placed)
     }
-    let Summed { out: mut file, crc } = out;
-    file.write_all(&vector_trailer(offset, crc.finalize(), gen))?;
-    let file = file.into_inner().map_err(|e| Error::from(e.into_error()))?;
-    file.sync_all()?;
-    fsutil::sync_dir(&path)?;
-    Ok(SealedVectors { gen, path: Some(path), placed })
 }
 
 /// A writer that takes the CRC-32 of what goes through it.

@@ -89,6 +89,7 @@ pub(super) fn spawn(
         removed: Vec::new(),
         removed_below: 0,
         cleaning: None,
+        vectors: None,
     };
     std::thread::Builder::new().name("braid-commit".into()).spawn(move || run_committer(log, rx, state, shared, config))
 }
@@ -191,6 +192,9 @@ struct Log {
     /// Deleting the WAL segment and image the last checkpoint covers, on a
     /// thread of its own ([`Log::remove_covered`]).
     cleaning: Option<std::thread::JoinHandle<()>>,
+    /// The vector file of the open generation, from its first flush until
+    /// the checkpoint that ends the generation is durable.
+    vectors: Option<checkpoint::VectorFile>,
 }
 
 impl Log {
@@ -217,6 +221,22 @@ impl Log {
         if let Some(handle) = self.cleaning.take() {
             let _ = handle.join();
         }
+    }
+
+    /// Seals the vectors written since the last checkpoint or flush to the
+    /// open generation's vector file once they reach `vector_flush_bytes`
+    /// (`checkpoint::flush_vectors`): from then on they are read from the
+    /// file, and the process's own copies are freed. True when it flushed.
+    fn flush_vectors_if_due(&mut self, state: &RwLock<State>, shared: &Shared, config: &BranchConfig) -> Result<bool> {
+        if checkpoint::unsealed_bytes(&state.read()) < config.vector_flush_bytes {
+            return Ok(false);
+        }
+        // no vector column is rebuilt while this runs, as for a checkpoint
+        let _columns_held = shared.checkpointing.lock();
+        let gen = state.read().records.open_gen();
+        let sealed = checkpoint::flush_vectors(&self.dir, gen, &mut self.vectors, &state.read())?;
+        checkpoint::install_vectors(&mut state.write(), &sealed)?;
+        Ok(true)
     }
 
     fn due(&self, config: &BranchConfig) -> bool {
@@ -254,7 +274,7 @@ impl Log {
         crate::faults::check("checkpoint::records")?;
         record_file.sync_all()?;
         lap(&mut phases.records_sync_ms);
-        let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &state.read())?;
+        let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &mut self.vectors, &state.read())?;
         lap(&mut phases.vectors_ms);
         let new_path = self.dir.join(checkpoint::wal_name(next));
         let (new_wal, _) = Wal::open(&new_path)?;
@@ -285,6 +305,7 @@ impl Log {
             st.wal_end = new_wal.end();
         }
         lap(&mut phases.switch_ms);
+        self.vectors = None;
         self.wal = new_wal;
         self.gen = next;
         self.last_checkpoint = Instant::now();
@@ -403,6 +424,11 @@ fn committer_step(
             CheckpointTrigger::Interval
         };
         if take_checkpoint(log, state, shared, None, trigger).is_err() {
+            *retry_at = Instant::now() + Duration::from_secs(5);
+        }
+    } else if Instant::now() >= *retry_at && !shared.failed.load(Ordering::Acquire) {
+        // a failed flush loses nothing (the log holds the vectors): tried again later
+        if log.flush_vectors_if_due(state, shared, config).is_err() {
             *retry_at = Instant::now() + Duration::from_secs(5);
         }
     }

@@ -41,6 +41,12 @@ pub struct BranchConfig {
     pub checkpoint_rows: u64,
     /// ...or this long after the last one, when anything was written since.
     pub checkpoint_interval: Duration,
+    /// Between checkpoints, the vectors written since the last checkpoint or
+    /// flush are appended to the generation's vector file once they reach
+    /// this many bytes, and read from it from then on
+    /// (`checkpoint::flush_vectors`): the process holds at most this much
+    /// of them, not every vector of up to `checkpoint_rows` records.
+    pub vector_flush_bytes: u64,
     /// Checkpoint when the branch closes cleanly, so the next start replays
     /// nothing. (Off only in tests that need a log to inspect.)
     pub checkpoint_on_close: bool,
@@ -98,6 +104,7 @@ impl Default for BranchConfig {
             checkpoint_wal_bytes: 64 << 20,
             checkpoint_rows: 50_000,
             checkpoint_interval: Duration::from_secs(300),
+            vector_flush_bytes: 8 << 20,
             checkpoint_on_close: true,
             graph_dump_rows: 65_536,
             indexing: IndexingGate::new(true),
