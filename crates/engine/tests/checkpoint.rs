@@ -453,6 +453,38 @@ fn graphs_are_dumped_as_they_grow_and_a_crash_image_loads_them() {
     assert_eq!(query(&engine, probe), want);
 }
 
+/// The 64 dimensions of the vector tests below.
+const EMB_DIM: usize = 64;
+
+/// Record `i`'s vector in its `version`.
+fn emb(i: usize, version: usize) -> Vec<f64> {
+    (0..EMB_DIM).map(|d| (((i * 31 + d * 17 + version * 7) % 97) as f64 / 97.0) - 0.4).collect()
+}
+
+/// Writes records `range` in their `version`, each with text and a vector.
+fn put_embedded(engine: &Engine, range: std::ops::Range<usize>, version: usize) {
+    let records =
+        range.map(|i| rec(&format!("r{i}"), json!({"body": format!("text {i} w{}", i % 7), "emb": emb(i, version)})));
+    engine.put(None, None, records.collect(), None).unwrap();
+}
+
+/// What a reader sees of the vector tests' records once indexed: every
+/// `step`-th of the first `rows` records, and vector and hybrid queries
+/// near the records `probes`.
+fn look_embedded(engine: &Engine, rows: usize, step: usize, probes: [usize; 4]) -> Vec<Value> {
+    assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
+    let mut seen: Vec<Value> = (0..rows).step_by(step).map(|i| json!(get(engine, &format!("r{i}"), None))).collect();
+    for i in probes {
+        let v = emb(i, 1);
+        seen.push(json!(query(engine, json!({"table": "docs", "tenant_id": "acme", "vector": v, "top_k": 10}))));
+        seen.push(json!(query(
+            engine,
+            json!({"table": "docs", "tenant_id": "acme", "vector": v, "text": "w3", "top_k": 10})
+        )));
+    }
+    seen
+}
+
 /// Vectors a checkpoint wrote to its vector file leave the process's memory:
 /// the arena maps the file's pages over their own (index/arena.rs), so the
 /// memory estimate drops by their bytes, and every read (gets, exact and
@@ -462,28 +494,9 @@ fn graphs_are_dumped_as_they_grow_and_a_crash_image_loads_them() {
 fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
     let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
-    let dim = 64;
-    let vector = |i: usize, version: usize| -> Vec<f64> {
-        (0..dim).map(|d| (((i * 31 + d * 17 + version * 7) % 97) as f64 / 97.0) - 0.4).collect()
-    };
-    let put = |engine: &Engine, range: std::ops::Range<usize>, version: usize| {
-        let records = range
-            .map(|i| rec(&format!("r{i}"), json!({"body": format!("text {i} w{}", i % 7), "emb": vector(i, version)})));
-        engine.put(None, None, records.collect(), None).unwrap();
-    };
-    let look = |engine: &Engine| -> Vec<Value> {
-        assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
-        let mut seen: Vec<Value> = (0..2_600).step_by(97).map(|i| json!(get(engine, &format!("r{i}"), None))).collect();
-        for i in [0, 5, 1_000, 2_222] {
-            let v = vector(i, 1);
-            seen.push(json!(query(engine, json!({"table": "docs", "tenant_id": "acme", "vector": v, "top_k": 10}))));
-            seen.push(json!(query(
-                engine,
-                json!({"table": "docs", "tenant_id": "acme", "vector": v, "text": "w3", "top_k": 10})
-            )));
-        }
-        seen
-    };
+    let dim = EMB_DIM;
+    let put = put_embedded;
+    let look = |engine: &Engine| look_embedded(engine, 2_600, 97, [0, 5, 1_000, 2_222]);
     let vectors_in_memory = |engine: &Engine| engine.metrics(None, None).unwrap().memory.vectors;
 
     let engine = open_without_checkpoints(dir.path());
@@ -536,28 +549,9 @@ fn vectors_a_checkpoint_wrote_leave_the_process_memory() {
 fn vectors_are_flushed_to_a_file_between_checkpoints() {
     let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
-    let dim = 64;
-    let vector = |i: usize, version: usize| -> Vec<f64> {
-        (0..dim).map(|d| (((i * 29 + d * 13 + version * 5) % 89) as f64 / 89.0) - 0.4).collect()
-    };
-    let put = |engine: &Engine, range: std::ops::Range<usize>, version: usize| {
-        let records = range
-            .map(|i| rec(&format!("r{i}"), json!({"body": format!("text {i} w{}", i % 7), "emb": vector(i, version)})));
-        engine.put(None, None, records.collect(), None).unwrap();
-    };
-    let look = |engine: &Engine| -> Vec<Value> {
-        assert!(engine.wait_indexed(std::time::Duration::from_secs(60)));
-        let mut seen: Vec<Value> = (0..2_400).step_by(53).map(|i| json!(get(engine, &format!("r{i}"), None))).collect();
-        for i in [0, 7, 1_111, 2_399] {
-            let v = vector(i, 1);
-            seen.push(json!(query(engine, json!({"table": "docs", "tenant_id": "acme", "vector": v, "top_k": 10}))));
-            seen.push(json!(query(
-                engine,
-                json!({"table": "docs", "tenant_id": "acme", "vector": v, "text": "w3", "top_k": 10})
-            )));
-        }
-        seen
-    };
+    let dim = EMB_DIM;
+    let put = put_embedded;
+    let look = |engine: &Engine| look_embedded(engine, 2_400, 53, [0, 7, 1_111, 2_399]);
     let vectors_in_memory = |engine: &Engine| engine.metrics(None, None).unwrap().memory.vectors;
     // the committer flushes after the group that crosses the threshold, at its next turn
     let flushed_below = |engine: &Engine, bytes: u64| {
