@@ -172,8 +172,15 @@ export declare class NativeEngine {
    * JSON bytes on the worker pool (`braid_engine::wire::put_batch`).
    * Resolves `null`, having written nothing, when the body needs the
    * service's own reading: its schema check, its parser or its refusal.
+   *
+   * With `freeBody`, the body's `ArrayBuffer` is detached (its memory
+   * freed, the buffer empty after) on the JS thread as soon as the
+   * records are read from it, before they are committed; only when the
+   * body is the whole of its `ArrayBuffer`, which nothing else holds (a
+   * buffer of `Buffer.allocUnsafeSlow`, never a pooled one). A body that
+   * needs the service's reading is left as it is.
    */
-  putBatchJson(branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null): Promise<PutBatchOutcome | null>
+  putBatchJson(branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null, freeBody?: boolean | undefined | null): Promise<PutBatchOutcome | null>
   /**
    * Writes the record of a `/v1/records/put` body, read from its JSON
    * bytes (`braid_engine::wire::put`): on the JS thread when the body is

@@ -279,6 +279,40 @@ describe('request bodies read by the engine from their bytes', () => {
     expect(refused).toMatchObject({ code: 'schema_type_mismatch', status: 400, index: 1 });
   });
 
+  it('with freeBody, a put-batch body of its own is freed once its records are read, and any other body is left whole', async () => {
+    const record = (id: string) => ({ table: TABLE, tenant_id: TENANT, id, fields: { title: `freed ${id}`, v: [0, 1, 0] } });
+    const own = (value: unknown) => {
+      const text = Buffer.from(JSON.stringify(value));
+      const bytes = Buffer.allocUnsafeSlow(text.length);
+      text.copy(bytes);
+      return bytes;
+    };
+    const read = own({ records: [record('f1'), record('f2')] });
+    const length = read.length;
+    const out = await native.putBatchJson(undefined, read, undefined, true);
+    expect(out!.result.committed).toMatchObject({ record_count: 2 });
+    // detached: the memory is V8's no more
+    expect(read.buffer.byteLength).toBe(0);
+    expect(length).toBeGreaterThan(0);
+    expect((await native.get(undefined, { table: TABLE, tenant_id: TENANT, id: 'f2' }))!.fields).toEqual({ title: 'freed f2', v: [0, 1, 0] });
+
+    // not asked: left whole
+    const kept = own({ records: [record('f3')] });
+    await native.putBatchJson(undefined, kept, undefined, false);
+    expect(kept.buffer.byteLength).toBe(kept.length);
+    // a body the service must read is left for it to read
+    const unread = own({ records: [record('f4')], extra: true });
+    expect(await native.putBatchJson(undefined, unread, undefined, true)).toBeNull();
+    expect(JSON.parse(unread.toString()).extra).toBe(true);
+    // a body that is part of a larger ArrayBuffer (Node's pool) is never detached
+    const pooled = Buffer.from(JSON.stringify({ records: [record('f5')] }));
+    expect(pooled.byteLength).toBeLessThan(pooled.buffer.byteLength);
+    const whole = pooled.buffer.byteLength;
+    await native.putBatchJson(undefined, pooled, undefined, true);
+    expect(pooled.buffer.byteLength).toBe(whole);
+    expect(JSON.parse(pooled.toString()).records[0].id).toBe('f5');
+  });
+
   it('a put body naming its branch is answered {named} until the caller passes the branch it checked', async () => {
     const wrapper = Buffer.from(JSON.stringify({ record: { table: TABLE, tenant_id: TENANT, id: 'nb1', fields: { n: 1 } }, branch_id: 'main' }));
     const key = { table: TABLE, tenant_id: TENANT, id: 'nb1' };

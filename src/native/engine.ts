@@ -178,9 +178,13 @@ export class Engine {
    * from its bytes off the JS thread. Resolves null, having written nothing,
    * when the body needs the service's own reading (invalid JSON, a schema
    * violation, a key JSON.parse treats specially: crates/engine/src/wire.rs).
+   * With `freeBody`, the body's memory is freed as soon as the engine has
+   * read the records from it, before they are committed; pass it only for a
+   * buffer that is the whole of an ArrayBuffer nothing else reads (empty
+   * after).
    */
-  async putBatchJson(body: Buffer, branch?: BranchRef, receipt?: Native.ReceiptDraft): Promise<{ result: WriteResult; includeWriteTiming: boolean } | null> {
-    const outcome = await settle(() => this.engine.putBatchJson(branch, body, receipt));
+  async putBatchJson(body: Buffer, branch?: BranchRef, receipt?: Native.ReceiptDraft, freeBody = false): Promise<{ result: WriteResult; includeWriteTiming: boolean } | null> {
+    const outcome = await settle(() => this.engine.putBatchJson(branch, body, receipt, freeBody));
     return outcome && { result: writeResult(outcome.result), includeWriteTiming: outcome.includeWriteTiming };
   }
 

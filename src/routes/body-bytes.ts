@@ -69,6 +69,16 @@ export async function withBody<T>(request: FastifyRequest, handle: () => Promise
   }
 }
 
+/**
+ * Whether the request's body is a buffer of its own, that the engine may
+ * free as soon as it has read it (a put-batch's records, before their
+ * commit): the route must not read the body after such a call, unless the
+ * engine left the body to the service's own reading.
+ */
+export function ownsBody(request: FastifyRequest): boolean {
+  return owned.has(request);
+}
+
 /** Frees an owned body's memory now. */
 function release(request: FastifyRequest, body: OwnedBody): void {
   owned.delete(request);

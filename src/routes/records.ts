@@ -16,7 +16,7 @@ import {
 import { compile, validationError } from '../validation.js';
 import type { BranchRef, Engine, RequestKey, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
-import { keepBodyBytes, sendJson, withBody } from './body-bytes.js';
+import { keepBodyBytes, ownsBody, sendJson, withBody } from './body-bytes.js';
 import { headerBranch, resolveBranch } from '../services/branch.js';
 import { getJson, getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
@@ -163,7 +163,8 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
         putBatchValidator(body);
         throw validationError(putBatchValidator.errors);
       }
-      const read = await putBatchJson(engine, body, options);
+      // the body is read once: a body of its own is freed as the records are read
+      const read = await putBatchJson(engine, body, options, ownsBody(request));
       const { result, includeWriteTiming } = read ?? await putBatchChecked(engine, body, options);
       if (result.replayed) return replay(reply, result.replayed.status, result.replayed.body);
       const { epoch, record_count, timing } = result.committed;

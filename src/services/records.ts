@@ -44,9 +44,10 @@ export function putRecords(engine: Engine, records: RecordInput[], options?: Wri
  * Full replacement write of the records of a put-batch request body, read
  * by the engine from its bytes; null, having written nothing, when the body
  * needs the service's own reading (then parse it and call putRecords).
+ * `freeBody` frees the body once the records are read (Engine.putBatchJson).
  */
-export function putBatchJson(engine: Engine, body: Buffer, options?: WriteOptions): Promise<{ result: WriteResult; includeWriteTiming: boolean } | null> {
-  return engine.putBatchJson(body, options?.branch, writeReceipt(options));
+export function putBatchJson(engine: Engine, body: Buffer, options?: WriteOptions, freeBody = false): Promise<{ result: WriteResult; includeWriteTiming: boolean } | null> {
+  return engine.putBatchJson(body, options?.branch, writeReceipt(options), freeBody);
 }
 
 /**

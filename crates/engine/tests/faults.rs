@@ -24,6 +24,13 @@ fn exists(engine: &Engine, id: &str) -> bool {
 /// A failed write, then: refused writes, working reads, a restart with
 /// exactly the acknowledged writes, and writes accepted again.
 fn check_write_fault(point: &str, actions: &str) {
+    check_write_fault_of(point, actions, &[("failed", "never acknowledged")]);
+}
+
+/// [`check_write_fault`] for a write of the records `failed` (id, title).
+fn check_write_fault_of(point: &str, actions: &str, failed: &[(&str, &str)]) {
+    let written = || failed.iter().map(|(id, title)| rec(id, json!({ "title": title }))).collect::<Vec<_>>();
+    let none_exists = |engine: &Engine| !failed.iter().any(|(id, _)| exists(engine, id));
     let scenario = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     {
@@ -31,13 +38,12 @@ fn check_write_fault(point: &str, actions: &str) {
         engine.put(None, None, vec![rec("before", json!({"title": "acknowledged"}))], None).unwrap();
         let epoch = engine.metrics(None, None).unwrap().latest_epoch;
         faults::configure(point, actions).unwrap();
-        let err =
-            engine.put(None, None, vec![rec("failed", json!({"title": "never acknowledged"}))], None).unwrap_err();
+        let err = engine.put(None, None, written(), None).unwrap_err();
         faults::clear();
         assert_eq!(err.code, Code::StorageFailure, "{point}: {}", err.message);
         assert!(err.message.contains("refuses writes until the engine restarts"), "{}", err.message);
         // never visible, and the epoch did not move
-        assert!(!exists(&engine, "failed"), "{point}: an unacknowledged write became visible");
+        assert!(none_exists(&engine), "{point}: an unacknowledged write became visible");
         assert_eq!(engine.metrics(None, None).unwrap().latest_epoch, epoch);
         // writes stay refused although the disk is fine again
         let again = engine.put(None, None, vec![rec("later", json!({"title": "x"}))], None).unwrap_err();
@@ -48,7 +54,7 @@ fn check_write_fault(point: &str, actions: &str) {
     }
     let engine = open(dir.path());
     assert!(exists(&engine, "before"), "{point}: an acknowledged write was lost");
-    assert!(!exists(&engine, "failed"), "{point}: an unacknowledged write came back after the restart");
+    assert!(none_exists(&engine), "{point}: an unacknowledged write came back after the restart");
     assert!(!exists(&engine, "later"));
     engine.put(None, None, vec![rec("after", json!({"title": "fine"}))], None).unwrap();
     drop(engine);
@@ -136,6 +142,17 @@ fn short_write() {
 #[test]
 fn record_file_write_error() {
     check_write_fault("records::write", "return(eio)");
+}
+
+/// A group of more than a MiB of fields is written to the record file as it
+/// is staged (records.rs, STAGED_BYTES): a write failing after the first
+/// part went in refuses the whole group, as one failing at the end does.
+#[test]
+fn record_file_write_error_after_part_of_a_large_group() {
+    let title = "x".repeat(8 << 10);
+    let ids: Vec<String> = (0..400).map(|i| format!("failed-{i}")).collect();
+    let failed: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), title.as_str())).collect();
+    check_write_fault_of("records::write", "1*off->return(eio)", &failed);
 }
 
 #[test]

@@ -217,8 +217,15 @@ impl NativeEngine {
     /// JSON bytes on the worker pool (`braid_engine::wire::put_batch`).
     /// Resolves `null`, having written nothing, when the body needs the
     /// service's own reading: its schema check, its parser or its refusal.
+    ///
+    /// With `freeBody`, the body's `ArrayBuffer` is detached (its memory
+    /// freed, the buffer empty after) on the JS thread as soon as the
+    /// records are read from it, before they are committed; only when the
+    /// body is the whole of its `ArrayBuffer`, which nothing else holds (a
+    /// buffer of `Buffer.allocUnsafeSlow`, never a pooled one). A body that
+    /// needs the service's reading is left as it is.
     #[napi(
-        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null",
+        ts_args_type = "branch: BranchRef | undefined | null, body: Buffer, receipt?: ReceiptDraft | undefined | null, freeBody?: boolean | undefined | null",
         ts_return_type = "Promise<PutBatchOutcome | null>"
     )]
     pub fn put_batch_json<'env>(
@@ -227,6 +234,7 @@ impl NativeEngine {
         branch: Option<BranchRef>,
         body: Buffer,
         receipt: Option<Unknown<'env>>,
+        free_body: Option<bool>,
     ) -> Result<Object<'env>> {
         let read = |body: &[u8]| match braid_engine::wire::put_batch(body) {
             Some(b) => Read::Write(b.records, b.include_write_timing),
@@ -234,7 +242,7 @@ impl NativeEngine {
         };
         let answer =
             |result: EngineWrite, include_write_timing| PutBatchOutcome { result: result.into(), include_write_timing };
-        self.put_read(env, branch, body, receipt, "a put-batch body", read, answer)
+        self.put_read(env, branch, body, free_body.unwrap_or(false), receipt, "a put-batch body", read, answer)
     }
 
     /// Writes the record of a `/v1/records/put` body, read from its JSON
@@ -269,7 +277,7 @@ impl NativeEngine {
                 PutDecision::Service => Read::Service,
             };
             let answer = |result, ()| Either::<WriteResult, NamedBranch>::A(WriteResult::from(result));
-            return self.put_read(env, branch, body, receipt, "a put body", read, answer);
+            return self.put_read(env, branch, body, false, receipt, "a put body", read, answer);
         }
         let decision = guard("reading a put body", || Ok(put_decision(braid_engine::wire::put(&body), named)));
         let answered = |answer: Option<NamedBranch>| -> Result<Object<'env>> {
@@ -661,6 +669,7 @@ impl NativeEngine {
         env: &'env Env,
         branch: Option<BranchRef>,
         body: Buffer,
+        free_body: bool,
         receipt: Option<Unknown<'env>>,
         what: &'static str,
         read: impl FnOnce(&[u8]) -> Read<A, T> + Send + 'static,
@@ -690,8 +699,16 @@ impl NativeEngine {
                 Ok((_, Read::Service)) => return pending.settle(outcome_releasing::<Option<T>>(Ok(None), body)),
                 Err(e) => return pending.settle(outcome_releasing::<Option<T>>(Err(e), body)),
             };
+            // the records are read: nothing reads the body again
+            let held = match free_body {
+                true => {
+                    pending.run_on_js_thread(Box::new(move |env| detach_buffer(env, body)));
+                    None
+                }
+                false => Some(body),
+            };
             let reply = Reply::new(move |result| {
-                pending.settle(outcome_releasing(result.map(|r| Some(answer(r, extra))), body));
+                pending.settle(outcome_releasing(result.map(|r| Some(answer(r, extra))), held));
             });
             let (db, br) = route(&branch);
             let write = WriteOp::Put { records, receipt };
@@ -897,6 +914,33 @@ fn outcome_releasing<T: ToNapiValue + Send + 'static>(
         drop(held);
         settled
     })
+}
+
+/// Detaches the `ArrayBuffer` that `body` is the whole of, on the JS thread
+/// of `env`: V8 frees its memory now, and the buffer is empty after. A body
+/// that is part of a larger `ArrayBuffer` is only let go.
+fn detach_buffer(env: napi::sys::napi_env, body: Buffer) {
+    use napi::sys;
+    use std::ptr;
+    // SAFETY: a chore runs on the JS thread of `env`, in a handle scope
+    unsafe {
+        let Ok(value) = Buffer::to_napi_value(env, body) else { return };
+        let (mut length, mut data, mut arraybuffer, mut offset) = (0, ptr::null_mut(), ptr::null_mut(), 0);
+        let mut kind = 0;
+        let typed =
+            sys::napi_get_typedarray_info(env, value, &mut kind, &mut length, &mut data, &mut arraybuffer, &mut offset);
+        let mut whole = 0;
+        let mut whole_data = ptr::null_mut();
+        if typed != sys::Status::napi_ok
+            || sys::napi_get_arraybuffer_info(env, arraybuffer, &mut whole_data, &mut whole) != sys::Status::napi_ok
+        {
+            return;
+        }
+        // a Buffer's typed array is of bytes, so its length is its byte length
+        if offset == 0 && length == whole {
+            sys::napi_detach_arraybuffer(env, arraybuffer);
+        }
+    }
 }
 
 /// Runs `f`, turning a panic into `internal_panic`.

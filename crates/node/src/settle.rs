@@ -24,8 +24,18 @@ use napi::sys;
 /// to reject with (`Err`), on the JS thread.
 pub type Outcome = Box<dyn FnOnce(sys::napi_env) -> Result<sys::napi_value, sys::napi_value> + Send>;
 
+/// Work a call hands to the JS thread before it settles (freeing a buffer
+/// it has finished reading).
+pub type Chore = Box<dyn FnOnce(sys::napi_env) + Send>;
+
+/// What the JS thread does for a call, in the order queued.
+enum Job {
+    Settle(Deferred, Outcome),
+    Run(Chore),
+}
+
 struct Queue {
-    done: Vec<(Deferred, Outcome)>,
+    done: Vec<Job>,
     /// Set when the environment finalized the threadsafe function.
     closed: bool,
 }
@@ -132,12 +142,24 @@ impl Pending {
 
     /// Settles on the JS thread (from any thread).
     pub fn settle(self, outcome: Outcome) {
+        self.shared.queue_job(Job::Settle(self.deferred, outcome));
+    }
+
+    /// Runs `chore` on the JS thread (from any thread), before this call
+    /// settles. Dropped unrun when the environment has gone.
+    pub fn run_on_js_thread(&self, chore: Chore) {
+        self.shared.queue_job(Job::Run(chore));
+    }
+}
+
+impl Shared {
+    fn queue_job(&self, job: Job) {
         let wake = {
-            let mut queue = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
             if queue.closed {
                 return;
             }
-            queue.done.push((self.deferred, outcome));
+            queue.done.push(job);
             queue.done.len() == 1
         };
         // Outside the queue's lock: the JS thread this wakes preempts the
@@ -148,12 +170,12 @@ impl Pending {
         // all there is when it runs.
         if wake {
             // the read lock keeps the environment from finalizing the function meanwhile
-            let alive = self.shared.alive.read().unwrap_or_else(PoisonError::into_inner);
+            let alive = self.alive.read().unwrap_or_else(PoisonError::into_inner);
             if *alive {
                 // SAFETY: alive, and kept so until the lock is let go
                 unsafe {
                     sys::napi_call_threadsafe_function(
-                        self.shared.tsfn.load(Ordering::Acquire),
+                        self.tsfn.load(Ordering::Acquire),
                         ptr::null_mut(),
                         sys::ThreadsafeFunctionCallMode::nonblocking,
                     )
@@ -180,11 +202,14 @@ unsafe extern "C" fn settle_queued(env: sys::napi_env, _js: sys::napi_value, con
     // SAFETY: the context is the `Shared` of `Settler::new`, alive until `finalize`
     let shared = unsafe { &*(context as *const Shared) };
     let done = std::mem::take(&mut shared.queue.lock().unwrap_or_else(|e| e.into_inner()).done);
-    for (deferred, outcome) in done {
-        // each settle in its own handle scope, so a burst does not pile up handles
+    for job in done {
+        // each job in its own handle scope, so a burst does not pile up handles
         let mut scope = ptr::null_mut();
         unsafe { sys::napi_open_handle_scope(env, &mut scope) };
-        unsafe { settle(env, shared, deferred, outcome) };
+        match job {
+            Job::Settle(deferred, outcome) => unsafe { settle(env, shared, deferred, outcome) },
+            Job::Run(chore) => chore(env),
+        }
         unsafe { sys::napi_close_handle_scope(env, scope) };
     }
 }
