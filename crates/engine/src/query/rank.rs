@@ -308,7 +308,7 @@ fn eligible_rows(
     let scalar_started = Instant::now();
     let mut eligible = base;
     for (col, key, text, value) in &plan.scalar {
-        match table.scalar.get(col).and_then(|m| m.get(key)) {
+        match table.scalar.get(col).and_then(|m| m.values().get(key)) {
             Some(rows) => rows.intersect(&mut eligible),
             None => eligible.clear(),
         }

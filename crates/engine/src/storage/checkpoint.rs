@@ -52,11 +52,14 @@ use crate::storage::commit::Receipt;
 use crate::storage::records::RecordLoc;
 use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
-    KeyEntry, KeyRows, Postings, Row, RowTable, ScalarKey, ScalarValues, State, TableData, VectorChunk, VectorColumn,
-    VectorStore, SCALAR_INLINE_BYTES,
+    KeyEntry, KeyRows, Postings, Row, RowTable, ScalarColumn, ScalarKey, ScalarValues, State, TableData, VectorChunk,
+    VectorColumn, VectorStore, SCALAR_INLINE_BYTES,
 };
 use crate::storage::wal;
 
+/// 7: each scalar column's values and rows in a byte string of its own
+/// ([`scalar_column_bytes`]), kept as they are by a start and decoded when
+/// the column is first used ([`ScalarColumn`]).
 /// 6: a scope's document frequencies packed in one byte string
 /// ([`PackedScope`]), built into their map beside the scalar postings.
 /// 5: BM25 statistics per (tenant, column) only; a tenant's are their sum
@@ -67,9 +70,9 @@ use crate::storage::wal;
 /// ([`PostingsImage`]).
 /// 2: rows in packed pages (pages retention emptied are left out), the key
 /// directory column-wise, and vector slot directories from their first row.
-/// 1 (rows and keys as postcard structs) to 5 are still read; before 4,
+/// 1 (rows and keys as postcard structs) to 6 are still read; before 4,
 /// long string values are keyed by digest as they are loaded.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -112,11 +115,11 @@ pub fn latest(dir: &Path) -> Result<Option<u32>> {
     Ok(generations(dir, "checkpoint-", ".ckpt")?.last().copied())
 }
 
-/// `P`: how a scalar value's rows are stored ([`PostingsImage`] from format
-/// 3 on, a serialized bitmap before). `K` and `S` are the scalar values and
-/// BM25 statistics as read (owned) or written (borrowed from the state).
+/// `C`: how a scalar column is stored (from format 7 its own byte string,
+/// [`scalar_column_bytes`]; before, its values and their rows in line,
+/// [`Columns`]). `S`: how the BM25 statistics are stored.
 #[derive(Serialize, Deserialize)]
-struct Image<P = PostingsImage, K = ScalarKey, S = PackedScope> {
+struct Image<C = ByteBuf, S = PackedScope> {
     /// WAL segments from this generation on are the tail to replay.
     gen: u32,
     created_ms: u64,
@@ -136,7 +139,7 @@ struct Image<P = PostingsImage, K = ScalarKey, S = PackedScope> {
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<P, K, S>>,
+    tables: Vec<TableImage<C, S>>,
     /// (table, column, first row) of each vector column's slot directory.
     slot_bases: Vec<(String, String, u32)>,
 }
@@ -156,11 +159,11 @@ struct ImageV1 {
     keys: Vec<KeyImage>,
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<ByteBuf, ScalarKey, ScopeStats>>,
+    tables: Vec<TableImage<Columns<ByteBuf>, ScopeStats>>,
 }
 
 impl ImageV1 {
-    fn upgrade(self) -> (Image<ByteBuf, ScalarKey, ScopeStats>, RowTable) {
+    fn upgrade(self) -> (Image<Columns<ByteBuf>, ScopeStats>, RowTable) {
         let image = Image {
             gen: self.gen,
             created_ms: self.created_ms,
@@ -325,12 +328,12 @@ fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
 /// `K` is the scalar value as it is read (owned) or written (borrowed from
 /// the state, so a capture copies no value).
 #[derive(Serialize, Deserialize)]
-struct TableImage<P, K = ScalarKey, S = PackedScope> {
+struct TableImage<C, S = PackedScope> {
     name: String,
     live: ByteBuf,
     tenants: Vec<(String, ByteBuf)>,
-    /// Per scalar column: (column, [(value, its rows)]).
-    scalar: Vec<(String, Vec<(K, P)>)>,
+    /// Per scalar column: (column, its values and their rows).
+    scalar: Vec<(String, C)>,
     vectors: Vec<VectorImage>,
     text: Vec<ScopeImage<S>>,
 }
@@ -361,6 +364,90 @@ impl StoredPostings for ByteBuf {
     fn postings(&self) -> Result<Option<Postings>> {
         Ok(Postings::of(bitmap(self)?))
     }
+}
+
+/// A scalar column of an image before format 7: its values and their rows.
+type Columns<P> = Vec<(ScalarKey, P)>;
+
+/// [`PostingsImage`] as read from a column's bytes, its bitmap borrowed.
+#[derive(Deserialize)]
+enum PostingsRef<'a> {
+    One(u32),
+    Many(&'a [u8]),
+}
+
+/// A scalar column as an image stores it, turned into the state's.
+trait StoredColumn {
+    fn column(self) -> Result<ScalarColumn>;
+}
+
+/// Format 7: the column's own bytes, built when the column is first used.
+impl StoredColumn for ByteBuf {
+    fn column(self) -> Result<ScalarColumn> {
+        Ok(ScalarColumn::from_image(self.into_vec().into_boxed_slice()))
+    }
+}
+
+/// Before format 7: built as the image loads.
+impl<P: StoredPostings> StoredColumn for Columns<P> {
+    fn column(self) -> Result<ScalarColumn> {
+        let mut m = ScalarValues::with_capacity_and_hasher(self.len(), Default::default());
+        for (k, stored) in self {
+            if let Some(rows) = stored.postings()? {
+                match k {
+                    // an image before format 4 keyed a long string by itself
+                    ScalarKey::Str(s) if s.len() > SCALAR_INLINE_BYTES => {
+                        merge_postings(&mut m, ScalarKey::of_str(&s), rows)
+                    }
+                    k => {
+                        m.insert(k, rows);
+                    }
+                }
+            }
+        }
+        Ok(ScalarColumn::built(m))
+    }
+}
+
+/// A scalar column's bytes in an image (format 7): the number of values,
+/// then each value and its rows ([`PostingsImage`]), in postcard; the same
+/// bytes as a `Vec<(ScalarKey, PostingsImage)>`.
+pub fn scalar_column_bytes(values: &ScalarValues) -> Vec<u8> {
+    let entries: Vec<(&ScalarKey, PostingsImage)> = values
+        .iter()
+        .map(|(k, rows)| {
+            let rows = match rows {
+                Postings::One(row) => PostingsImage::One(*row),
+                Postings::Many(rows) => PostingsImage::Many(bitmap_bytes(rows)),
+            };
+            (k, rows)
+        })
+        .collect();
+    postcard::to_stdvec(&entries).expect("postcard encodes to a Vec")
+}
+
+/// The postings of a column's bytes ([`scalar_column_bytes`]), decoded
+/// straight into the map.
+pub fn decode_scalar_column(bytes: &[u8]) -> Result<ScalarValues> {
+    let bad = |e: postcard::Error| Error::new(Code::WalCorrupt, format!("a scalar column does not decode: {e}"));
+    let (count, mut rest) = postcard::take_from_bytes::<u64>(bytes).map_err(bad)?;
+    // a value takes at least two bytes: a count past that is not believed
+    let mut values = ScalarValues::with_capacity_and_hasher((count as usize).min(rest.len() / 2), Default::default());
+    for _ in 0..count {
+        let ((key, rows), tail) = postcard::take_from_bytes::<(ScalarKey, PostingsRef)>(rest).map_err(bad)?;
+        rest = tail;
+        let rows = match rows {
+            PostingsRef::One(row) => Some(Postings::One(row)),
+            PostingsRef::Many(bytes) => Postings::of(bitmap(bytes)?),
+        };
+        if let Some(rows) = rows {
+            values.insert(key, rows);
+        }
+    }
+    if !rest.is_empty() {
+        return Err(Error::new(Code::WalCorrupt, "a scalar column has bytes past its values"));
+    }
+    Ok(values)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -693,21 +780,11 @@ pub fn install_vectors(state: &mut State, sealed: &SealedVectors) -> Result<()> 
     Ok(())
 }
 
-/// A scalar column as an image holds it, its values borrowed from the state.
-type ScalarImage<'a> = (String, Vec<(&'a ScalarKey, PostingsImage)>);
+/// A scalar column as an image holds it.
+type ScalarImage = (String, ByteBuf);
 
-fn scalar_image<'a>(column: &str, values: &'a ScalarValues) -> ScalarImage<'a> {
-    let values = values
-        .iter()
-        .map(|(k, rows)| {
-            let rows = match rows {
-                Postings::One(row) => PostingsImage::One(*row),
-                Postings::Many(rows) => PostingsImage::Many(bitmap_bytes(rows)),
-            };
-            (k, rows)
-        })
-        .collect();
-    (column.to_string(), values)
+fn scalar_image(column: &str, values: &ScalarColumn) -> ScalarImage {
+    (column.to_string(), ByteBuf::from(values.image_bytes()))
 }
 
 /// Writes the image of `state` as of the start of generation `gen`, with the
@@ -775,7 +852,7 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
             text: data.text_stats.export(),
         });
     }
-    let image: Image<PostingsImage, &ScalarKey> = Image {
+    let image: Image = Image {
         gen,
         created_ms: crate::storage::commit::now_ms(),
         schema_epoch: state.schema_epoch,
@@ -936,11 +1013,15 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
             restore(dir, gen, &path, image, rows)
         }
         2 => {
-            let image: Image<ByteBuf, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: Image<Columns<ByteBuf>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
             restore_paged(dir, gen, &path, image)
         }
         3..=5 => {
-            let image: Image<PostingsImage, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: Image<Columns<PostingsImage>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            restore_paged(dir, gen, &path, image)
+        }
+        6 => {
+            let image: Image<Columns<PostingsImage>> = postcard::from_bytes(body).map_err(undecodable)?;
             restore_paged(dir, gen, &path, image)
         }
         _ => {
@@ -1017,15 +1098,29 @@ pub fn check_image(dir: &Path, gen: u32) -> Result<()> {
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         2 => {
-            let image: Image<ByteBuf, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: Image<Columns<ByteBuf>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         3..=5 => {
-            let image: Image<PostingsImage, ScalarKey, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: Image<Columns<PostingsImage>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
+        }
+        6 => {
+            let image: Image<Columns<PostingsImage>> = postcard::from_bytes(body).map_err(undecodable)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         _ => {
             let image: Image = postcard::from_bytes(body).map_err(undecodable)?;
+            // a start builds the scalar columns after it opens: decode them here
+            for (table, (column, bytes)) in image.tables.iter().flat_map(|t| t.scalar.iter().map(move |c| (&t.name, c)))
+            {
+                decode_scalar_column(bytes).map_err(|e| {
+                    Error::new(
+                        Code::WalCorrupt,
+                        format!("{}: column {table}.{column}: {e}", dir.join(file_name(gen)).display()),
+                    )
+                })?;
+            }
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
     }
@@ -1036,11 +1131,11 @@ pub fn check_image(dir: &Path, gen: u32) -> Result<()> {
 /// last vector placed in each, as a start checks them (a file cut to whole
 /// f32 values short of its vectors had passed a check that did not know
 /// where they end).
-fn check_named_files<P, K, S>(
+fn check_named_files<C, S>(
     dir: &Path,
     record_files: &[u32],
     schemas_json: &[u8],
-    tables: &[TableImage<P, K, S>],
+    tables: &[TableImage<C, S>],
 ) -> Result<()> {
     records::check_sealed(dir, record_files)?;
     let schemas: Vec<TableSchema> = serde_json::from_slice(schemas_json).map_err(Error::storage)?;
@@ -1056,10 +1151,7 @@ fn check_named_files<P, K, S>(
 
 /// Where the last vector an image places in each vector file ends, by the
 /// file's generation (columns the schemas do not know are left out).
-fn vector_file_ends<P, K, S>(
-    schemas: &BTreeMap<String, TableSchema>,
-    tables: &[TableImage<P, K, S>],
-) -> HashMap<u32, usize> {
+fn vector_file_ends<C, S>(schemas: &BTreeMap<String, TableSchema>, tables: &[TableImage<C, S>]) -> HashMap<u32, usize> {
     let mut ends: HashMap<u32, usize> = HashMap::new();
     for t in tables {
         let schema = schemas.get(&t.name);
@@ -1077,11 +1169,11 @@ fn vector_file_ends<P, K, S>(
 }
 
 /// [`restore`] for an image whose rows are in packed pages (format 2 on).
-fn restore_paged<P: StoredPostings + Send, S: StoredScope + Send>(
+fn restore_paged<C: StoredColumn + Send, S: StoredScope + Send>(
     dir: &Path,
     gen: u32,
     path: &Path,
-    mut image: Image<P, ScalarKey, S>,
+    mut image: Image<C, S>,
 ) -> Result<State> {
     use rayon::prelude::*;
     let bad_rows =
@@ -1095,11 +1187,11 @@ fn restore_paged<P: StoredPostings + Send, S: StoredScope + Send>(
 }
 
 /// The branch state an image describes.
-fn restore<P: StoredPostings + Send, S: StoredScope + Send>(
+fn restore<C: StoredColumn + Send, S: StoredScope + Send>(
     dir: &Path,
     gen: u32,
     path: &Path,
-    image: Image<P, ScalarKey, S>,
+    image: Image<C, S>,
     rows: RowTable,
 ) -> Result<State> {
     let records = RecordFiles::open(dir, &image.record_files, gen)?;
@@ -1147,10 +1239,10 @@ fn merge_postings(values: &mut ScalarValues, key: ScalarKey, rows: Postings) {
 /// The tables of an image: live sets, tenant masks, scalar postings (a
 /// column per task), vector columns over their mapped files and BM25
 /// statistics.
-fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
+fn restore_tables<C: StoredColumn + Send, S: StoredScope + Send>(
     dir: &Path,
     schemas: &BTreeMap<String, TableSchema>,
-    images: Vec<TableImage<P, ScalarKey, S>>,
+    images: Vec<TableImage<C, S>>,
     slot_bases: &[(String, String, u32)],
 ) -> Result<HashMap<String, TableData>> {
     use rayon::prelude::*;
@@ -1168,28 +1260,7 @@ fn restore_tables<P: StoredPostings + Send, S: StoredScope + Send>(
         // the BM25 statistics beside the scalar columns' postings (a column per task)
         let (text_stats, scalar) = rayon::join(
             || TextStats::import(t.text),
-            || {
-                t.scalar
-                    .into_par_iter()
-                    .map(|(col, values)| {
-                        let mut m = ScalarValues::with_capacity_and_hasher(values.len(), Default::default());
-                        for (k, stored) in values {
-                            if let Some(rows) = stored.postings()? {
-                                match k {
-                                    // an image before format 4 keyed a long string by itself
-                                    ScalarKey::Str(s) if s.len() > SCALAR_INLINE_BYTES => {
-                                        merge_postings(&mut m, ScalarKey::of_str(&s), rows)
-                                    }
-                                    k => {
-                                        m.insert(k, rows);
-                                    }
-                                }
-                            }
-                        }
-                        Ok((col, m))
-                    })
-                    .collect::<Result<_>>()
-            },
+            || t.scalar.into_par_iter().map(|(col, stored)| Ok((col, stored.column()?))).collect::<Result<_>>(),
         );
         data.scalar = scalar?;
         data.text_stats = text_stats.ok_or_else(|| {
@@ -1424,11 +1495,13 @@ mod tests {
 
     /// An image of one table, `t`, with no rows, whose scalar column `c`
     /// holds `postings` under the values 0, 1, ...
-    fn scalar_image<P, S>(postings: Vec<P>) -> Image<P, ScalarKey, S> {
-        let scalar = vec![(
-            "c".to_string(),
-            postings.into_iter().enumerate().map(|(n, p)| (ScalarKey::Num(n as u64), p)).collect(),
-        )];
+    fn scalar_image<P, S>(postings: Vec<P>) -> Image<Columns<P>, S> {
+        image_of("c", postings.into_iter().enumerate().map(|(n, p)| (ScalarKey::Num(n as u64), p)).collect())
+    }
+
+    /// An image of one table, `t`, with no rows and one scalar column.
+    fn image_of<C, S>(column: &str, stored: C) -> Image<C, S> {
+        let scalar = vec![(column.to_string(), stored)];
         Image {
             gen: 1,
             created_ms: 0,
@@ -1455,7 +1528,7 @@ mod tests {
     }
 
     fn scalar_postings(state: &State) -> Vec<Option<Postings>> {
-        let values = &state.tables["t"].scalar["c"];
+        let values = state.tables["t"].scalar["c"].values();
         (0..3).map(|n| values.get(&ScalarKey::Num(n)).cloned()).collect()
     }
 
@@ -1488,7 +1561,7 @@ mod tests {
         ];
         std::fs::write(dir.path().join(file_name(1)), framed(3, &postcard::to_stdvec(&v3).unwrap())).unwrap();
         let state = load(dir.path(), 1).unwrap();
-        let values = &state.tables["t"].scalar["c"];
+        let values = state.tables["t"].scalar["c"].values();
         assert!(matches!(ScalarKey::of_str(&long), ScalarKey::Digest(_)));
         assert_eq!(values.get(&ScalarKey::of_str(&long)), Some(&Postings::One(1)));
         assert_eq!(values.get(&ScalarKey::Str(inline)), Some(&Postings::One(2)));
@@ -1531,6 +1604,57 @@ mod tests {
         v6.tables[0].text[0].stats.df = serde_bytes::ByteBuf::from(vec![3, 1]);
         std::fs::write(dir.path().join(file_name(3)), framed(6, &postcard::to_stdvec(&v6).unwrap())).unwrap();
         assert_eq!(load(dir.path(), 3).err().expect("refused").code, Code::WalCorrupt);
+    }
+
+    #[test]
+    fn a_scalar_column_is_built_when_first_used_and_checkpointed_as_it_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let many: RoaringBitmap = [1, 5, 9].into_iter().collect();
+        let values: ScalarValues = [
+            (ScalarKey::Num(0), Postings::One(7)),
+            (ScalarKey::Str("x".into()), Postings::Many(many.clone())),
+            (ScalarKey::Bool(true), Postings::One(3)),
+        ]
+        .into_iter()
+        .collect();
+        let bytes = scalar_column_bytes(&values);
+        assert_eq!(decode_scalar_column(&bytes).unwrap(), values);
+        // the same bytes as the columns of the formats before
+        let inline: Columns<PostingsImage> = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(inline.len(), 3);
+
+        let v7: Image = image_of("c", ByteBuf::from(bytes.clone()));
+        std::fs::write(dir.path().join(file_name(1)), framed(7, &postcard::to_stdvec(&v7).unwrap())).unwrap();
+        check_image(dir.path(), 1).unwrap();
+        let mut state = load(dir.path(), 1).unwrap();
+        let column = state.tables.get_mut("t").unwrap().scalar.get_mut("c").unwrap();
+        assert!(!column.is_built(), "a start builds no scalar column");
+        // unbuilt, a checkpoint writes the bytes it read
+        assert_eq!(column.image_bytes(), bytes);
+        // rows written before the build (a replayed tail) are kept beside the
+        // bytes, and merged in by the build
+        column.insert(ScalarKey::Num(0), 8);
+        column.insert(ScalarKey::Num(42), 2);
+        assert!(!column.is_built(), "a write does not build the column");
+        let mut expected = values.clone();
+        expected.insert(ScalarKey::Num(0), Postings::Many([7, 8].into_iter().collect()));
+        expected.insert(ScalarKey::Num(42), Postings::One(2));
+        assert_eq!(decode_scalar_column(&column.image_bytes()).unwrap(), expected);
+        assert!(column.is_built());
+        assert_eq!(column.values().get(&ScalarKey::Str("x".into())), Some(&Postings::Many(many)));
+        column.insert(ScalarKey::Num(42), 4);
+        expected.insert(ScalarKey::Num(42), Postings::Many([2, 4].into_iter().collect()));
+        assert_eq!(*column.values(), expected);
+
+        // bytes that do not decode: doctor names the column
+        let mut broken = v7;
+        broken.tables[0].scalar[0].1 = ByteBuf::from(bytes[..bytes.len() - 1].to_vec());
+        std::fs::write(dir.path().join(file_name(2)), framed(7, &postcard::to_stdvec(&broken).unwrap())).unwrap();
+        let err = check_image(dir.path(), 2).expect_err("refused");
+        assert_eq!(err.code, Code::WalCorrupt);
+        assert!(err.message.contains("column t.c"), "{}", err.message);
+        broken.tables[0].scalar[0].1 = ByteBuf::from([bytes.clone(), vec![0]].concat());
+        assert!(decode_scalar_column(&broken.tables[0].scalar[0].1).is_err(), "trailing bytes are refused");
     }
 
     #[test]

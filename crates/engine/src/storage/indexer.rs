@@ -171,6 +171,25 @@ fn text_of(state: &State, row_id: u32, unreadable: &mut u64) -> Option<TextFeatu
     })
 }
 
+/// Builds the scalar columns a start left unbuilt (`ScalarColumn`), one at
+/// a time under the state's read lock, so a write waits for at most one
+/// column's build and a filter finds its column built.
+fn build_scalar_columns(state: &RwLock<State>) {
+    let unbuilt: Vec<(String, String)> = state
+        .read()
+        .tables
+        .iter()
+        .flat_map(|(table, data)| {
+            data.scalar.iter().filter(|(_, c)| !c.is_built()).map(move |(column, _)| (table.clone(), column.clone()))
+        })
+        .collect();
+    for (table, column) in unbuilt {
+        if let Some(c) = state.read().tables.get(&table).and_then(|t| t.scalar.get(&column)) {
+            c.values();
+        }
+    }
+}
+
 /// Marks the indexer stopped when its thread ends, however it ends.
 struct AliveGuard(Arc<Shared>);
 
@@ -231,6 +250,7 @@ fn run_indexer(
         // for the next start's indexer, as after a crash
         return;
     }
+    build_scalar_columns(&state);
     let interval = config.text_commit_interval;
     let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
     let mut last_sweep = Instant::now();
