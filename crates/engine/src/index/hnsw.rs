@@ -623,6 +623,13 @@ impl Hnsw {
     /// Reads a graph written by [`Hnsw::write_to`] over `arena`; `None` when
     /// the bytes are damaged or name slots the arena does not have.
     pub fn read_from(metric: Metric, arena: Arc<VectorArena>, input: &mut impl Read) -> Option<Hnsw> {
+        Hnsw::read_links(metric, arena, input).filter(|g| g.len() <= g.arena.len())
+    }
+
+    /// [`Hnsw::read_from`] without checking that `arena` holds a vector for
+    /// every node: for a graph read while the vectors it links are still
+    /// being added to the arena (a start's replay), checked once they are.
+    pub fn read_links(metric: Metric, arena: Arc<VectorArena>, input: &mut impl Read) -> Option<Hnsw> {
         let mut bytes = Vec::new();
         input.read_to_end(&mut bytes).ok()?;
         let (body, crc) = bytes.split_at(bytes.len().checked_sub(4)?);
@@ -642,7 +649,7 @@ impl Hnsw {
         let count = u32_of(take(4)?);
         let entry = u32_of(take(4)?);
         let entry_level = take(1)?[0];
-        if count as usize > arena.len() || (count > 0 && entry >= count) {
+        if count > 0 && entry >= count {
             return None;
         }
         let graph = Hnsw::new(metric, arena);

@@ -402,6 +402,39 @@ fn rows_crc(arena: &VectorArena, count: usize) -> Option<u32> {
     Some(crc.finalize())
 }
 
+/// A dumped graph read by [`VectorIndex::read`], not yet checked against
+/// the arena's vectors.
+pub struct ReadGraph {
+    meta: DumpMeta,
+    graph: Hnsw,
+    arena: Arc<VectorArena>,
+    metric: Metric,
+    dim: u32,
+}
+
+impl ReadGraph {
+    /// The graph, if it covers at most `max_rows` rows, the arena holds a
+    /// vector for each of its nodes, and gives its slots to the rows it was
+    /// dumped with.
+    pub fn accept(self, max_rows: u32) -> Option<VectorIndex> {
+        let ReadGraph { meta, graph, arena, metric, dim } = self;
+        if meta.watermark > max_rows || meta.count > arena.len() {
+            return None;
+        }
+        if meta.rows_crc.is_some_and(|crc| rows_crc(&arena, meta.count) != Some(crc)) {
+            return None;
+        }
+        Some(VectorIndex {
+            metric,
+            dim,
+            graph,
+            arena,
+            watermark: AtomicU32::new(meta.watermark),
+            dumped: AtomicU32::new(meta.watermark),
+        })
+    }
+}
+
 impl VectorIndex {
     pub fn new(metric: Metric, dim: u32, arena: Arc<VectorArena>) -> VectorIndex {
         VectorIndex {
@@ -431,27 +464,21 @@ impl VectorIndex {
     /// a usable one covering at most `max_rows` rows. A missing, stale or
     /// damaged dump gives `None` and the caller rebuilds from the vectors.
     pub fn load(dir: &Path, name: &str, metric: Metric, arena: Arc<VectorArena>, max_rows: u32) -> Option<VectorIndex> {
+        VectorIndex::read(dir, name, metric, arena)?.accept(max_rows)
+    }
+
+    /// The first half of [`VectorIndex::load`]: reads the dump's links over
+    /// `arena`, which may still be missing vectors the graph links (a
+    /// start's replay adds them); [`ReadGraph::accept`] checks the rest.
+    pub fn read(dir: &Path, name: &str, metric: Metric, arena: Arc<VectorArena>) -> Option<ReadGraph> {
         let dim = arena.dim() as u32;
         let meta: DumpMeta = serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.json"))).ok()?).ok()?;
-        if meta.metric != metric || meta.dim != dim || meta.watermark > max_rows {
+        if meta.metric != metric || meta.dim != dim {
             return None;
         }
         let file = std::fs::File::open(dir.join(graph_file(name, meta.generation))).ok()?;
-        let graph = Hnsw::read_from(metric, arena.clone(), &mut BufReader::new(file))?;
-        if graph.len() != meta.count {
-            return None;
-        }
-        if meta.rows_crc.is_some_and(|crc| rows_crc(&arena, meta.count) != Some(crc)) {
-            return None;
-        }
-        Some(VectorIndex {
-            metric,
-            dim,
-            graph,
-            arena,
-            watermark: AtomicU32::new(meta.watermark),
-            dumped: AtomicU32::new(meta.watermark),
-        })
+        let graph = Hnsw::read_links(metric, arena.clone(), &mut BufReader::new(file))?;
+        (graph.len() == meta.count).then_some(ReadGraph { meta, graph, arena, metric, dim })
     }
 
     /// Dumps the graph's links when it has grown since the last dump. Must

@@ -18,6 +18,7 @@
 //! watermarks, counters (storage/stats.rs) and events (storage/events.rs)
 //! the threads and readers share.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
@@ -29,8 +30,10 @@ use rayon::prelude::*;
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
+use crate::index::arena::VectorArena;
 use crate::index::text::TextIndex;
-use crate::index::vector::VectorIndex;
+use crate::index::vector::{ReadGraph, VectorIndex};
+use crate::schema::Metric;
 use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, EncodedRows, FieldSpans};
 use crate::storage::committer::{self, CheckpointJob, Job, Request};
@@ -65,15 +68,60 @@ pub struct Branch {
 pub const WAL_FILE: &str = "wal.log";
 pub const VECTOR_DIR: &str = "vectors";
 
-/// Replaces the empty graphs built during replay with the ones dumped at the
-/// last clean close, when they are usable; returns the row from which the
-/// indexer must catch up.
-fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32) -> u32 {
+/// A graph read while the log's tail replays: its dump's name, the arena
+/// it was read over, and the graph when the dump could be read.
+type Preloaded = (String, Arc<VectorArena>, Option<ReadGraph>);
+
+/// Reads the dumped graphs of the vector columns a checkpoint image holds on
+/// a thread of its own, beside the replay of the log's tail, which adds the
+/// vectors of the nodes a dump newer than the image links; they are checked
+/// against the arena after it (at 1,000,000 records reading the graph took
+/// 200 ms of a 950 ms open).
+fn preload_vector_graphs(state: &State, dir: &Path) -> Option<JoinHandle<Vec<Preloaded>>> {
+    let columns: Vec<(String, Metric, Arc<VectorArena>)> = state
+        .tables
+        .iter()
+        .flat_map(|(table, data)| {
+            data.vectors.iter().map(move |(column, vc)| (graph_name(table, column), vc.index.metric, vc.data.arena()))
+        })
+        .collect();
+    if columns.is_empty() {
+        return None;
+    }
+    let dir = dir.to_path_buf();
+    let load = move || {
+        columns
+            .into_iter()
+            .map(|(name, metric, arena)| {
+                let graph = VectorIndex::read(&dir, &name, metric, arena.clone());
+                (name, arena, graph)
+            })
+            .collect()
+    };
+    std::thread::Builder::new().name("braid-graphs".into()).spawn(load).ok()
+}
+
+/// Replaces the empty graphs built during replay with the ones dumped as
+/// they grew (loaded beside the replay when `preloaded`, else now), when
+/// they are usable; returns the row from which the indexer must catch up.
+fn load_vector_graphs(state: &mut State, dir: &Path, rows: u32, preloaded: Option<JoinHandle<Vec<Preloaded>>>) -> u32 {
+    // a thread that panicked loaded nothing: every graph is loaded here
+    let mut preloaded: HashMap<String, (Arc<VectorArena>, Option<ReadGraph>)> = preloaded
+        .and_then(|thread| thread.join().ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, arena, graph)| (name, (arena, graph)))
+        .collect();
     let mut from = rows;
     for (table, data) in state.tables.iter_mut() {
         for (column, vc) in data.vectors.iter_mut() {
-            let metric = vc.index.metric;
-            if let Some(loaded) = VectorIndex::load(dir, &graph_name(table, column), metric, vc.data.arena(), rows) {
+            let name = graph_name(table, column);
+            let loaded = match preloaded.remove(&name) {
+                // the same column's arena (retention did not rebuild it meanwhile)
+                Some((arena, graph)) if Arc::ptr_eq(&arena, &vc.data.arena()) => graph.and_then(|g| g.accept(rows)),
+                _ => VectorIndex::load(dir, &name, vc.index.metric, vc.data.arena(), rows),
+            };
+            if let Some(loaded) = loaded {
                 vc.index = Arc::new(loaded);
             }
             from = from.min(vc.index.watermark());
@@ -158,6 +206,7 @@ impl Branch {
         checkpoint::remove_unnamed(dir, &state)?;
         let checkpoint_epoch = ckpt.map(|_| state.latest_epoch);
         let checkpoint_ms = ms(started.elapsed());
+        let graphs = preload_vector_graphs(&state, &dir.join(VECTOR_DIR));
         // replay every segment from the checkpoint on; the last one stays
         // open for appends
         let mut segments = checkpoint::wal_generations(dir)?;
@@ -212,7 +261,7 @@ impl Branch {
         let cutoff = now_ms().saturating_sub(config.receipt_retention_ms);
         state.receipts.retain(|_, r| r.created_ms >= cutoff);
         let rows = state.rows.len() as u32;
-        let vector_watermark = load_vector_graphs(&mut state, &dir.join(VECTOR_DIR), rows);
+        let vector_watermark = load_vector_graphs(&mut state, &dir.join(VECTOR_DIR), rows, graphs);
 
         let text_dir = dir.join("text");
         let (mut text, text_rebuilt) = TextIndex::open(&text_dir)?;
