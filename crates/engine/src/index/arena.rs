@@ -16,7 +16,7 @@
 //! checkpoint interval writes, not by everything written since it started.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use memmap2::Mmap;
@@ -300,6 +300,20 @@ struct FileRun {
     file: Arc<std::fs::File>,
 }
 
+/// A query reading a [`VectorArena`] ([`VectorArena::reading`]).
+pub struct Reading<'a> {
+    arena: &'a VectorArena,
+    counted: bool,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if self.counted && self.arena.mapped_readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.arena.release_unreleased();
+        }
+    }
+}
+
 /// The header of one slot's 8-bit code (scalar quantisation, SQ8): the
 /// code is `dim` signed bytes `c` with `v ≈ scale · c`, scaled per vector
 /// so the largest component maps to ±127, stored right after this header.
@@ -365,6 +379,14 @@ pub struct VectorArena {
     coded: AtomicUsize,
     /// Held by whoever encodes.
     coder: Mutex<()>,
+    /// Queries that may be reading vectors of uncoded slots through their
+    /// file mapping ([`VectorArena::reading`]).
+    mapped_readers: AtomicUsize,
+    /// File pages [`VectorArena::encode_pending`] has coded and waits for
+    /// those queries to finish with before it lets them go.
+    unreleased: Mutex<Vec<(MappedRun, usize, usize)>>,
+    /// Whether `unreleased` holds anything.
+    release_due: AtomicBool,
     /// Runs of slots a vector file holds, in slot order.
     file_runs: Paged<FileRun>,
 }
@@ -398,6 +420,9 @@ impl VectorArena {
             code_lines: (CODE_HEADER + dim).div_ceil(64),
             coded: AtomicUsize::new(0),
             coder: Mutex::new(()),
+            mapped_readers: AtomicUsize::new(0),
+            unreleased: Mutex::new(Vec::new()),
+            release_due: AtomicBool::new(false),
             file_runs: Paged::default(),
         }
     }
@@ -474,13 +499,44 @@ impl VectorArena {
                 run.release(start, end, self.dim);
             }
         }
-        self.coded.store(to, Ordering::Release);
+        self.coded.store(to, Ordering::SeqCst);
         // queries meanwhile read the slots not yet coded as vectors, through
         // the mapping (a restart's first queries: 214 MB of 300,000 256-d
         // vectors came back in); from here on they read codes, and vectors
-        // with `read_vector`
-        for run in &mapped {
-            run.release(from, to, self.dim);
+        // with `read_vector`. A query that began before the store may still
+        // be reading through the mapping: the pages are let go once the last
+        // such query ends (releasing them here alone had a query's exact
+        // scan, slowed by a busy machine, bring a whole file back for good)
+        self.unreleased.lock().extend(mapped.into_iter().map(|run| (run, from, to)));
+        self.release_due.store(true, Ordering::SeqCst);
+        if self.mapped_readers.load(Ordering::SeqCst) == 0 {
+            self.release_unreleased();
+        }
+    }
+
+    /// Marks a query that reads this arena's points until the guard drops:
+    /// while slots past [`Self::coded`] exist, their vectors are read
+    /// through their file mapping, and [`Self::encode_pending`] lets those
+    /// pages go only after every such query has ended.
+    pub fn reading(&self) -> Reading<'_> {
+        self.mapped_readers.fetch_add(1, Ordering::SeqCst);
+        let reading = Reading { arena: self, counted: true };
+        if self.coded.load(Ordering::SeqCst) < self.slots.len() {
+            return reading;
+        }
+        // every slot is coded: this query reads no vector through a mapping
+        // (slots published from here on are coded as they are pushed, or
+        // are pushed by a start before any query)
+        drop(reading);
+        Reading { arena: self, counted: false }
+    }
+
+    /// Lets go of the file pages `encode_pending` coded, if it has not yet.
+    fn release_unreleased(&self) {
+        if self.release_due.swap(false, Ordering::SeqCst) {
+            for (run, from, to) in std::mem::take(&mut *self.unreleased.lock()) {
+                run.release(from, to, self.dim);
+            }
         }
     }
 
@@ -777,28 +833,70 @@ pub(crate) fn resident_of(path: &std::path::Path) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path, PathBuf};
 
-    #[test]
-    fn encoding_vectors_read_from_a_file_leaves_its_pages_unmapped() {
+    /// The vector the tests below write for slot `i`, of 64 floats.
+    fn test_vector(i: u32) -> Vec<f32> {
+        (0..64).map(|d| ((i * 31 + d) % 97) as f32 - 48.0).collect()
+    }
+
+    /// An arena of `count` vectors mapped from a file in `dir`, at a page
+    /// into it (after a first column's bytes), and the file's path.
+    fn mapped_arena(dir: &Path, count: usize) -> (VectorArena, PathBuf) {
         use std::io::Write;
-        let dim = 64;
-        let v = |i: u32| -> Vec<f32> { (0..dim).map(|d| ((i * 31 + d as u32) % 97) as f32 - 48.0).collect() };
-        let count = 3 * ENCODE_PIECE + 100;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("vectors.f32");
+        let path = dir.join("vectors.f32");
         let mut file = std::fs::File::create(&path).unwrap();
-        // a first column's vectors, then this one's at a page-aligned offset
         let offset = page_size();
         file.write_all(&vec![0u8; offset]).unwrap();
         for i in 0..count as u32 {
-            file.write_all(&v(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+            file.write_all(&test_vector(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
         let file = Arc::new(std::fs::File::open(&path).unwrap());
         let map = Arc::new(unsafe { Mmap::map(&*file) }.unwrap());
-        let arena = VectorArena::new(dim);
+        let arena = VectorArena::new(64);
         let rows: Vec<u32> = (0..count as u32).map(|i| i * 2).collect();
         arena.push_mapped(&map, &file, offset, &rows).unwrap();
+        (arena, path)
+    }
+
+    /// A query that read vectors through their mapping before the encoder
+    /// published their codes, and goes on reading them after, keeps their
+    /// pages until it ends, and they are let go then: found in CI, where a
+    /// restart's first query, slowed by a busy machine, brought a vector
+    /// file back into the process after the encoder had let it go.
+    #[test]
+    fn pages_a_query_reads_while_the_encoder_ends_are_let_go_when_it_ends() {
+        let count = 2 * ENCODE_PIECE;
+        let dir = tempfile::tempdir().unwrap();
+        let (arena, path) = mapped_arena(dir.path(), count);
+        let reading = arena.reading();
+        arena.encode_pending();
+        assert_eq!(arena.coded(), count);
+        let sum: f32 = (0..count as u32).map(|slot| arena.vector(slot).unwrap()[0]).sum();
+        assert!(sum.is_finite() && resident_of(&path) >= count * 64 * 4, "the query read through the mapping");
+        drop(reading);
+        assert!(resident_of(&path) <= page_size(), "{} bytes stayed mapped", resident_of(&path));
+        // once every slot is coded, a query is not counted and waits for nothing
+        let reading = arena.reading();
+        assert_eq!(arena.mapped_readers.load(Ordering::SeqCst), 0);
+        drop(reading);
+        assert_eq!(arena.mapped_readers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn encoding_vectors_read_from_a_file_leaves_its_pages_unmapped() {
+        let dim = 64;
+        let v = test_vector;
+        let count = 3 * ENCODE_PIECE + 100;
+        let dir = tempfile::tempdir().unwrap();
+        let (arena, path) = mapped_arena(dir.path(), count);
+        let offset = page_size();
+        let map = arena.writer.lock().owners.iter().find_map(|o| match o {
+            Owner::Mapped(run) => Some(run.map.clone()),
+            Owner::Heap(_) => None,
+        });
+        let map = map.unwrap();
         arena.push(u32::MAX, &v(0));
         assert_eq!(arena.coded(), 0, "mapped slots wait for their codes");
         // the bytes are read, as a start's check reads them

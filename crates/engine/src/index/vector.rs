@@ -313,6 +313,7 @@ pub fn exact_top(
     scan: &[(u32, u32)],
     keep: usize,
 ) -> Vec<(u32, f32)> {
+    let _reading = arena.reading();
     // the vectors of `rows` (from their file when one holds them:
     // [`VectorArena::read_vector`]), a few rows ahead asked for while
     // scoring one
@@ -561,6 +562,7 @@ impl VectorIndex {
     /// the codes could not tell apart ([`Hnsw::search_checked`]).
     pub fn search(&self, query: &[f32], k: usize, ef: usize, eligible: &RoaringBitmap) -> Vec<(u32, f32)> {
         let arena = &self.arena;
+        let _reading = arena.reading();
         let linked = self.graph_slots();
         let accept = |slot: u32| arena.row(slot).is_some_and(|row| eligible.contains(row));
         let (found, tied) = self.graph.search_checked(query, k, ef.max(k), &accept);
