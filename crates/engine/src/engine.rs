@@ -791,7 +791,7 @@ impl Engine {
             retention: handle.stats().retention(handle.horizon(&state), state.purged_rows),
             index_lag,
             vector_graphs: stats::vector_graphs(&state),
-            memory: stats::memory(&state, handle.stats()),
+            memory: stats::memory(&state),
         };
         self.last_metrics.lock().insert(cache_key, metrics.clone());
         Ok(metrics)

@@ -364,7 +364,7 @@ fn visible_at(state: &State, table: &TableData, mask: &RoaringBitmap, epoch: u64
     let mut rows = &table.live & mask;
     rows.remove_range(written..);
     for later in mask.range(written..) {
-        let versions = &state.key_entry(later).rows;
+        let versions = state.key_entry(later).rows;
         let Ok(at) = versions.binary_search(&later) else { continue };
         let Some(&before) = at.checked_sub(1).and_then(|i| versions.get(i)) else { continue };
         if before < written && state.rows[before as usize].visible_at(epoch) {
@@ -707,7 +707,7 @@ fn order_rows(state: &State, rows: &mut [RankedRow], by_row: bool) {
         let end = start + rows[start..].iter().take_while(|r| r.fused.final_score.total_cmp(&score).is_eq()).count();
         if end - start > 1 {
             rows[start..end]
-                .sort_by(|a, b| state.key_entry(a.row).id.cmp(&state.key_entry(b.row).id).then(a.row.cmp(&b.row)));
+                .sort_by(|a, b| state.key_entry(a.row).id.cmp(state.key_entry(b.row).id).then(a.row.cmp(&b.row)));
         }
         start = end;
     }

@@ -288,7 +288,6 @@ impl Branch {
             events: EventQueue::default(),
         });
         shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
-        shared.stats.add_keys(&state.keys);
         if let Some(gen) = ckpt {
             shared.stats.last_checkpoint_ms.store(written_ms(&dir.join(checkpoint::file_name(gen))), Ordering::Relaxed);
         }

@@ -52,8 +52,8 @@ use crate::storage::commit::Receipt;
 use crate::storage::records::RecordLoc;
 use crate::storage::records::{self, RecordFiles};
 use crate::storage::state::{
-    KeyEntry, KeyRows, Postings, Row, RowTable, ScalarColumn, ScalarKey, ScalarValues, State, TableData, VectorChunk,
-    VectorColumn, VectorStore, SCALAR_INLINE_BYTES,
+    KeyColumns, KeyDirectory, Postings, Row, RowTable, ScalarColumn, ScalarKey, ScalarValues, State, TableData,
+    VectorChunk, VectorColumn, VectorStore, SCALAR_INLINE_BYTES,
 };
 use crate::storage::wal;
 
@@ -244,36 +244,19 @@ impl KeysImage {
         out
     }
 
-    /// The keys, or `None` when the columns do not agree.
-    fn entries(&self, names: &[Arc<str>]) -> Option<Vec<KeyEntry>> {
-        use rayon::prelude::*;
-        let n = self.table.len();
-        if [self.tenant.len(), self.id_ends.len(), self.version_counts.len()].iter().any(|l| *l != n) {
-            return None;
-        }
-        let mut starts = Vec::with_capacity(n);
-        let mut at = 0usize;
-        for count in &self.version_counts {
-            starts.push(at);
-            at = at.checked_add(*count as usize)?;
-        }
-        if at != self.versions.len() {
-            return None;
-        }
-        (0..n)
-            .into_par_iter()
-            .map(|k| {
-                let from = if k == 0 { 0 } else { self.id_ends[k - 1] as usize };
-                let id = std::str::from_utf8(self.ids.get(from..self.id_ends[k] as usize)?).ok()?;
-                let rows = KeyRows::from_slice(&self.versions[starts[k]..starts[k] + self.version_counts[k] as usize]);
-                Some(KeyEntry {
-                    table: names.get(self.table[k] as usize)?.clone(),
-                    tenant: names.get(self.tenant[k] as usize)?.clone(),
-                    id: id.into(),
-                    rows,
-                })
-            })
-            .collect()
+    /// The key directory of these columns, its names shared through
+    /// `names` (the state's interned copies), or `None` when the columns do
+    /// not agree.
+    fn into_directory(self, names: Vec<Arc<str>>) -> Option<KeyDirectory> {
+        KeyDirectory::from_columns(KeyColumns {
+            names,
+            table: self.table,
+            tenant: self.tenant,
+            ids: self.ids,
+            id_ends: self.id_ends,
+            version_counts: self.version_counts,
+            versions: self.versions,
+        })
     }
 }
 
@@ -807,8 +790,7 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
     // takes no write while this runs. A plain scoped thread, not rayon's
     // pool, which the indexers may be keeping busy.
     let (keys, row_pages, mut scalar) = std::thread::scope(|scope| {
-        let keys =
-            scope.spawn(|| KeysImage::of(state.keys.iter().map(|k| (&*k.table, &*k.tenant, &*k.id, &k.rows[..]))));
+        let keys = scope.spawn(|| KeysImage::of(state.keys.iter().map(|k| (&**k.table, &**k.tenant, k.id, k.rows))));
         let row_pages: Vec<(u32, ByteBuf)> =
             state.rows.pages().map(|(n, rows)| (n as u32, ByteBuf::from(pack_rows(rows)))).collect();
         let scalar: HashMap<&String, Vec<ScalarImage>> = state
@@ -1209,12 +1191,13 @@ fn restore<C: StoredColumn + Send, S: StoredScope + Send>(
     state.receipts = receipts.into_iter().map(|r| (r.key.clone(), r)).collect();
     let names: Vec<Arc<str>> = image.keys.names.iter().map(|n| state.intern(n)).collect();
     // the key directory and the tables' indexes on both cores at once
-    let (keys, tables) =
-        rayon::join(|| image.keys.entries(&names), || restore_tables(dir, &schemas, image.tables, &image.slot_bases));
-    let keys = keys.ok_or_else(|| {
+    let (keys, tables) = rayon::join(
+        || image.keys.into_directory(names),
+        || restore_tables(dir, &schemas, image.tables, &image.slot_bases),
+    );
+    state.keys = keys.ok_or_else(|| {
         Error::new(Code::WalCorrupt, format!("{} has a key directory that does not add up", path.display()))
     })?;
-    state.install_keys(keys);
     state.tables = tables?;
     state.schemas = schemas;
     Ok(state)
@@ -1476,21 +1459,24 @@ mod tests {
         let back = unpack_rows(&packed).unwrap();
         assert_eq!(format!("{back:?}"), format!("{rows:?}"));
         assert!(unpack_rows(&packed[1..]).is_none(), "a torn page is refused");
-        let keys = KeysImage::of(
-            [("t", "a", "x", vec![0, 4]), ("t", "b", "é", vec![1]), ("u", "a", "", vec![2, 3, 5])].into_iter(),
-        );
+        let image = || {
+            KeysImage::of(
+                [("t", "a", "x", vec![0, 4]), ("t", "b", "é", vec![1]), ("u", "a", "", vec![2, 3, 5])].into_iter(),
+            )
+        };
+        let keys = image();
         assert_eq!(keys.names, ["t", "a", "b", "u"]);
         let names: Vec<Arc<str>> = keys.names.iter().map(|n| Arc::from(n.as_str())).collect();
-        let entries = keys.entries(&names).unwrap();
-        let flat: Vec<(String, String, String, Vec<u32>)> = entries
+        let directory = keys.into_directory(names.clone()).unwrap();
+        let flat: Vec<(String, String, String, Vec<u32>)> = directory
             .iter()
-            .map(|e| (e.table.to_string(), e.tenant.to_string(), e.id.to_string(), e.rows.to_vec()))
+            .map(|k| (k.table.to_string(), k.tenant.to_string(), k.id.to_string(), k.rows.to_vec()))
             .collect();
         assert_eq!(flat[1], ("t".into(), "b".into(), "é".into(), vec![1]));
         assert_eq!(flat[2], ("u".into(), "a".into(), "".into(), vec![2, 3, 5]));
-        let mut broken = keys;
+        let mut broken = image();
         broken.versions.pop();
-        assert!(broken.entries(&names).is_none(), "columns that do not add up are refused");
+        assert!(broken.into_directory(names).is_none(), "columns that do not add up are refused");
     }
 
     /// An image of one table, `t`, with no rows, whose scalar column `c`

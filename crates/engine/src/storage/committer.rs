@@ -557,12 +557,9 @@ fn commit_group(
     let apply_started = Instant::now();
     let applied = {
         let mut st = state.write();
-        let known_keys = st.keys.len();
         let commits: Vec<&Commit> = pending.iter().map(|(_, commit, ..)| commit).collect();
         let encoded: Vec<EncodedRows> = spans.iter().map(|spans| EncodedRows { bytes: &payloads, spans }).collect();
-        let applied = st.write_records(&encoded).map(|locs| st.apply_group(&commits, &ends, &locs));
-        shared.stats.add_keys(&st.keys[known_keys..]);
-        applied
+        st.write_records(&encoded).map(|locs| st.apply_group(&commits, &ends, &locs))
     };
     if let Err(err) = applied {
         // the record file could not take the group's fields, so none of it

@@ -121,7 +121,7 @@ fn collect_text(state: &State, from: u32, upto: u32) -> TextBatch {
             // removed by retention, as every version before it: in no index
             continue;
         }
-        let versions = &state.keys[row.key as usize].rows;
+        let versions = state.keys.rows(row.key);
         let at = versions.binary_search(&row_id).ok();
         // the version this one supersedes, indexed in an earlier batch
         if let Some(prev) = at.and_then(|i| i.checked_sub(1)).map(|i| versions[i]).filter(|p| *p < from) {
@@ -146,8 +146,8 @@ fn text_of(state: &State, row_id: u32, unreadable: &mut u64) -> Option<TextFeatu
         // a version retention removed is in no index
         return None;
     }
-    let key = &state.keys[row.key as usize];
-    let schema = state.schemas.get(&*key.table)?;
+    let key = state.keys.get(row.key);
+    let schema = state.schemas.get(&**key.table)?;
     let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
     if columns.is_empty() {
         return None;

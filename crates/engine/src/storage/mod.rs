@@ -11,6 +11,7 @@ pub mod commit;
 mod committer;
 pub mod events;
 mod indexer;
+pub mod keys;
 pub mod lock;
 mod pipeline;
 pub mod records;

@@ -172,79 +172,7 @@ impl std::ops::Index<usize> for RowTable {
     }
 }
 
-/// The key directory: (table, tenant, id) -> key number. It stores the
-/// numbers, each with 32 bits of its key's hash, and compares against the
-/// key's [`KeyEntry`] on a hit, so each key's text is held once (by its
-/// entry) instead of again as a joined map key. Growing the table rehashes
-/// from the stored bits: recomputing each hash from the key's text read
-/// every key again, 100-150 ms at 1,000,000 keys, inside a commit or a
-/// start's replay.
-#[derive(Default)]
-pub struct KeyIndex {
-    slots: hashbrown::HashTable<(u32, u32)>,
-    hasher: foldhash::fast::RandomState,
-}
-
-impl KeyIndex {
-    /// The 32 bits of a key's hash the table keeps. str's Hash ends each
-    /// part with a separator, so ("ab", "c") and ("a", "bc") hash apart.
-    fn hash(hasher: &foldhash::fast::RandomState, table: &str, tenant: &str, id: &str) -> u32 {
-        use std::hash::BuildHasher;
-        (hasher.hash_one((table, tenant, id)) >> 32) as u32
-    }
-
-    /// The table's 64-bit hash of the kept bits: hashbrown takes a slot
-    /// from the low bits and a tag from the top seven, and the odd
-    /// multiplier carries all 32 bits into the top ones.
-    fn spread(bits: u32) -> u64 {
-        u64::from(bits).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-
-    pub fn get(&self, keys: &[KeyEntry], table: &str, tenant: &str, id: &str) -> Option<u32> {
-        let bits = Self::hash(&self.hasher, table, tenant, id);
-        self.slots
-            .find(Self::spread(bits), |&(k, b)| {
-                let e = &keys[k as usize];
-                b == bits && *e.id == *id && *e.tenant == *tenant && *e.table == *table
-            })
-            .map(|&(k, _)| k)
-    }
-
-    /// Adds key `k` (already in `keys`, not yet in the index).
-    pub fn insert(&mut self, keys: &[KeyEntry], k: u32) {
-        let e = &keys[k as usize];
-        self.insert_hashed(k, Self::hash(&self.hasher, &e.table, &e.tenant, &e.id));
-    }
-
-    fn insert_hashed(&mut self, k: u32, bits: u32) {
-        self.slots.insert_unique(Self::spread(bits), (k, bits), |&(_, b)| Self::spread(b));
-    }
-
-    pub fn reserve(&mut self, additional: usize) {
-        self.slots.reserve(additional, |&(_, b)| Self::spread(b));
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.slots.capacity()
-    }
-}
-
-/// The row ids of a key's versions.
-pub type KeyRows = smallvec::SmallVec<[u32; 4]>;
-
-#[derive(Debug)]
-pub struct KeyEntry {
-    pub table: Arc<str>,
-    pub tenant: Arc<str>,
-    /// Held in the entry itself up to 24 bytes (most ids): an allocation of
-    /// its own per key had cost 32 bytes more a key and a `malloc` for each
-    /// key a start loads (1,000,000 at once).
-    pub id: compact_str::CompactString,
-    /// Row ids of every version, oldest first; up to four in the entry
-    /// itself (the same 24 bytes a `Vec` takes), so a key written a few
-    /// times costs no allocation of its own.
-    pub rows: KeyRows,
-}
+pub use crate::storage::keys::{KeyColumns, KeyDirectory, KeyEntry, KeyRef, KeyRows};
 
 /// A scalar value as the equality index keys it. Numbers compare as f64, so
 /// `1` and `1.0` are equal.
@@ -701,8 +629,7 @@ pub struct TableData {
 
 pub struct State {
     pub rows: RowTable,
-    pub keys: Vec<KeyEntry>,
-    pub key_index: KeyIndex,
+    pub keys: KeyDirectory,
     /// Table and tenant names, held once and shared by every key that has them.
     names: std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>,
     pub schemas: BTreeMap<String, TableSchema>,
@@ -768,8 +695,7 @@ impl State {
     pub fn new(records: RecordFiles) -> State {
         State {
             rows: RowTable::default(),
-            keys: Vec::new(),
-            key_index: KeyIndex::default(),
+            keys: KeyDirectory::default(),
             names: Default::default(),
             schemas: BTreeMap::new(),
             tables: HashMap::new(),
@@ -804,8 +730,8 @@ impl State {
         self.records.read_field(self.rows[row as usize].loc, name)
     }
 
-    pub fn key_of(&self, table: &str, tenant: &str, id: &str) -> Option<&KeyEntry> {
-        self.key_index.get(&self.keys, table, tenant, id).map(|k| &self.keys[k as usize])
+    pub fn key_of(&self, table: &str, tenant: &str, id: &str) -> Option<KeyRef<'_>> {
+        self.keys.find(table, tenant, id).map(|k| self.keys.get(k))
     }
 
     /// The shared copy of a table or tenant name.
@@ -818,27 +744,10 @@ impl State {
         shared
     }
 
-    /// Installs the keys of a checkpoint (numbered from 0, none yet): their
-    /// hashes are computed on all cores, then indexed.
-    pub fn install_keys(&mut self, keys: Vec<KeyEntry>) {
-        use rayon::prelude::*;
-        debug_assert!(self.keys.is_empty());
-        let hasher = &self.key_index.hasher;
-        let hashes: Vec<u32> = keys.par_iter().map(|e| KeyIndex::hash(hasher, &e.table, &e.tenant, &e.id)).collect();
-        self.keys = keys;
-        self.key_index.reserve(hashes.len());
-        for (k, bits) in hashes.into_iter().enumerate() {
-            self.key_index.insert_hashed(k as u32, bits);
-        }
-    }
-
     /// Appends a new key and indexes it; returns its number.
     pub fn add_key(&mut self, table: &str, tenant: &str, id: &str, rows: KeyRows) -> u32 {
-        let k = self.keys.len() as u32;
-        let entry = KeyEntry { table: self.intern(table), tenant: self.intern(tenant), id: id.into(), rows };
-        self.keys.push(entry);
-        self.key_index.insert(&self.keys, k);
-        k
+        let (table, tenant) = (self.intern(table), self.intern(tenant));
+        self.keys.add(table, tenant, id, rows)
     }
 
     /// The version of a key visible at `epoch`, if any.
@@ -857,8 +766,8 @@ impl State {
         self.key_of(table, tenant, id).and_then(|k| k.rows.last()).map_or(0, |r| self.rows[*r as usize].version_id)
     }
 
-    pub fn key_entry(&self, row: u32) -> &KeyEntry {
-        &self.keys[self.rows[row as usize].key as usize]
+    pub fn key_entry(&self, row: u32) -> KeyRef<'_> {
+        self.keys.get(self.rows[row as usize].key)
     }
 
     /// Applies durable commits in log order (`ends[i]`: the WAL offset after
@@ -931,15 +840,15 @@ impl State {
             }
         }
         for (wal_row, loc) in commit.rows.iter().zip(locs) {
-            let key = match self.key_index.get(&self.keys, &wal_row.table, &wal_row.tenant_id, &wal_row.id) {
+            let key = match self.keys.find(&wal_row.table, &wal_row.tenant_id, &wal_row.id) {
                 Some(k) => k,
                 None => self.add_key(&wal_row.table, &wal_row.tenant_id, &wal_row.id, KeyRows::new()),
             };
             let row_id = self.rows.len() as u32;
-            if let Some(prev) = self.keys[key as usize].rows.last().copied() {
+            if let Some(prev) = self.keys.rows(key).last().copied() {
                 self.retire(prev, commit.epoch);
             }
-            self.keys[key as usize].rows.push(row_id);
+            self.keys.rows_mut(key).push(row_id);
             let loc = *loc;
             self.rows.push(Row {
                 key,
@@ -964,12 +873,12 @@ impl State {
         let text_elsewhere = self.retired_text.is_some();
         let State { rows, keys, schemas, tables, analyzer, tokens, invalid_vectors, .. } = self;
         let row = &rows[row_id as usize];
-        let key = &keys[row.key as usize];
-        if !tables.contains_key(&*key.table) {
+        let key = keys.get(row.key);
+        if !tables.contains_key(&**key.table) {
             tables.insert(key.table.to_string(), TableData::default());
         }
-        let Some(table) = tables.get_mut(&*key.table) else { return };
-        match table.tenants.get_mut(&key.tenant) {
+        let Some(table) = tables.get_mut(&**key.table) else { return };
+        match table.tenants.get_mut(key.tenant) {
             Some(rows) => {
                 rows.insert(row_id);
             }
@@ -981,7 +890,7 @@ impl State {
             return;
         }
         table.live.insert(row_id);
-        let Some(schema) = schemas.get(&*key.table) else { return };
+        let Some(schema) = schemas.get(&**key.table) else { return };
         for (name, field) in fields.iter() {
             let Some(column) = schema.columns.get(name) else { continue };
             let value = match field {
@@ -1014,7 +923,7 @@ impl State {
             }
             if column.text && !text_elsewhere {
                 if let Some(s) = field.as_str() {
-                    table.text_stats.apply(&key.tenant, name, tokens.read(analyzer, s), 1);
+                    table.text_stats.apply(key.tenant, name, tokens.read(analyzer, s), 1);
                 }
             }
         }
@@ -1030,8 +939,8 @@ impl State {
         if row.deleted {
             return;
         }
-        let key = &keys[row.key as usize];
-        let Some(table) = tables.get_mut(&*key.table) else { return };
+        let key = keys.get(row.key);
+        let Some(table) = tables.get_mut(&**key.table) else { return };
         table.live.remove(row_id);
         match &mut self.retired_text {
             Some(later) => later.push(row_id),
@@ -1043,9 +952,9 @@ impl State {
     fn uncount_text(&mut self, row_id: u32) {
         let State { rows, keys, schemas, tables, analyzer, tokens, records, .. } = self;
         let row = &rows[row_id as usize];
-        let key = &keys[row.key as usize];
-        let Some(table) = tables.get_mut(&*key.table) else { return };
-        let Some(schema) = schemas.get(&*key.table) else { return };
+        let key = keys.get(row.key);
+        let Some(table) = tables.get_mut(&**key.table) else { return };
+        let Some(schema) = schemas.get(&**key.table) else { return };
         let columns: Vec<String> = schema.text_columns().map(str::to_string).collect();
         if columns.is_empty() {
             return;
@@ -1056,7 +965,7 @@ impl State {
         let Ok(fields) = records.read(row.loc, Some(&columns)) else { return };
         for col in &columns {
             if let Some(s) = fields.get(col).and_then(Value::as_str) {
-                table.text_stats.apply(&key.tenant, col, tokens.read(analyzer, s), -1);
+                table.text_stats.apply(key.tenant, col, tokens.read(analyzer, s), -1);
             }
         }
     }
@@ -1087,7 +996,7 @@ impl State {
                 if row.superseded_at <= horizon && !row.loc.is_purged() {
                     row.loc = RecordLoc::PURGED;
                     purged.push(id as u32);
-                    if !row.deleted && texted.contains(&*keys[row.key as usize].table) {
+                    if !row.deleted && texted.contains(&**keys.get(row.key).table) {
                         with_text.push(id as u32);
                     }
                 }
@@ -1102,7 +1011,7 @@ impl State {
         touched.sort_unstable();
         touched.dedup();
         for k in touched {
-            let versions = &mut self.keys[k as usize].rows;
+            let versions = self.keys.rows_mut(k);
             versions.retain(|r| !gone.contains(*r));
             if versions.capacity() > 2 * versions.len() {
                 versions.shrink_to_fit();
@@ -1136,41 +1045,7 @@ impl State {
 mod tests {
     use roaring::RoaringBitmap;
 
-    use super::{KeyEntry, KeyIndex, KeyRows, Postings, VectorStore};
-
-    #[test]
-    fn the_key_index_finds_each_key_by_its_three_parts() {
-        let parts = [("t", "ab", "c"), ("t", "a", "bc"), ("ta", "b", "c"), ("t", "ab", "c2"), ("u", "ab", "c")];
-        let mut keys = Vec::new();
-        let mut index = KeyIndex::default();
-        for (n, (table, tenant, id)) in parts.iter().enumerate() {
-            assert_eq!(index.get(&keys, table, tenant, id), None, "{n} is not there before it is added");
-            keys.push(KeyEntry {
-                table: (*table).into(),
-                tenant: (*tenant).into(),
-                id: (*id).into(),
-                rows: KeyRows::new(),
-            });
-            index.insert(&keys, n as u32);
-        }
-        // parts that join to the same text are still different keys
-        for (n, (table, tenant, id)) in parts.iter().enumerate() {
-            assert_eq!(index.get(&keys, table, tenant, id), Some(n as u32));
-        }
-        assert_eq!(index.get(&keys, "t", "abc", ""), None);
-        // growing the table rehashes from the kept bits
-        for n in parts.len()..5_000 {
-            keys.push(KeyEntry {
-                table: "t".into(),
-                tenant: "x".into(),
-                id: format!("r{n}").into(),
-                rows: KeyRows::new(),
-            });
-            index.insert(&keys, n as u32);
-        }
-        assert_eq!(index.get(&keys, "t", "x", "r4321"), Some(4321));
-        assert_eq!(index.get(&keys, "t", "a", "bc"), Some(1));
-    }
+    use super::{Postings, VectorStore};
 
     #[test]
     fn postings_keep_one_row_inline_and_a_bitmap_for_more() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::storage::state::{KeyEntry, State};
+use crate::storage::state::State;
 
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
@@ -142,9 +142,6 @@ pub struct BranchStats {
     pub last_checkpoint_ms: AtomicU64,
     /// Image bytes of the newest checkpoint taken since open.
     pub last_checkpoint_bytes: AtomicU64,
-    /// Bytes of the table, tenant and id text of every key, for the key
-    /// directory's memory estimate (the state holds no such sum).
-    pub key_text_bytes: AtomicU64,
     /// Retention since open: versions removed, record files compacted and
     /// the bytes they freed, passes whose compaction failed.
     pub purged_versions: AtomicU64,
@@ -169,7 +166,6 @@ impl Default for BranchStats {
             checkpoint_duration: Histogram::new(CHECKPOINT_BOUNDS_NS, 1e9),
             last_checkpoint_ms: AtomicU64::new(0),
             last_checkpoint_bytes: AtomicU64::new(0),
-            key_text_bytes: AtomicU64::new(0),
             purged_versions: AtomicU64::new(0),
             compacted_files: AtomicU64::new(0),
             reclaimed_bytes: AtomicU64::new(0),
@@ -221,11 +217,6 @@ impl BranchStats {
     /// Counts the key text of `keys` (new keys of a commit, or every key
     /// at open) held outside their entries: ids longer than an entry holds;
     /// table and tenant names are shared by all keys.
-    pub fn add_keys(&self, keys: &[KeyEntry]) {
-        let bytes: usize = keys.iter().filter(|k| k.id.is_heap_allocated()).map(|k| k.id.capacity()).sum();
-        self.key_text_bytes.fetch_add(bytes as u64, Relaxed);
-    }
-
     pub fn wal(&self) -> WalFigures {
         WalFigures {
             segment_bytes: self.wal_segment_bytes.load(Relaxed),
@@ -337,17 +328,12 @@ pub fn vector_graphs(state: &State) -> VectorGraphs {
     }
 }
 
-pub fn memory(state: &State, stats: &BranchStats) -> MemoryEstimate {
+pub fn memory(state: &State) -> MemoryEstimate {
     use std::mem::size_of;
-    let key_text_bytes = stats.key_text_bytes.load(Relaxed);
-    // the key map holds a key number and one control byte per slot
-    let key_map = state.key_index.capacity() as u64 * (size_of::<(u32, u32)>() as u64 + 1);
-    // the versions kept: retention's removed rows leave their keys' lists
-    let version_lists = (state.rows.len() as u64).saturating_sub(state.purged_rows) * size_of::<u32>() as u64;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {
         rows: state.rows.heap_bytes() as u64,
-        keys: (state.keys.capacity() * size_of::<KeyEntry>()) as u64 + key_text_bytes + version_lists + key_map,
+        keys: state.keys.heap_bytes() as u64,
         vectors: columns().map(|vc| vc.data.heap_bytes() as u64).sum(),
         vector_graphs: columns().map(|vc| vc.index.heap_bytes() as u64).sum(),
         receipts: (state.receipts.capacity() * (size_of::<(String, crate::storage::Receipt)>() + 1)
