@@ -171,8 +171,8 @@ impl KeyDirectory {
             .map(|k| hash(hasher, base.table(k), base.tenant(k), base.id(k)))
             .collect();
         keys.slots.reserve(hashes.len(), |&(_, b)| spread(b));
-        for (k, bits) in hashes.into_iter().enumerate() {
-            keys.insert_hashed(k as u32, bits);
+        for (k, bits) in in_table_order(&hashes, keys.slots.capacity()) {
+            keys.insert_hashed(k, bits);
         }
         Some(keys)
     }
@@ -282,6 +282,35 @@ impl KeyDirectory {
             + self.added_text_bytes
             + added_rows
     }
+}
+
+/// The keys (number, hash bits) grouped by where in a table of `capacity`
+/// their slots are, so that inserting them walks the table from one end to
+/// the other (a counting sort on the top twelve bits of the slot index).
+/// Inserted in key order, each of 1,000,000 keys touched a cache line of
+/// a 16 MB table no other recent insert had: 90-100 ms of a start's open.
+/// The order changes no slot a key ends up in that lookups depend on.
+fn in_table_order(hashes: &[u32], capacity: usize) -> Vec<(u32, u32)> {
+    const GROUP_BITS: u32 = 12;
+    // hashbrown keeps 7/8 of a power of two of buckets, and takes a key's
+    // first bucket from its hash's low bits
+    let buckets = (capacity.max(1) * 8 / 7 + 1).next_power_of_two();
+    let shift = buckets.trailing_zeros().saturating_sub(GROUP_BITS);
+    let group = |bits: u32| (spread(bits) as usize & (buckets - 1)) >> shift;
+    let mut starts = vec![0usize; (buckets >> shift) + 1];
+    for &bits in hashes {
+        starts[group(bits) + 1] += 1;
+    }
+    for g in 1..starts.len() {
+        starts[g] += starts[g - 1];
+    }
+    let mut out = vec![(0u32, 0u32); hashes.len()];
+    for (k, &bits) in hashes.iter().enumerate() {
+        let at = &mut starts[group(bits)];
+        out[*at] = (k as u32, bits);
+        *at += 1;
+    }
+    out
 }
 
 /// The 32 bits of a key's hash the table keeps. str's Hash ends each part
