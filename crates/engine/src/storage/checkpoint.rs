@@ -195,21 +195,7 @@ struct KeyImage {
 
 /// The key directory, column-wise: each table and tenant name once, the ids
 /// in one byte string, every key's versions in one list.
-#[derive(Serialize, Deserialize, Default)]
-struct KeysImage {
-    names: Vec<String>,
-    /// Per key: its table's and its tenant's index in `names`.
-    table: Vec<u32>,
-    tenant: Vec<u32>,
-    #[serde(with = "serde_bytes")]
-    ids: Vec<u8>,
-    /// Per key: where its id ends in `ids`.
-    id_ends: Vec<u64>,
-    /// Per key: how many versions it has; then all versions' row ids, key
-    /// after key, oldest first.
-    version_counts: Vec<u32>,
-    versions: Vec<u32>,
-}
+type KeysImage = KeyColumns<String>;
 
 impl KeysImage {
     fn of<T: AsRef<str>, R: AsRef<[u32]>>(keys: impl ExactSizeIterator<Item = (T, T, T, R)>) -> KeysImage {

@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::FastMap;
 
 /// The row ids of a key's versions.
@@ -43,15 +45,18 @@ pub struct KeyRef<'a> {
     pub rows: &'a [u32],
 }
 
-/// The key directory of a checkpoint image, column-wise, as it stores it.
-#[derive(Default)]
-pub struct KeyColumns {
+/// The key directory column-wise, as a checkpoint image stores it (with
+/// `N = String`, image format 2 on) and as a start keeps it (`N` the
+/// state's shared copies of the names).
+#[derive(Serialize, Deserialize, Default)]
+pub struct KeyColumns<N = Arc<str>> {
     /// Table and tenant names, each once.
-    pub names: Vec<Arc<str>>,
+    pub names: Vec<N>,
     /// Per key: its table's and its tenant's index in `names`.
     pub table: Vec<u32>,
     pub tenant: Vec<u32>,
     /// Every id, back to back.
+    #[serde(with = "serde_bytes")]
     pub ids: Vec<u8>,
     /// Per key: where its id ends in `ids`.
     pub id_ends: Vec<u64>,
