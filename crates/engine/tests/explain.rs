@@ -148,6 +148,85 @@ fn overlay_pending_and_indexed_counts_belong_to_the_queried_tenant() {
     assert_eq!(resp.explain.materialized_count, 0);
 }
 
+/// Polls the main branch until its text index has committed every row, without a query or
+/// `wait_indexed` (either would end the branch's idleness); false at the deadline.
+fn text_committed_unsearched(engine: &Engine, timeout: Duration) -> bool {
+    let branch = engine.branch(None, None).unwrap();
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if branch.text.watermark() as usize >= branch.state.read().rows.len() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn a_branch_no_query_reads_commits_its_text_once_its_writes_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    // idle from the start (never searched), and while writes go on it would wait an hour
+    config.branch.text_commit_interval = Duration::from_millis(50);
+    config.branch.idle_commit_interval = Duration::from_secs(3600);
+    let engine = Engine::open(config).unwrap();
+    for i in 0..30 {
+        engine
+            .put(None, None, vec![rec("t", &format!("d{i}"), json!({"body": format!("quiet words {i}")}))], None)
+            .unwrap();
+    }
+    assert!(text_committed_unsearched(&engine, Duration::from_secs(60)), "the writes paused: committed");
+    let mut tq = q("t");
+    tq.text = Some("quiet".into());
+    let resp = engine.query(None, None, &tq).unwrap();
+    assert_eq!(resp.results.len(), 10);
+    assert!(!resp.explain.hot_overlay_searched);
+    assert_eq!(resp.explain.lexical_indexed_documents, 30);
+}
+
+#[test]
+fn a_query_makes_an_idle_branch_commit_while_its_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.branch.text_commit_interval = Duration::from_millis(50);
+    config.branch.idle_commit_interval = Duration::from_secs(3600);
+    config.branch.search_idle_after = Duration::from_secs(3600);
+    let engine = std::sync::Arc::new(Engine::open(config).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = rec("t", &format!("d{i}"), json!({"body": format!("busy words {i}")}));
+                engine.put(None, None, vec![r], None).unwrap();
+                i += 1;
+            }
+            i
+        })
+    };
+    let branch = engine.branch(None, None).unwrap();
+    while branch.state.read().rows.len() < 200 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // every row written so far is found, through the overlay where the index lacks it
+    let mut tq = q("t");
+    tq.text = Some("busy".into());
+    tq.top_k = Some(1000);
+    let seen = branch.state.read().rows.len();
+    let resp = engine.query(None, None, &tq).unwrap();
+    assert!(resp.results.len() >= seen, "{} of {seen}", resp.results.len());
+    // searched now: the index commits at its interval though the writes go on
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while (branch.text.watermark() as usize) < seen && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(branch.text.watermark() as usize >= seen, "committed {} of {seen}", branch.text.watermark());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(written > seen, "the writes went on meanwhile");
+}
+
 #[test]
 fn a_later_page_reports_its_own_timings() {
     let dir = tempfile::tempdir().unwrap();

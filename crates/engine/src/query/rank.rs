@@ -183,6 +183,7 @@ pub(super) fn rank(
     filter_page: FilterPage,
     pins: Option<&Pins>,
 ) -> Result<Ranked> {
+    branch.shared.note_search(branch.config.search_idle_after);
     let mut ex = Explain {
         candidate_budget: plan.budget as u64,
         freshness_mode: plan.freshness.name().to_string(),

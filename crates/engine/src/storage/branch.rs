@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -284,6 +284,7 @@ impl Branch {
             failed_features: Default::default(),
             indexer_alive: AtomicBool::new(true),
             failing_rounds: AtomicU32::new(0),
+            searched_ms: AtomicU64::new(0),
             stats: BranchStats::default(),
             events: EventQueue::default(),
         });
@@ -429,6 +430,8 @@ impl Branch {
             if Instant::now() >= deadline || self.tx.lock().is_none() {
                 return false;
             }
+            // a caller that waits on the indexes wants them committed now
+            self.shared.note_search(self.config.search_idle_after);
             self.shared.wake_indexer();
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -6,7 +6,8 @@
 //! How it talks to the others: the committer (storage/committer.rs) wakes it
 //! through the branch's `Shared` (`wake` and its condvar) after each applied
 //! group; otherwise it wakes on its own to commit the text index every
-//! `text_commit_interval`, and at least once a second. A round copies its
+//! `text_commit_interval` (`idle_commit_interval` while no query reads the
+//! branch and writes go on), and at least once a second. A round copies its
 //! work out of the `State` under a read lock and does the slow part outside
 //! it. Progress is published as watermarks (`Shared::vector_watermark` and
 //! the text index's own) that queries, metrics and `Branch::wait_indexed`
@@ -75,12 +76,38 @@ struct TextFeature {
     columns: Vec<(String, String)>,
 }
 
+/// How long the text index's uncommitted documents may wait: the commit
+/// interval while the branch is `searched` or its writes have paused for
+/// that long (none since `grown_at`), else (search-idle, writes going on)
+/// the idle interval (`BranchConfig::search_idle_after`).
+fn commit_interval(config: &BranchConfig, searched: bool, grown_at: Instant) -> Duration {
+    let interval = config.text_commit_interval;
+    if searched || grown_at.elapsed() >= interval {
+        interval
+    } else {
+        interval.max(config.idle_commit_interval)
+    }
+}
+
+/// How long the indexer may sleep before a commit of what the text index
+/// holds falls due: when the interval in force ends, or when the writes
+/// will have paused for the commit interval (a search-idle branch commits
+/// then).
+fn until_commit(last_commit: Instant, due: Duration, grown_at: Instant, interval: Duration) -> Duration {
+    let at_due = due.saturating_sub(last_commit.elapsed());
+    if due > interval {
+        at_due.min(interval.saturating_sub(grown_at.elapsed()))
+    } else {
+        at_due
+    }
+}
+
 /// Commits the text index when it holds something uncommitted and the
-/// commit interval has passed; `Some(committed)` when it tried. A failed
-/// commit keeps its documents in the writer for the next one; failing again
-/// and again shows in readiness.
-fn commit_if_due(text: &TextIndex, last_commit: &mut Instant, interval: Duration) -> Option<bool> {
-    if !text.has_uncommitted() || last_commit.elapsed() < interval {
+/// commit interval `due` has passed; `Some(committed)` when it tried. A
+/// failed commit keeps its documents in the writer for the next one;
+/// failing again and again shows in readiness.
+fn commit_if_due(text: &TextIndex, last_commit: &mut Instant, due: Duration) -> Option<bool> {
+    if !text.has_uncommitted() || last_commit.elapsed() < due {
         return None;
     }
     let committed = text.commit().is_ok();
@@ -255,6 +282,9 @@ fn run_indexer(
     let sweep_every = Duration::from_millis(config.receipt_retention_ms.clamp(100, 60_000));
     let mut last_sweep = Instant::now();
     let mut last_commit = Instant::now();
+    // when the branch last had rows the indexer had not seen
+    let mut grown_at = Instant::now();
+    let mut rows_seen = 0u32;
     let mut backlog = Backlog::default();
     loop {
         fail::fail_point!("indexer::round");
@@ -307,6 +337,10 @@ fn run_indexer(
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);
         let total = state.read().rows.len() as u32;
+        if total != rows_seen {
+            rows_seen = total;
+            grown_at = Instant::now();
+        }
         backlog.note(total.saturating_sub(text.watermark().min(from_vec)), &shared.events);
         // None: nothing was attempted this round; Some(true): something failed
         let mut round_failed: Option<bool> = None;
@@ -345,7 +379,8 @@ fn run_indexer(
                 text_from = upto;
             }
             // and searchable before the graphs' longer round
-            if let Some(committed) = commit_if_due(&text, &mut last_commit, interval) {
+            let due = commit_interval(config, shared.searched_within(config.search_idle_after), grown_at);
+            if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
                 text_commit_failed = !committed;
                 round_failed = Some(!committed);
             }
@@ -374,7 +409,8 @@ fn run_indexer(
             round_failed = Some(round_failed.unwrap_or(false) || failed > 0);
         }
         let lagging = text.has_uncommitted();
-        if let Some(committed) = commit_if_due(&text, &mut last_commit, interval) {
+        let due = commit_interval(config, shared.searched_within(config.search_idle_after), grown_at);
+        if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
             text_commit_failed |= !committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
         }
@@ -401,9 +437,59 @@ fn run_indexer(
         let caught_up = text.pending_upto() >= rows && shared.vector_watermark.load(Ordering::Acquire) >= rows;
         let mut woken = shared.wake.lock();
         if !*woken && caught_up {
-            let wait = if lagging { interval.saturating_sub(last_commit.elapsed()) } else { Duration::from_secs(1) };
+            let wait =
+                if lagging { until_commit(last_commit, due, grown_at, interval) } else { Duration::from_secs(1) };
             shared.wake_cv.wait_for(&mut woken, wait.max(Duration::from_millis(1)));
         }
         *woken = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BranchConfig {
+        BranchConfig {
+            text_commit_interval: Duration::from_millis(250),
+            idle_commit_interval: Duration::from_secs(10),
+            ..BranchConfig::default()
+        }
+    }
+
+    fn ago(d: Duration) -> Instant {
+        Instant::now().checked_sub(d).expect("the clock is past the process start")
+    }
+
+    #[test]
+    fn a_searched_branch_commits_at_the_interval_and_an_idle_one_only_once_writes_pause() {
+        let c = config();
+        let writing = Instant::now();
+        let paused = ago(Duration::from_secs(1));
+        assert_eq!(commit_interval(&c, true, writing), c.text_commit_interval);
+        assert_eq!(commit_interval(&c, true, paused), c.text_commit_interval);
+        assert_eq!(commit_interval(&c, false, writing), c.idle_commit_interval);
+        assert_eq!(commit_interval(&c, false, paused), c.text_commit_interval);
+        // an idle interval shorter than the commit interval does not commit more often
+        let short = BranchConfig { idle_commit_interval: Duration::from_millis(10), ..config() };
+        assert_eq!(commit_interval(&short, false, writing), short.text_commit_interval);
+    }
+
+    #[test]
+    fn an_idle_branchs_indexer_sleeps_until_its_writes_would_have_paused() {
+        let c = config();
+        let interval = c.text_commit_interval;
+        // searched: until the interval since the last commit ends
+        let wait = until_commit(ago(Duration::from_millis(100)), interval, Instant::now(), interval);
+        assert!(wait <= Duration::from_millis(150) && wait > Duration::from_millis(100), "{wait:?}");
+        assert_eq!(until_commit(ago(Duration::from_secs(1)), interval, Instant::now(), interval), Duration::ZERO);
+        // idle, its last commit long ago: not at once (the idle interval has
+        // not been reached), but no later than the writes' pause would make it due
+        let wait =
+            until_commit(ago(Duration::from_secs(5)), c.idle_commit_interval, ago(Duration::from_millis(50)), interval);
+        assert!(wait <= Duration::from_millis(200) && wait > Duration::from_millis(150), "{wait:?}");
+        // idle and the idle interval over: at once
+        let wait = until_commit(ago(Duration::from_secs(11)), c.idle_commit_interval, Instant::now(), interval);
+        assert_eq!(wait, Duration::ZERO);
     }
 }

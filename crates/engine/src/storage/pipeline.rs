@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::error::{Code, Error, Result};
 use crate::model::RecordInput;
 use crate::schema::Column;
-use crate::storage::commit::{Receipt, ReceiptDraft};
+use crate::storage::commit::{now_ms, Receipt, ReceiptDraft};
 use crate::storage::events::{CheckpointPhases, EventQueue};
 use crate::storage::stats::BranchStats;
 #[derive(Debug, Clone)]
@@ -31,6 +31,21 @@ pub struct BranchConfig {
     /// How many epochs of history stay readable; `None` keeps all.
     pub history_epochs: Option<u64>,
     pub text_commit_interval: Duration,
+    /// A branch no query has read (and no caller has waited on its indexes)
+    /// for this long is search-idle, as Elasticsearch's shards are after
+    /// `index.search.idle.after`: while its writes go on, its text index
+    /// commits only every `idle_commit_interval`. Each commit starts a new
+    /// tantivy segment, whose writer costs a few megabytes of zeroed tables
+    /// however few documents it gets; under a stream of single-record
+    /// writes, four commits a second had taken a fifth of the core. Queries
+    /// are complete either way (rows the index lacks are scored by the hot
+    /// overlay); the first query of an idle branch wakes the indexer, which
+    /// commits at once and goes back to `text_commit_interval`.
+    pub search_idle_after: Duration,
+    /// How long a search-idle branch's uncommitted text may wait while
+    /// writes keep coming (once they pause for `text_commit_interval`, it
+    /// is committed then).
+    pub idle_commit_interval: Duration,
     pub group_commit_max: usize,
     /// A checkpoint is taken once the WAL segment holds this many bytes...
     pub checkpoint_wal_bytes: u64,
@@ -100,6 +115,8 @@ impl Default for BranchConfig {
             receipt_retention_ms: 24 * 3600 * 1000,
             history_epochs: None,
             text_commit_interval: Duration::from_millis(250),
+            search_idle_after: Duration::from_secs(30),
+            idle_commit_interval: Duration::from_secs(10),
             group_commit_max: 1024,
             checkpoint_wal_bytes: 64 << 20,
             checkpoint_rows: 50_000,
@@ -228,6 +245,9 @@ pub(crate) struct Shared {
     pub indexer_alive: AtomicBool,
     /// Indexer rounds in a row in which some feature failed.
     pub failing_rounds: AtomicU32,
+    /// When a query last read the branch or a caller last waited on its
+    /// indexes (ms since the epoch; 0: never since it opened).
+    pub(super) searched_ms: AtomicU64,
     pub stats: BranchStats,
     pub events: EventQueue,
 }
@@ -238,6 +258,27 @@ impl Shared {
         *self.wake.lock() = true;
         self.wake_cv.notify_one();
     }
+
+    /// Notes that a query reads the branch (or a caller waits on its
+    /// indexes); when it was search-idle (`idle_after`), wakes the indexer
+    /// to commit what the text index holds.
+    pub(crate) fn note_search(&self, idle_after: Duration) {
+        let now = now_ms();
+        let before = self.searched_ms.swap(now, Ordering::Relaxed);
+        if now.saturating_sub(before) >= ms_of(idle_after) {
+            self.wake_indexer();
+        }
+    }
+
+    /// Whether a query read the branch (or a caller waited on its indexes)
+    /// within `idle_after`.
+    pub(super) fn searched_within(&self, idle_after: Duration) -> bool {
+        now_ms().saturating_sub(self.searched_ms.load(Ordering::Relaxed)) < ms_of(idle_after)
+    }
+}
+
+fn ms_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Rounds in a row with failures after which the indexer counts as failing.
@@ -272,4 +313,46 @@ pub(super) fn graph_name(table: &str, column: &str) -> String {
 /// A duration in milliseconds, as timings and events report it.
 pub(super) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            archived: AtomicBool::new(false),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            vector_watermark: AtomicU32::new(0),
+            vectors_compaction_due: AtomicBool::new(false),
+            checkpointing: Mutex::new(()),
+            failed_features: Default::default(),
+            indexer_alive: AtomicBool::new(true),
+            failing_rounds: AtomicU32::new(0),
+            searched_ms: AtomicU64::new(0),
+            stats: BranchStats::default(),
+            events: EventQueue::default(),
+        }
+    }
+
+    #[test]
+    fn the_first_search_of_an_idle_branch_wakes_its_indexer_and_later_ones_do_not() {
+        let idle_after = Duration::from_secs(30);
+        let s = shared();
+        assert!(!s.searched_within(idle_after), "a branch no query has read is idle");
+        s.note_search(idle_after);
+        assert!(*s.wake.lock(), "the indexer is woken to commit");
+        assert!(s.searched_within(idle_after));
+        *s.wake.lock() = false;
+        s.note_search(idle_after);
+        assert!(!*s.wake.lock(), "a searched branch's indexer keeps its pace");
+        // idle again once the last search is older than idle_after
+        s.searched_ms.store(now_ms() - 31_000, Ordering::Relaxed);
+        assert!(!s.searched_within(idle_after));
+        s.note_search(idle_after);
+        assert!(*s.wake.lock());
+    }
 }
