@@ -20,12 +20,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 
 use crate::bail;
@@ -37,7 +37,7 @@ use crate::schema::Metric;
 use crate::storage::checkpoint;
 use crate::storage::commit::{now_ms, Commit, EncodedRows, FieldSpans};
 use crate::storage::committer::{self, CheckpointJob, Job, Request};
-use crate::storage::events::{Event, EventQueue, Recorded};
+use crate::storage::events::{Event, Recorded};
 use crate::storage::indexer;
 use crate::storage::records::RecordFiles;
 use crate::storage::state::State;
@@ -271,23 +271,8 @@ impl Branch {
             std::fs::remove_dir_all(&text_dir)?;
             text = TextIndex::open(&text_dir)?.0;
         }
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-            archived: AtomicBool::new(false),
-            wake: Mutex::new(true),
-            wake_cv: Condvar::new(),
-            vector_watermark: AtomicU32::new(vector_watermark),
-            // a column retention left half empty before a restart
-            vectors_compaction_due: AtomicBool::new(state.purged_rows > 0),
-            checkpointing: Mutex::new(()),
-            failed_features: Default::default(),
-            indexer_alive: AtomicBool::new(true),
-            failing_rounds: AtomicU32::new(0),
-            searched_ms: AtomicU64::new(0),
-            stats: BranchStats::default(),
-            events: EventQueue::default(),
-        });
+        // a column retention left half empty before a restart is compacted
+        let shared = Arc::new(Shared::new(vector_watermark, state.purged_rows > 0));
         shared.stats.wal_segment_bytes.store(wal.end(), Ordering::Relaxed);
         if let Some(gen) = ckpt {
             shared.stats.last_checkpoint_ms.store(written_ms(&dir.join(checkpoint::file_name(gen))), Ordering::Relaxed);

@@ -76,13 +76,20 @@ struct TextFeature {
     columns: Vec<(String, String)>,
 }
 
-/// How long the text index's uncommitted documents may wait: the commit
-/// interval while the branch is `searched` or its writes have paused for
-/// that long (none since `grown_at`), else (search-idle, writes going on)
-/// the idle interval (`BranchConfig::search_idle_after`).
-fn commit_interval(config: &BranchConfig, searched: bool, grown_at: Instant) -> Duration {
+/// Most rows a search-idle branch's text index holds uncommitted: a bulk
+/// load commits every this many rows (tantivy's writer keeps them in memory
+/// until then, up to its budget), a stream of single-record writes far less
+/// often than every `text_commit_interval`.
+const IDLE_COMMIT_ROWS: u32 = 16_384;
+
+/// How long the text index's `uncommitted` rows may wait: the commit
+/// interval while the branch is `searched`, its writes have paused for that
+/// long (none since `grown_at`) or it holds [`IDLE_COMMIT_ROWS`], else
+/// (search-idle, writes going on) the idle interval
+/// (`BranchConfig::search_idle_after`).
+fn commit_interval(config: &BranchConfig, searched: bool, grown_at: Instant, uncommitted: u32) -> Duration {
     let interval = config.text_commit_interval;
-    if searched || grown_at.elapsed() >= interval {
+    if searched || grown_at.elapsed() >= interval || uncommitted >= IDLE_COMMIT_ROWS {
         interval
     } else {
         interval.max(config.idle_commit_interval)
@@ -379,7 +386,12 @@ fn run_indexer(
                 text_from = upto;
             }
             // and searchable before the graphs' longer round
-            let due = commit_interval(config, shared.searched_within(config.search_idle_after), grown_at);
+            let due = commit_interval(
+                config,
+                shared.searched_within(config.search_idle_after),
+                grown_at,
+                text.pending_upto().saturating_sub(text.watermark()),
+            );
             if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
                 text_commit_failed = !committed;
                 round_failed = Some(!committed);
@@ -409,7 +421,12 @@ fn run_indexer(
             round_failed = Some(round_failed.unwrap_or(false) || failed > 0);
         }
         let lagging = text.has_uncommitted();
-        let due = commit_interval(config, shared.searched_within(config.search_idle_after), grown_at);
+        let due = commit_interval(
+            config,
+            shared.searched_within(config.search_idle_after),
+            grown_at,
+            text.pending_upto().saturating_sub(text.watermark()),
+        );
         if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
             text_commit_failed |= !committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
@@ -466,13 +483,16 @@ mod tests {
         let c = config();
         let writing = Instant::now();
         let paused = ago(Duration::from_secs(1));
-        assert_eq!(commit_interval(&c, true, writing), c.text_commit_interval);
-        assert_eq!(commit_interval(&c, true, paused), c.text_commit_interval);
-        assert_eq!(commit_interval(&c, false, writing), c.idle_commit_interval);
-        assert_eq!(commit_interval(&c, false, paused), c.text_commit_interval);
+        assert_eq!(commit_interval(&c, true, writing, 10), c.text_commit_interval);
+        assert_eq!(commit_interval(&c, true, paused, 10), c.text_commit_interval);
+        assert_eq!(commit_interval(&c, false, writing, 10), c.idle_commit_interval);
+        assert_eq!(commit_interval(&c, false, paused, 10), c.text_commit_interval);
+        // a bulk load on an idle branch commits every IDLE_COMMIT_ROWS rows
+        assert_eq!(commit_interval(&c, false, writing, IDLE_COMMIT_ROWS - 1), c.idle_commit_interval);
+        assert_eq!(commit_interval(&c, false, writing, IDLE_COMMIT_ROWS), c.text_commit_interval);
         // an idle interval shorter than the commit interval does not commit more often
         let short = BranchConfig { idle_commit_interval: Duration::from_millis(10), ..config() };
-        assert_eq!(commit_interval(&short, false, writing), short.text_commit_interval);
+        assert_eq!(commit_interval(&short, false, writing, 10), short.text_commit_interval);
     }
 
     #[test]

@@ -253,6 +253,28 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A branch's shared state as it opens: its graphs hold the rows below
+    /// `vector_watermark`, and the indexer's first round (it starts woken)
+    /// compacts the vector columns when `compaction_due`.
+    pub(super) fn new(vector_watermark: u32, compaction_due: bool) -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            archived: AtomicBool::new(false),
+            wake: Mutex::new(true),
+            wake_cv: Condvar::new(),
+            vector_watermark: AtomicU32::new(vector_watermark),
+            vectors_compaction_due: AtomicBool::new(compaction_due),
+            checkpointing: Mutex::new(()),
+            failed_features: Default::default(),
+            indexer_alive: AtomicBool::new(true),
+            failing_rounds: AtomicU32::new(0),
+            searched_ms: AtomicU64::new(0),
+            stats: BranchStats::default(),
+            events: EventQueue::default(),
+        }
+    }
+
     /// Wakes the indexer for a round now.
     pub(super) fn wake_indexer(&self) {
         *self.wake.lock() = true;
@@ -319,29 +341,11 @@ pub(super) fn ms(d: Duration) -> f64 {
 mod tests {
     use super::*;
 
-    fn shared() -> Shared {
-        Shared {
-            stop: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-            archived: AtomicBool::new(false),
-            wake: Mutex::new(false),
-            wake_cv: Condvar::new(),
-            vector_watermark: AtomicU32::new(0),
-            vectors_compaction_due: AtomicBool::new(false),
-            checkpointing: Mutex::new(()),
-            failed_features: Default::default(),
-            indexer_alive: AtomicBool::new(true),
-            failing_rounds: AtomicU32::new(0),
-            searched_ms: AtomicU64::new(0),
-            stats: BranchStats::default(),
-            events: EventQueue::default(),
-        }
-    }
-
     #[test]
     fn the_first_search_of_an_idle_branch_wakes_its_indexer_and_later_ones_do_not() {
         let idle_after = Duration::from_secs(30);
-        let s = shared();
+        let s = Shared::new(0, false);
+        *s.wake.lock() = false;
         assert!(!s.searched_within(idle_after), "a branch no query has read is idle");
         s.note_search(idle_after);
         assert!(*s.wake.lock(), "the indexer is woken to commit");
