@@ -96,6 +96,12 @@ fn commit_interval(config: &BranchConfig, searched: bool, grown_at: Instant, unc
     }
 }
 
+/// [`commit_interval`] of the branch as it is now.
+fn commit_due(config: &BranchConfig, shared: &Shared, text: &TextIndex, grown_at: Instant) -> Duration {
+    let searched = shared.searched_within(config.search_idle_after);
+    commit_interval(config, searched, grown_at, text.pending_upto().saturating_sub(text.watermark()))
+}
+
 /// How long the indexer may sleep before a commit of what the text index
 /// holds falls due: when the interval in force ends, or when the writes
 /// will have paused for the commit interval (a search-idle branch commits
@@ -386,12 +392,7 @@ fn run_indexer(
                 text_from = upto;
             }
             // and searchable before the graphs' longer round
-            let due = commit_interval(
-                config,
-                shared.searched_within(config.search_idle_after),
-                grown_at,
-                text.pending_upto().saturating_sub(text.watermark()),
-            );
+            let due = commit_due(config, &shared, &text, grown_at);
             if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
                 text_commit_failed = !committed;
                 round_failed = Some(!committed);
@@ -421,12 +422,7 @@ fn run_indexer(
             round_failed = Some(round_failed.unwrap_or(false) || failed > 0);
         }
         let lagging = text.has_uncommitted();
-        let due = commit_interval(
-            config,
-            shared.searched_within(config.search_idle_after),
-            grown_at,
-            text.pending_upto().saturating_sub(text.watermark()),
-        );
+        let due = commit_due(config, &shared, &text, grown_at);
         if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
             text_commit_failed |= !committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
