@@ -2,7 +2,9 @@
 //! indexes.
 //!
 //! Each field is a JSON value, except an array of floating-point numbers (a
-//! vector, as one arrives), which is held as its f64s ([`Field::Floats`]).
+//! vector, as one arrives), which is held as its numbers ([`Field::Floats`]):
+//! as f32s when every one is exactly an f32 (as vectors sent as f32s are, and
+//! as the record encoding and the vector index hold them), else as f64s.
 //! As a `serde_json::Value` each number took 72 bytes (with `preserve_order`
 //! a `Value` is as large as its largest variant, a map): a put-batch of
 //! 2,500 records with 256-d vectors held 46 MB of them, 9 times the numbers'
@@ -36,7 +38,115 @@ pub enum Field {
     Value(Value),
     /// A non-empty array of floats (as read back from the log: whatever the
     /// record encoding's f32 or f64 array holds).
-    Floats(Box<[f64]>),
+    Floats(Floats),
+}
+
+/// A non-empty array of floats, as f32s when every one is exactly an f32
+/// (half the bytes of a batch's vectors while it is checked, logged and
+/// indexed), else as the f64s written. Built only by [`Floats::pack`] (or
+/// from f32s), so the f64 form always holds a number no f32 holds, and the
+/// record encoding packs each form as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Floats(Packed);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Packed {
+    F32(Box<[f32]>),
+    F64(Box<[f64]>),
+}
+
+impl Floats {
+    /// `xs`, as f32s when every one survives the round trip through f32.
+    pub fn pack(xs: Vec<f64>) -> Floats {
+        match xs.iter().all(|&f| f64::from(f as f32) == f) {
+            true => Floats(Packed::F32(xs.iter().map(|&f| f as f32).collect())),
+            false => Floats(Packed::F64(xs.into_boxed_slice())),
+        }
+    }
+
+    pub fn from_f32s(xs: Box<[f32]>) -> Floats {
+        Floats(Packed::F32(xs))
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Packed::F32(xs) => xs.len(),
+            Packed::F64(xs) => xs.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the numbers are held (and encoded) as f32s.
+    pub fn is_f32(&self) -> bool {
+        matches!(self.0, Packed::F32(_))
+    }
+
+    /// The numbers as written.
+    pub fn iter(&self) -> impl Iterator<Item = f64> + '_ {
+        let (narrow, wide) = match &self.0 {
+            Packed::F32(xs) => (&xs[..], &[][..]),
+            Packed::F64(xs) => (&[][..], &xs[..]),
+        };
+        narrow.iter().map(|&x| f64::from(x)).chain(wide.iter().copied())
+    }
+
+    /// The numbers as f32s (rounded where they are f64s).
+    pub fn to_f32s(&self) -> Vec<f32> {
+        match &self.0 {
+            Packed::F32(xs) => xs.to_vec(),
+            Packed::F64(xs) => xs.iter().map(|&x| x as f32).collect(),
+        }
+    }
+}
+
+/// Collects an array's floats as f32s while each is exactly one, and as
+/// f64s from the first that is not.
+enum FloatsBuilder {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl FloatsBuilder {
+    fn with_capacity(n: usize) -> FloatsBuilder {
+        FloatsBuilder::F32(Vec::with_capacity(n))
+    }
+
+    fn push(&mut self, f: f64) {
+        match self {
+            FloatsBuilder::F32(xs) if f64::from(f as f32) == f => xs.push(f as f32),
+            FloatsBuilder::F32(xs) => {
+                let mut wide: Vec<f64> = Vec::with_capacity(xs.capacity().max(xs.len() + 1));
+                wide.extend(xs.iter().map(|&x| f64::from(x)));
+                wide.push(f);
+                *self = FloatsBuilder::F64(wide);
+            }
+            FloatsBuilder::F64(xs) => xs.push(f),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            FloatsBuilder::F32(xs) => xs.is_empty(),
+            FloatsBuilder::F64(xs) => xs.is_empty(),
+        }
+    }
+
+    fn build(self) -> Floats {
+        match self {
+            FloatsBuilder::F32(xs) => Floats(Packed::F32(xs.into_boxed_slice())),
+            FloatsBuilder::F64(xs) => Floats(Packed::F64(xs.into_boxed_slice())),
+        }
+    }
+
+    fn values(&self) -> Vec<Value> {
+        match self {
+            FloatsBuilder::F32(xs) => xs.iter().map(|&x| float(f64::from(x))).collect(),
+            FloatsBuilder::F64(xs) => xs.iter().map(|&x| float(x)).collect(),
+        }
+    }
 }
 
 /// Whether JavaScript holds `f` as a float, not as an integer within 2^53
@@ -49,8 +159,8 @@ fn float(f: f64) -> Value {
     Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
-fn floats_value(xs: &[f64]) -> Value {
-    Value::Array(xs.iter().map(|x| float(*x)).collect())
+fn floats_value(xs: &Floats) -> Value {
+    Value::Array(xs.iter().map(float).collect())
 }
 
 impl Field {
@@ -63,10 +173,10 @@ impl Field {
                     Value::Number(n) if n.is_f64() => n.as_f64().filter(|f| is_float(*f)),
                     _ => None,
                 })
-                .collect::<Option<Box<[f64]>>>(),
+                .collect::<Option<Vec<f64>>>(),
             _ => None,
         };
-        packed.map_or(Field::Value(value), Field::Floats)
+        packed.map_or(Field::Value(value), |xs| Field::Floats(Floats::pack(xs)))
     }
 
     pub fn as_str(&self) -> Option<&str> {
@@ -180,7 +290,7 @@ impl Serialize for Field {
             Field::Floats(xs) => {
                 let mut seq = s.serialize_seq(Some(xs.len()))?;
                 for x in xs.iter() {
-                    seq.serialize_element(x)?;
+                    seq.serialize_element(&x)?;
                 }
                 seq.end()
             }
@@ -229,11 +339,10 @@ impl<'de> DeserializeSeed<'de> for FieldSeed {
     }
 }
 
-/// A value as read: a float, an array of floats (as their f64s), or any
-/// other value.
+/// A value as read: a float, an array of floats, or any other value.
 enum Item {
     Float(f64),
-    Floats(Box<[f64]>),
+    Floats(Floats),
     Other(Value),
 }
 
@@ -271,12 +380,12 @@ impl<'de> Visitor<'de> for ItemVisitor {
     /// An array's numbers as floats while they are floats; at the first
     /// element that is not, the array as values.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
-        let mut xs: Vec<f64> = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        let mut xs = FloatsBuilder::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(item) = seq.next_element::<Item>()? {
             match item {
                 Item::Float(f) if is_float(f) => xs.push(f),
                 other => {
-                    let mut items: Vec<Value> = xs.iter().map(|x| float(*x)).collect();
+                    let mut items = xs.values();
                     items.push(other.into_value());
                     while let Some(v) = seq.next_element::<Value>()? {
                         items.push(v);
@@ -287,7 +396,7 @@ impl<'de> Visitor<'de> for ItemVisitor {
         }
         Ok(match xs.is_empty() {
             true => Item::Other(Value::Array(Vec::new())),
-            false => Item::Floats(xs.into_boxed_slice()),
+            false => Item::Floats(xs.build()),
         })
     }
 
@@ -336,7 +445,7 @@ mod tests {
             r#"{"v": [0.5, -1.25, 1e-3, 1e300], "ints": [0.5, 1.0], "mixed": [0.5, "a"], "empty": [], "n": 0.5,
                 "nested": {"v": [0.5]}, "u": [0.5, 3], "deep": [[0.5]]}"#,
         );
-        assert_eq!(fields.get("v"), Some(&Field::Floats(vec![0.5, -1.25, 1e-3, 1e300].into_boxed_slice())));
+        assert_eq!(fields.get("v"), Some(&Field::Floats(Floats::pack(vec![0.5, -1.25, 1e-3, 1e300]))));
         for name in ["ints", "mixed", "empty", "n", "nested", "u", "deep"] {
             assert!(matches!(fields.get(name), Some(Field::Value(_))), "{name} is held as floats");
         }
@@ -344,6 +453,27 @@ mod tests {
         let text = r#"{"a": [0.5, 0.1], "b": [1.5, "x"], "c": {"d": [0.5]}, "e": [0.5, 2], "f": [0.5, 1.0, 0.25]}"#;
         assert_eq!(Value::Object(read(text).into()), serde_json::from_str::<Value>(text).unwrap());
         assert_eq!(serde_json::to_string(&read(text)).unwrap(), serde_json::to_string(&read(text).to_map()).unwrap());
+    }
+
+    #[test]
+    fn floats_are_held_as_f32s_until_one_is_not_exactly_an_f32() {
+        let narrow = read(r#"{"v": [0.5, -1.25, 0.1015625]}"#);
+        let Some(Field::Floats(v)) = narrow.get("v") else { panic!("not floats") };
+        assert!(v.is_f32());
+        assert_eq!(v.iter().collect::<Vec<_>>(), [0.5, -1.25, 0.1015625]);
+        // 0.1 is no f32: the numbers before it are widened back, none changes
+        for text in [r#"{"v": [0.5, -1.25, 0.1, 2.5]}"#, r#"{"v": [0.1, 0.5]}"#, r#"{"v": [0.5, 1e39]}"#] {
+            let wide = read(text);
+            let Some(Field::Floats(v)) = wide.get("v") else { panic!("not floats") };
+            assert!(!v.is_f32(), "{text}");
+            assert_eq!(Value::Object(wide.into()), serde_json::from_str::<Value>(text).unwrap());
+        }
+        // a map's arrays pack the same way, and an f32 read back is the f64 it widens to
+        let mapped = Fields::from(json!({"a": [0.5, 0.25], "b": [0.5, 0.1]}).as_object().unwrap().clone());
+        assert!(matches!(mapped.get("a"), Some(Field::Floats(v)) if v.is_f32()));
+        assert!(matches!(mapped.get("b"), Some(Field::Floats(v)) if !v.is_f32()));
+        assert_eq!(Floats::pack(vec![0.1f32 as f64]).to_f32s(), [0.1f32]);
+        assert_eq!(Floats::pack(vec![0.1]).to_f32s(), [0.1f32]);
     }
 
     #[test]

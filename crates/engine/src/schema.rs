@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::bail;
 use crate::error::{Code, Error, Result};
-use crate::fields::{Field, Fields};
+use crate::fields::{Field, Fields, Floats};
 use crate::names;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -167,7 +167,7 @@ fn infer(name: &str, value: &Value, max_dim: u32) -> Result<Option<ColumnType>> 
 }
 
 /// The column an array of floats (a vector as a write holds it) makes.
-fn infer_floats(name: &str, xs: &[f64], max_dim: u32) -> Result<ColumnType> {
+fn infer_floats(name: &str, xs: &Floats, max_dim: u32) -> Result<ColumnType> {
     check_dim(name, xs.len(), max_dim)?;
     check_finite_floats(name, xs)?;
     Ok(ColumnType::Vector { dim: xs.len() as u32, metric: Metric::Cosine })
@@ -181,7 +181,7 @@ fn check_dim(name: &str, dim: usize, max_dim: u32) -> Result<()> {
 }
 
 /// [`check_value`] for an array of floats.
-fn check_floats(name: &str, ty: &ColumnType, xs: &[f64]) -> Result<()> {
+fn check_floats(name: &str, ty: &ColumnType, xs: &Floats) -> Result<()> {
     match ty {
         ColumnType::Json => Ok(()),
         ColumnType::Vector { dim, .. } if xs.len() != *dim as usize => {
@@ -193,10 +193,10 @@ fn check_floats(name: &str, ty: &ColumnType, xs: &[f64]) -> Result<()> {
 }
 
 /// [`check_finite`] for an array of floats.
-fn check_finite_floats(name: &str, xs: &[f64]) -> Result<()> {
-    match xs.iter().position(|x| !(*x as f32).is_finite()) {
+fn check_finite_floats(name: &str, xs: &Floats) -> Result<()> {
+    match xs.iter().enumerate().find(|(_, x)| !(*x as f32).is_finite()) {
         None => Ok(()),
-        Some(i) => Err(not_finite(name, i, &Value::from(xs[i]))),
+        Some((i, x)) => Err(not_finite(name, i, &Value::from(x))),
     }
 }
 
@@ -371,7 +371,8 @@ mod tests {
         for column in ["v", "n", "j", "e", "s", "new"] {
             for xs in [&[0.5, 0.25][..], &[0.5], &[0.5, 0.25, 0.75], &[0.5, 1e39], &[1e39, 0.5, 0.1]] {
                 let values = Value::Array(xs.iter().map(|x| json!(x)).collect());
-                let as_floats = Fields::from_pairs(vec![(column.to_string(), Field::Floats(xs.into()))]);
+                let as_floats =
+                    Fields::from_pairs(vec![(column.to_string(), Field::Floats(Floats::pack(xs.to_vec())))]);
                 let as_values = Fields::from_pairs(vec![(column.to_string(), Field::Value(values))]);
                 let (mut a, mut b) = (base(), base());
                 let outcome = |r: Result<bool>| r.map_err(|e| (e.code, e.message));

@@ -309,7 +309,7 @@ mod tests {
         )
         .expect("a plain batch reads");
         let fields = &batch.records[0].fields;
-        assert_eq!(fields.get("v"), Some(&Field::Floats(vec![0.5, -0.25, 0.125].into_boxed_slice())));
+        assert_eq!(fields.get("v"), Some(&Field::Floats(crate::fields::Floats::pack(vec![0.5, -0.25, 0.125]))));
         // 1.0 is the integer 1 as JavaScript holds it: the array stays values
         assert_eq!(fields.get("w"), Some(&Field::Value(json!([0.5, 1]))));
         assert_eq!(fields.get("s"), Some(&Field::Value(json!("x"))));

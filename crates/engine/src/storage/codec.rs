@@ -23,7 +23,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use crate::fields::{Field, Fields};
+use crate::fields::{Field, Fields, Floats};
 
 use crate::error::{Error, Result};
 
@@ -68,14 +68,15 @@ pub fn encode_fields(fields: &Fields, out: &mut Vec<u8>) {
     }
 }
 
-/// A packed array of floats (as f32 when every one is exactly an f32):
-/// the bytes `encode_value` gives the same numbers held as values.
-fn encode_floats(xs: &[f64], out: &mut Vec<u8>) {
-    let as_f32 = xs.iter().all(|&f| f64::from(f as f32) == f);
+/// A packed array of floats, as f32 when they are held as f32s (every one
+/// exactly an f32): the bytes `encode_value` gives the same numbers held as
+/// values.
+fn encode_floats(xs: &Floats, out: &mut Vec<u8>) {
+    let as_f32 = xs.is_f32();
     out.push(if as_f32 { F32_ARRAY } else { F64_ARRAY });
     put_varint(out, xs.len() as u64);
     out.reserve(xs.len() * if as_f32 { 4 } else { 8 });
-    for &f in xs {
+    for f in xs.iter() {
         if as_f32 {
             out.extend_from_slice(&(f as f32).to_le_bytes());
         } else {
@@ -306,11 +307,11 @@ pub fn decode_write_fields(bytes: &[u8]) -> Result<Fields> {
                 let n = inner.len()?;
                 let width = if tag == F32_ARRAY { 4 } else { 8 };
                 let raw = inner.take(n.checked_mul(width).ok_or_else(|| damaged("length"))?)?;
-                let floats: Box<[f64]> = match tag {
-                    F32_ARRAY => {
-                        raw.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap()))).collect()
-                    }
-                    _ => raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
+                let floats = match tag {
+                    F32_ARRAY => Floats::from_f32s(
+                        raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+                    ),
+                    _ => Floats::pack(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
                 };
                 match floats.is_empty() {
                     true => Field::Value(Value::Array(Vec::new())),

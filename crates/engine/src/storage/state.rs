@@ -910,7 +910,7 @@ impl State {
             if let ColumnType::Vector { metric, .. } = column.ty {
                 let v = match field {
                     Field::Value(value) => crate::schema::vector_of(value),
-                    Field::Floats(xs) => Some(xs.iter().map(|x| *x as f32).collect()),
+                    Field::Floats(xs) => Some(xs.to_f32s()),
                 };
                 if let (Some(v), Some(vc)) = (v, table.vectors.get_mut(name)) {
                     if !v.iter().all(|x| x.is_finite()) {
