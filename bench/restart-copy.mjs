@@ -6,7 +6,7 @@
 // writes back the file pages the killed server left dirty.
 //
 //   node bench/restart.mjs --keep-copy DIR          # leaves DIR/<records> per milestone
-//   node bench/restart-copy.mjs DIR/1000000 [--runs 3]
+//   node bench/restart-copy.mjs DIR/1000000 [--runs 3] [--no-sync]   (--no-sync: the copy's pages left dirty)
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -21,7 +21,7 @@ for (let i = 0; i < runs; i++) {
   const parent = mkdtempSync(path.join(tmpdir(), 'braid-restart-copy-'));
   const dir = path.join(parent, 'data');
   cpSync(source, dir, { recursive: true });
-  execFileSync('sync');
+  if (!process.argv.includes('--no-sync')) execFileSync('sync');
   const started = performance.now();
   const server = await startServer(dir, [], { logLevel: 'info' });
   const listening = performance.now() - started;
