@@ -55,10 +55,16 @@ enum Packed {
     F64(Box<[f64]>),
 }
 
+/// Whether `f` survives the round trip through f32: the one rule by which
+/// floats are held, and encoded, as f32s.
+pub fn is_exact_f32(f: f64) -> bool {
+    f64::from(f as f32) == f
+}
+
 impl Floats {
     /// `xs`, as f32s when every one survives the round trip through f32.
     pub fn pack(xs: Vec<f64>) -> Floats {
-        match xs.iter().all(|&f| f64::from(f as f32) == f) {
+        match xs.iter().all(|&f| is_exact_f32(f)) {
             true => Floats(Packed::F32(xs.iter().map(|&f| f as f32).collect())),
             false => Floats(Packed::F64(xs.into_boxed_slice())),
         }
@@ -82,6 +88,14 @@ impl Floats {
     /// Whether the numbers are held (and encoded) as f32s.
     pub fn is_f32(&self) -> bool {
         matches!(self.0, Packed::F32(_))
+    }
+
+    /// The numbers, when they are held as f32s.
+    pub fn as_f32s(&self) -> Option<&[f32]> {
+        match &self.0 {
+            Packed::F32(xs) => Some(xs),
+            Packed::F64(_) => None,
+        }
     }
 
     /// The numbers as written.
@@ -116,7 +130,7 @@ impl FloatsBuilder {
 
     fn push(&mut self, f: f64) {
         match self {
-            FloatsBuilder::F32(xs) if f64::from(f as f32) == f => xs.push(f as f32),
+            FloatsBuilder::F32(xs) if is_exact_f32(f) => xs.push(f as f32),
             FloatsBuilder::F32(xs) => {
                 let mut wide: Vec<f64> = Vec::with_capacity(xs.capacity().max(xs.len() + 1));
                 wide.extend(xs.iter().map(|&x| f64::from(x)));

@@ -23,7 +23,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use crate::fields::{Field, Fields, Floats};
+use crate::fields::{is_exact_f32, Field, Fields, Floats};
 
 use crate::error::{Error, Result};
 
@@ -72,15 +72,18 @@ pub fn encode_fields(fields: &Fields, out: &mut Vec<u8>) {
 /// exactly an f32): the bytes `encode_value` gives the same numbers held as
 /// values.
 fn encode_floats(xs: &Floats, out: &mut Vec<u8>) {
-    let as_f32 = xs.is_f32();
-    out.push(if as_f32 { F32_ARRAY } else { F64_ARRAY });
-    put_varint(out, xs.len() as u64);
-    out.reserve(xs.len() * if as_f32 { 4 } else { 8 });
-    for f in xs.iter() {
-        if as_f32 {
-            out.extend_from_slice(&(f as f32).to_le_bytes());
-        } else {
-            out.extend_from_slice(&f.to_le_bytes());
+    match xs.as_f32s() {
+        Some(narrow) => {
+            out.push(F32_ARRAY);
+            put_varint(out, narrow.len() as u64);
+            out.reserve(narrow.len() * 4);
+            narrow.iter().for_each(|f| out.extend_from_slice(&f.to_le_bytes()));
+        }
+        None => {
+            out.push(F64_ARRAY);
+            put_varint(out, xs.len() as u64);
+            out.reserve(xs.len() * 8);
+            xs.iter().for_each(|f| out.extend_from_slice(&f.to_le_bytes()));
         }
     }
 }
@@ -97,7 +100,7 @@ fn packing(items: &[Value]) -> Option<u8> {
             return None;
         }
         let f = n.as_f64()?;
-        all_f32 &= (f as f32) as f64 == f;
+        all_f32 &= is_exact_f32(f);
     }
     Some(if all_f32 { F32_ARRAY } else { F64_ARRAY })
 }
