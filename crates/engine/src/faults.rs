@@ -14,7 +14,7 @@
 //! | `catalog::save`| the atomic rewrite of catalog.json       |
 //! | `text::commit` | the tantivy commit of the indexer        |
 //! | `records::write` | writing a commit group's fields to the open record file |
-//! | `checkpoint::records`, `checkpoint::vectors`, `checkpoint::write`, `checkpoint::rename` | the steps of a checkpoint |
+//! | `checkpoint::records`, `checkpoint::vectors`, `checkpoint::vectors_sync`, `checkpoint::write`, `checkpoint::rename` | the steps of a checkpoint |
 //! | `vector::insert` | linking one row into an HNSW graph (use `panic` to test the indexer) |
 //! | `vector::walk` | an HNSW search, which then finds nothing (`return`; tests the exact fallback) |
 //! | `indexer::round` | one indexer round, outside its guards (`panic` ends the thread) |

@@ -234,7 +234,7 @@ impl Log {
         // no vector column is rebuilt while this runs, as for a checkpoint
         let _columns_held = shared.checkpointing.lock();
         let gen = state.read().records.open_gen();
-        let sealed = checkpoint::flush_vectors(&self.dir, gen, &mut self.vectors, &state.read())?;
+        let sealed = checkpoint::flush_vectors(&self.dir, gen, &mut self.vectors, state)?;
         checkpoint::install_vectors(&mut state.write(), &sealed)?;
         Ok(true)
     }
@@ -274,7 +274,7 @@ impl Log {
         crate::faults::check("checkpoint::records")?;
         record_file.sync_all()?;
         lap(&mut phases.records_sync_ms);
-        let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &mut self.vectors, &state.read())?;
+        let sealed = checkpoint::write_vectors(&self.dir, sealed_gen, &mut self.vectors, state)?;
         lap(&mut phases.vectors_ms);
         let new_path = self.dir.join(checkpoint::wal_name(next));
         let (new_wal, _) = Wal::open(&new_path)?;
