@@ -20,8 +20,12 @@
 //! change again, so they can be copied (or shipped) as they are.
 //!
 //! Image file: `b"BRAIDCKP" | format u32 | crc u32 (CRC-32 of body) |
-//! body length u64 | body` where body is an [`Image`] in postcard. A data
-//! directory whose image has a newer format is refused, not guessed at.
+//! body length u64 | body` where body is an [`Image`] in postcard, then
+//! (format 8 on) zero bytes to the next multiple of 8, the section (the
+//! key directory and the packed row pages, which a start reads where they
+//! lie: storage/section.rs) and its trailer `b"BRSECTON" | section length
+//! u64 | crc u32 (CRC-32 of the section) | format u32`. A data directory
+//! whose image has a newer format is refused, not guessed at.
 //!
 //! Vector file: the f32 vectors (little-endian, at the offsets the image
 //! gives), then a trailer `b"BRVECSUM" | data length u64 | crc u32 (CRC-32
@@ -50,11 +54,12 @@ use crate::fsutil;
 use crate::index::text::{PackedScope, ScopeImage, ScopeStats, StoredScope, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
-use crate::storage::records::RecordLoc;
+use crate::storage::keys::KeySpans;
 use crate::storage::records::{self, RecordFiles};
+use crate::storage::section::{Section, SectionBuilder, Span};
 use crate::storage::state::{
-    KeyColumns, KeyDirectory, Postings, Row, RowTable, ScalarColumn, ScalarKey, ScalarValues, State, TableData,
-    VectorChunk, VectorColumn, VectorStore, SCALAR_INLINE_BYTES,
+    unpack_rows, KeyColumns, KeyDirectory, Postings, Row, RowTable, ScalarColumn, ScalarKey, ScalarValues, State,
+    TableData, VectorChunk, VectorColumn, VectorStore, SCALAR_INLINE_BYTES,
 };
 use crate::storage::wal;
 
@@ -73,7 +78,12 @@ use crate::storage::wal;
 /// directory column-wise, and vector slot directories from their first row.
 /// 1 (rows and keys as postcard structs) to 6 are still read; before 4,
 /// long string values are keyed by digest as they are loaded.
-pub const FORMAT_VERSION: u32 = 7;
+/// 8: the key directory (with a hash table of its keys) and the packed row
+/// pages in the image's section, read in place ([`RowsImage`],
+/// [`KeySpans`]); the count of removed rows stored, not counted.
+pub const FORMAT_VERSION: u32 = 8;
+const SECTION_MAGIC: &[u8; 8] = b"BRSECTON";
+const SECTION_TRAILER_LEN: usize = 24;
 const MAGIC: &[u8; 8] = b"BRAIDCKP";
 const HEADER_LEN: usize = 24;
 
@@ -118,9 +128,12 @@ pub fn latest(dir: &Path) -> Result<Option<u32>> {
 
 /// `C`: how a scalar column is stored (from format 7 its own byte string,
 /// [`scalar_column_bytes`]; before, its values and their rows in line,
-/// [`Columns`]). `S`: how the BM25 statistics are stored.
+/// [`Columns`]). `S`: how the BM25 statistics are stored. `P`, `K` and `V`:
+/// the row pages, key directory and vector slot directories (from format 8
+/// where they lie in the section; before, in the body: [`BodyPages`],
+/// [`KeysImage`], `Vec<u32>`).
 #[derive(Serialize, Deserialize)]
-struct Image<C = ByteBuf, S = PackedScope> {
+struct Image<C = ByteBuf, S = PackedScope, P = RowsImage, K = KeySpans, V = Span> {
     /// WAL segments from this generation on are the tail to replay.
     gen: u32,
     created_ms: u64,
@@ -134,15 +147,29 @@ struct Image<C = ByteBuf, S = PackedScope> {
     /// [`pack_rows`]); the rows of a page left out were all removed by
     /// retention.
     row_count: u64,
-    row_pages: Vec<(u32, serde_bytes::ByteBuf)>,
-    keys: KeysImage,
+    row_pages: P,
+    keys: K,
     /// JSON: schemas and receipts hold JSON values, which postcard cannot
     /// describe; both are small next to the rows.
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<C, S>>,
+    tables: Vec<TableImage<C, S, V>>,
     /// (table, column, first row) of each vector column's slot directory.
     slot_bases: Vec<(String, String, u32)>,
+}
+
+/// Row pages in the body (formats 2 to 7).
+type BodyPages = Vec<(u32, ByteBuf)>;
+
+/// An image of formats 2 to 7.
+type BodyImage<C, S> = Image<C, S, BodyPages, KeysImage, Vec<u32>>;
+
+/// Row pages in the section (format 8 on).
+#[derive(Serialize, Deserialize, Default)]
+struct RowsImage {
+    /// Rows retention removed (on a page still held or not).
+    purged: u64,
+    pages: Vec<(u32, Span)>,
 }
 
 /// Format 1: every row, slot directories from row 0.
@@ -160,11 +187,11 @@ struct ImageV1 {
     keys: Vec<KeyImage>,
     schemas_json: Vec<u8>,
     receipts_json: Vec<u8>,
-    tables: Vec<TableImage<Columns<ByteBuf>, ScopeStats>>,
+    tables: Vec<TableImage<Columns<ByteBuf>, ScopeStats, Vec<u32>>>,
 }
 
 impl ImageV1 {
-    fn upgrade(self) -> (Image<Columns<ByteBuf>, ScopeStats>, RowTable) {
+    fn upgrade(self) -> (BodyImage<Columns<ByteBuf>, ScopeStats>, RowTable) {
         let image = Image {
             gen: self.gen,
             created_ms: self.created_ms,
@@ -247,48 +274,34 @@ impl KeysImage {
     }
 }
 
-/// Bytes of one row in a packed page: key, version id, epoch, superseded at,
-/// deleted, record file, offset, length (little-endian, fixed width).
-const ROW_BYTES: usize = 4 + 4 + 8 + 8 + 1 + 4 + 8 + 4;
+/// A key directory as an image stores it.
+trait StoredKeys {
+    /// Table and tenant names, each once.
+    fn names(&self) -> &[String];
 
-fn pack_rows(rows: &[Row]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(rows.len() * ROW_BYTES);
-    for r in rows {
-        out.extend_from_slice(&r.key.to_le_bytes());
-        out.extend_from_slice(&r.version_id.to_le_bytes());
-        out.extend_from_slice(&r.epoch.to_le_bytes());
-        out.extend_from_slice(&r.superseded_at.to_le_bytes());
-        out.push(u8::from(r.deleted));
-        out.extend_from_slice(&r.loc.gen.to_le_bytes());
-        out.extend_from_slice(&r.loc.offset.to_le_bytes());
-        out.extend_from_slice(&r.loc.len.to_le_bytes());
-    }
-    out
+    /// The directory, its names the state's copies of [`StoredKeys::names`],
+    /// if it adds up; an image's section is where a [`KeySpans`] points.
+    fn directory(self, names: Vec<Arc<str>>, section: &Section) -> Option<KeyDirectory>;
 }
 
-fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
-    if !bytes.len().is_multiple_of(ROW_BYTES) {
-        return None;
+impl StoredKeys for KeysImage {
+    fn names(&self) -> &[String] {
+        &self.names
     }
-    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
-    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    bytes
-        .chunks_exact(ROW_BYTES)
-        .map(|b| {
-            Some(Row {
-                key: u32_at(b, 0),
-                version_id: u32_at(b, 4),
-                epoch: u64_at(b, 8),
-                superseded_at: u64_at(b, 16),
-                deleted: match b[24] {
-                    0 => false,
-                    1 => true,
-                    _ => return None,
-                },
-                loc: RecordLoc { gen: u32_at(b, 25), offset: u64_at(b, 29), len: u32_at(b, 37) },
-            })
-        })
-        .collect()
+
+    fn directory(self, names: Vec<Arc<str>>, _: &Section) -> Option<KeyDirectory> {
+        self.into_directory(names)
+    }
+}
+
+impl StoredKeys for KeySpans {
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn directory(self, names: Vec<Arc<str>>, section: &Section) -> Option<KeyDirectory> {
+        KeyDirectory::from_section(section.clone(), self, names)
+    }
 }
 
 /// Bitmaps are serialized roaring bitmaps, as bytes (postcard writes a
@@ -298,13 +311,13 @@ fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
 /// `K` is the scalar value as it is read (owned) or written (borrowed from
 /// the state, so a capture copies no value).
 #[derive(Serialize, Deserialize)]
-struct TableImage<C, S = PackedScope> {
+struct TableImage<C, S = PackedScope, V = Span> {
     name: String,
     live: ByteBuf,
     tenants: Vec<(String, ByteBuf)>,
     /// Per scalar column: (column, its values and their rows).
     scalar: Vec<(String, C)>,
-    vectors: Vec<VectorImage>,
+    vectors: Vec<VectorImage<V>>,
     text: Vec<ScopeImage<S>>,
 }
 
@@ -420,12 +433,31 @@ pub fn decode_scalar_column(bytes: &[u8]) -> Result<ScalarValues> {
     Ok(values)
 }
 
+/// `V`: the column's slot directory (row - its first row -> slot + 1),
+/// where it lies in the section (format 8 on) or in line.
 #[derive(Serialize, Deserialize)]
-struct VectorImage {
+struct VectorImage<V = Span> {
     column: String,
     rows: ByteBuf,
-    slots: Vec<u32>,
+    slots: V,
     chunks: Vec<ChunkImage>,
+}
+
+/// A slot directory as an image stores it.
+trait StoredSlots {
+    fn slots(self, section: &Section) -> Option<Vec<u32>>;
+}
+
+impl StoredSlots for Vec<u32> {
+    fn slots(self, _: &Section) -> Option<Vec<u32>> {
+        Some(self)
+    }
+}
+
+impl StoredSlots for Span {
+    fn slots(self, section: &Section) -> Option<Vec<u32>> {
+        section.u32s(self).map(<[u32]>::to_vec)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy)]
@@ -805,18 +837,28 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
     // the key directory on a thread of its own beside the rest: the committer
     // takes no write while this runs. A plain scoped thread, not rayon's
     // pool, which the indexers may be keeping busy.
-    let (keys, row_pages, mut scalar) = std::thread::scope(|scope| {
-        let keys = scope.spawn(|| KeysImage::of(state.keys.iter().map(|k| (&**k.table, &**k.tenant, k.id, k.rows))));
-        let row_pages: Vec<(u32, ByteBuf)> =
-            state.rows.pages().map(|(n, rows)| (n as u32, ByteBuf::from(pack_rows(rows)))).collect();
+    let (keys, (rows, pages), mut scalar) = std::thread::scope(|scope| {
+        let keys = scope.spawn(|| {
+            let mut section = SectionBuilder::default();
+            let spans = state.keys.write(&mut section);
+            (section, spans)
+        });
+        let mut section = SectionBuilder::default();
+        let pages = state.rows.packed_pages(&mut section);
         let scalar: HashMap<&String, Vec<ScalarImage>> = state
             .tables
             .iter()
             .map(|(table, data)| (table, data.scalar.iter().map(|(col, values)| scalar_image(col, values)).collect()))
             .collect();
         let keys = keys.join().map_err(|_| Error::internal("the key directory's capture panicked"))?;
-        Ok::<_, Error>((keys, row_pages, scalar))
+        Ok::<_, Error>((keys, (section, pages), scalar))
     })?;
+    // the section: the row pages, the key directory, the slot directories
+    let (key_section, keys) = keys;
+    let keys = keys.after(rows.len());
+    let mut slots = SectionBuilder::default();
+    let slots_base = rows.len() + key_section.len();
+    let row_pages = RowsImage { purged: state.purged_rows, pages };
     let mut slot_bases = Vec::new();
     let schemas: Vec<&TableSchema> = state.schemas.values().collect();
     let receipts: Vec<&Receipt> = state.receipts.values().collect();
@@ -837,7 +879,7 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
             vectors.push(VectorImage {
                 column: column.clone(),
                 rows: bitmap_bytes(&vc.rows),
-                slots: vc.data.slots().to_vec(),
+                slots: slots.push_u32s(vc.data.slots()).after(slots_base),
                 chunks,
             });
         }
@@ -870,7 +912,7 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
     let tmp = dir.join(format!(".{}.tmp", file_name(gen)));
     faults::check("checkpoint::write")?;
     let file = wal::create_private(&tmp, true)?;
-    let written = stream_image(file, &image);
+    let written = stream_image(file, &image, &[&rows, &key_section, &slots]);
     match written {
         Ok((file, bytes)) => Ok(Captured { file, tmp, path, bytes }),
         Err(e) => {
@@ -881,9 +923,10 @@ pub fn capture(dir: &Path, state: &State, gen: u32, sealed: &SealedVectors) -> R
 }
 
 /// Writes `image` to `file`: a header to be filled in, the body (postcard)
-/// through a buffer that checksums it, then the header. Returns the file and
-/// its length.
-fn stream_image<T: Serialize>(mut file: File, image: &T) -> Result<(File, u64)> {
+/// through a buffer that checksums it, the section if it has parts (the
+/// parts back to back, aligned, with its trailer), then the header.
+/// Returns the file and its length.
+fn stream_image<T: Serialize>(mut file: File, image: &T, section: &[&SectionBuilder]) -> Result<(File, u64)> {
     use std::io::{Seek, SeekFrom};
     file.write_all(&[0u8; HEADER_LEN])?;
     let mut body = Checksummed {
@@ -905,9 +948,26 @@ fn stream_image<T: Serialize>(mut file: File, image: &T) -> Result<(File, u64)> 
         });
     }
     let Checksummed { mut file, crc, len, .. } = body;
+    let mut total = HEADER_LEN as u64 + len;
+    if !section.is_empty() {
+        let pad = total.next_multiple_of(8) - total;
+        file.write_all(&[0u8; 8][..pad as usize])?;
+        let (mut slen, mut scrc) = (0u64, crc32fast::Hasher::new());
+        for part in section {
+            file.write_all(part.bytes())?;
+            scrc.update(part.bytes());
+            slen += part.len();
+        }
+        let scrc = scrc.finalize();
+        file.write_all(&magic_and_fields(
+            SECTION_MAGIC,
+            [&slen.to_le_bytes(), &scrc.to_le_bytes(), &FORMAT_VERSION.to_le_bytes()],
+        ))?;
+        total += pad + slen + SECTION_TRAILER_LEN as u64;
+    }
     file.seek(SeekFrom::Start(0))?;
     file.write_all(&header_for(FORMAT_VERSION, crc.finalize(), len))?;
-    Ok((file, HEADER_LEN as u64 + len))
+    Ok((file, total))
 }
 
 /// Bytes an image is written in.
@@ -1002,29 +1062,40 @@ fn unsupported(path: &Path, what: String) -> Error {
 /// generation `gen` starts empty (the WAL tail refills it).
 pub fn load(dir: &Path, gen: u32) -> Result<State> {
     let path = dir.join(file_name(gen));
-    let image = ImageBytes::read(&path)?;
-    let body = image.body();
-    let undecodable = |e| image.undecodable(e);
-    match image.format {
+    let file = ImageBytes::read(&path)?;
+    let body = file.body();
+    let undecodable = |e| file.undecodable(e);
+    match file.format {
         1 => {
             let (image, rows) = postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?.upgrade();
-            restore(dir, gen, &path, image, rows)
+            restore(dir, gen, &path, image, rows, None, &file.section)
         }
         2 => {
-            let image: Image<Columns<ByteBuf>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: BodyImage<Columns<ByteBuf>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
             restore_paged(dir, gen, &path, image)
         }
         3..=5 => {
-            let image: Image<Columns<PostingsImage>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: BodyImage<Columns<PostingsImage>, ScopeStats> =
+                postcard::from_bytes(body).map_err(undecodable)?;
             restore_paged(dir, gen, &path, image)
         }
         6 => {
-            let image: Image<Columns<PostingsImage>> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: BodyImage<Columns<PostingsImage>, PackedScope> =
+                postcard::from_bytes(body).map_err(undecodable)?;
+            restore_paged(dir, gen, &path, image)
+        }
+        7 => {
+            let image: BodyImage<ByteBuf, PackedScope> = postcard::from_bytes(body).map_err(undecodable)?;
             restore_paged(dir, gen, &path, image)
         }
         _ => {
-            let image: Image = postcard::from_bytes(body).map_err(undecodable)?;
-            restore_paged(dir, gen, &path, image)
+            let mut image: Image = postcard::from_bytes(body).map_err(undecodable)?;
+            let rows = std::mem::take(&mut image.row_pages);
+            let table = RowTable::from_section(image.row_count as usize, rows.pages, file.section.clone());
+            let table = table.ok_or_else(|| {
+                Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()))
+            })?;
+            restore(dir, gen, &path, image, table, Some(rows.purged), &file.section)
         }
     }
 }
@@ -1034,9 +1105,11 @@ struct ImageBytes {
     path: PathBuf,
     /// Mapped, not read: the image's pages are the page cache's, not a copy
     /// as large as the image.
-    map: Mmap,
+    map: Arc<Mmap>,
     format: u32,
     len: usize,
+    /// Format 8 on: the section, checked (empty before).
+    section: Section,
 }
 
 impl ImageBytes {
@@ -1044,7 +1117,7 @@ impl ImageBytes {
         let file = File::open(path)?;
         // SAFETY: an image is written once, fsynced and renamed into place, and
         // never modified afterwards (only deleted once a newer one is durable)
-        let map = unsafe { Mmap::map(&file)? };
+        let map = Arc::new(unsafe { Mmap::map(&file)? });
         let bytes: &[u8] = &map;
         if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
             return Err(Error::new(Code::WalCorrupt, format!("{} is not a Braid checkpoint", path.display())));
@@ -1062,13 +1135,37 @@ impl ImageBytes {
         let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
         let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")) as usize;
         let body = bytes.get(HEADER_LEN..HEADER_LEN.saturating_add(len)).filter(|b| b.len() == len);
-        if body.is_none_or(|b| crc32fast::hash(b) != crc) {
-            return Err(Error::new(
+        let fails = || {
+            Error::new(
                 Code::WalCorrupt,
                 format!("{} fails its checksum; restore a snapshot (docs/operations.md)", path.display()),
-            ));
+            )
+        };
+        if body.is_none_or(|b| crc32fast::hash(b) != crc) {
+            return Err(fails());
         }
-        Ok(ImageBytes { path: path.to_path_buf(), map, format, len })
+        let section = if format >= 8 {
+            ImageBytes::section(&map, HEADER_LEN + len, format).ok_or_else(fails)?
+        } else {
+            Section::default()
+        };
+        Ok(ImageBytes { path: path.to_path_buf(), map, format, len, section })
+    }
+
+    /// The section after a body that ends at `body_end`, if every byte
+    /// after the body is as written: zero padding, then the section, then a
+    /// trailer of the image's `format` whose length fits the file and whose
+    /// checksum the section.
+    fn section(map: &Arc<Mmap>, body_end: usize, format: u32) -> Option<Section> {
+        let start = body_end.next_multiple_of(8);
+        let trailer = map.len().checked_sub(SECTION_TRAILER_LEN)?;
+        let t = &map[trailer..];
+        let len = usize::try_from(u64::from_le_bytes(t[8..16].try_into().ok()?)).ok()?;
+        let crc = u32::from_le_bytes(t[16..20].try_into().ok()?);
+        let written = u32::from_le_bytes(t[20..24].try_into().ok()?);
+        let fits = &t[..8] == SECTION_MAGIC && written == format && start.checked_add(len) == Some(trailer);
+        let padded = fits && map[body_end..start].iter().all(|b| *b == 0);
+        (padded && crc32fast::hash(&map[start..trailer]) == crc).then(|| Section::mapped(map.clone(), start, len))?
     }
 
     fn body(&self) -> &[u8] {
@@ -1087,41 +1184,59 @@ impl ImageBytes {
 /// whose start refused it for a missing vector file: the listing of the
 /// files there cannot show one that is not.)
 pub fn check_image(dir: &Path, gen: u32) -> Result<()> {
-    let image = ImageBytes::read(&dir.join(file_name(gen)))?;
-    let body = image.body();
-    let undecodable = |e| image.undecodable(e);
-    match image.format {
+    let path = dir.join(file_name(gen));
+    let file = ImageBytes::read(&path)?;
+    let body = file.body();
+    let undecodable = |e| file.undecodable(e);
+    match file.format {
         1 => {
             let image = postcard::from_bytes::<ImageV1>(body).map_err(undecodable)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         2 => {
-            let image: Image<Columns<ByteBuf>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: BodyImage<Columns<ByteBuf>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         3..=5 => {
-            let image: Image<Columns<PostingsImage>, ScopeStats> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: BodyImage<Columns<PostingsImage>, ScopeStats> =
+                postcard::from_bytes(body).map_err(undecodable)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         6 => {
-            let image: Image<Columns<PostingsImage>> = postcard::from_bytes(body).map_err(undecodable)?;
+            let image: BodyImage<Columns<PostingsImage>, PackedScope> =
+                postcard::from_bytes(body).map_err(undecodable)?;
+            check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
+        }
+        7 => {
+            let image: BodyImage<ByteBuf, PackedScope> = postcard::from_bytes(body).map_err(undecodable)?;
+            check_scalar_columns(&path, &image.tables)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
         _ => {
             let image: Image = postcard::from_bytes(body).map_err(undecodable)?;
-            // a start builds the scalar columns after it opens: decode them here
-            for (table, (column, bytes)) in image.tables.iter().flat_map(|t| t.scalar.iter().map(move |c| (&t.name, c)))
-            {
-                decode_scalar_column(bytes).map_err(|e| {
-                    Error::new(
-                        Code::WalCorrupt,
-                        format!("{}: column {table}.{column}: {e}", dir.join(file_name(gen)).display()),
-                    )
-                })?;
+            let section = &file.section;
+            let rows = RowTable::from_section(image.row_count as usize, image.row_pages.pages.clone(), section.clone());
+            let names = image.keys.names.iter().map(|n| Arc::from(n.as_str())).collect();
+            if rows.is_none() || KeyDirectory::from_section(section.clone(), image.keys.clone(), names).is_none() {
+                return Err(Error::new(
+                    Code::WalCorrupt,
+                    format!("{} has rows or keys that do not fit its section", path.display()),
+                ));
             }
+            check_scalar_columns(&path, &image.tables)?;
             check_named_files(dir, &image.record_files, &image.schemas_json, &image.tables)
         }
     }
+}
+
+/// The scalar columns of an image (format 7 on) decode: a start builds them
+/// after it opens, so they are decoded here.
+fn check_scalar_columns<S, V>(path: &Path, tables: &[TableImage<ByteBuf, S, V>]) -> Result<()> {
+    for (table, (column, bytes)) in tables.iter().flat_map(|t| t.scalar.iter().map(move |c| (&t.name, c))) {
+        decode_scalar_column(bytes)
+            .map_err(|e| Error::new(Code::WalCorrupt, format!("{}: column {table}.{column}: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 /// The record files an image names are there, and the vector files its
@@ -1129,11 +1244,11 @@ pub fn check_image(dir: &Path, gen: u32) -> Result<()> {
 /// last vector placed in each, as a start checks them (a file cut to whole
 /// f32 values short of its vectors had passed a check that did not know
 /// where they end).
-fn check_named_files<C, S>(
+fn check_named_files<C, S, V>(
     dir: &Path,
     record_files: &[u32],
     schemas_json: &[u8],
-    tables: &[TableImage<C, S>],
+    tables: &[TableImage<C, S, V>],
 ) -> Result<()> {
     records::check_sealed(dir, record_files)?;
     let schemas: Vec<TableSchema> = serde_json::from_slice(schemas_json).map_err(Error::storage)?;
@@ -1149,7 +1264,10 @@ fn check_named_files<C, S>(
 
 /// Where the last vector an image places in each vector file ends, by the
 /// file's generation (columns the schemas do not know are left out).
-fn vector_file_ends<C, S>(schemas: &BTreeMap<String, TableSchema>, tables: &[TableImage<C, S>]) -> HashMap<u32, usize> {
+fn vector_file_ends<C, S, V>(
+    schemas: &BTreeMap<String, TableSchema>,
+    tables: &[TableImage<C, S, V>],
+) -> HashMap<u32, usize> {
     let mut ends: HashMap<u32, usize> = HashMap::new();
     for t in tables {
         let schema = schemas.get(&t.name);
@@ -1166,12 +1284,13 @@ fn vector_file_ends<C, S>(schemas: &BTreeMap<String, TableSchema>, tables: &[Tab
     ends
 }
 
-/// [`restore`] for an image whose rows are in packed pages (format 2 on).
+/// [`restore`] for an image whose rows are in packed pages in its body
+/// (formats 2 to 7).
 fn restore_paged<C: StoredColumn + Send, S: StoredScope + Send>(
     dir: &Path,
     gen: u32,
     path: &Path,
-    mut image: Image<C, S>,
+    mut image: BodyImage<C, S>,
 ) -> Result<State> {
     use rayon::prelude::*;
     let bad_rows =
@@ -1181,16 +1300,20 @@ fn restore_paged<C: StoredColumn + Send, S: StoredScope + Send>(
         .map(|(n, packed)| unpack_rows(&packed).map(|rows| (n as usize, rows)).ok_or_else(bad_rows))
         .collect::<Result<Vec<_>>>()?;
     let rows = RowTable::from_pages(image.row_count as usize, pages).ok_or_else(bad_rows)?;
-    restore(dir, gen, path, image, rows)
+    restore(dir, gen, path, image, rows, None, &Section::default())
 }
 
-/// The branch state an image describes.
-fn restore<C: StoredColumn + Send, S: StoredScope + Send>(
+/// The branch state an image describes, with its `rows` and their count of
+/// `purged` ones if the image stores it (counted otherwise). `section`: the
+/// image's (format 8 on).
+fn restore<C: StoredColumn + Send, S: StoredScope + Send, P, K: StoredKeys + Send, V: StoredSlots + Send>(
     dir: &Path,
     gen: u32,
     path: &Path,
-    image: Image<C, S>,
+    image: Image<C, S, P, K, V>,
     rows: RowTable,
+    purged: Option<u64>,
+    section: &Section,
 ) -> Result<State> {
     let records = RecordFiles::open(dir, &image.record_files, gen)?;
     let mut state = State::new(records);
@@ -1200,16 +1323,16 @@ fn restore<C: StoredColumn + Send, S: StoredScope + Send>(
     state.horizon = image.horizon;
     state.invalid_vectors = image.invalid_vectors;
     state.rows = rows;
-    state.purged_rows = state.rows.iter().filter(|r| r.loc.is_purged()).count() as u64;
+    state.purged_rows = purged.unwrap_or_else(|| state.rows.iter().filter(|r| r.loc.is_purged()).count() as u64);
     let schemas: Vec<TableSchema> = serde_json::from_slice(&image.schemas_json).map_err(Error::storage)?;
     let schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();
     let receipts: Vec<Receipt> = serde_json::from_slice(&image.receipts_json).map_err(Error::storage)?;
     state.receipts = receipts.into_iter().map(|r| (r.key.clone(), r)).collect();
-    let names: Vec<Arc<str>> = image.keys.names.iter().map(|n| state.intern(n)).collect();
+    let names: Vec<Arc<str>> = image.keys.names().iter().map(|n| state.intern(n)).collect();
     // the key directory and the tables' indexes on both cores at once
     let (keys, tables) = rayon::join(
-        || image.keys.into_directory(names),
-        || restore_tables(dir, &schemas, image.tables, &image.slot_bases),
+        || image.keys.directory(names, section),
+        || restore_tables(dir, &schemas, image.tables, &image.slot_bases, section),
     );
     state.keys = keys.ok_or_else(|| {
         Error::new(Code::WalCorrupt, format!("{} has a key directory that does not add up", path.display()))
@@ -1238,11 +1361,12 @@ fn merge_postings(values: &mut ScalarValues, key: ScalarKey, rows: Postings) {
 /// The tables of an image: live sets, tenant masks, scalar postings (a
 /// column per task), vector columns over their mapped files and BM25
 /// statistics.
-fn restore_tables<C: StoredColumn + Send, S: StoredScope + Send>(
+fn restore_tables<C: StoredColumn + Send, S: StoredScope + Send, V: StoredSlots>(
     dir: &Path,
     schemas: &BTreeMap<String, TableSchema>,
-    images: Vec<TableImage<C, S>>,
+    images: Vec<TableImage<C, S, V>>,
     slot_bases: &[(String, String, u32)],
+    section: &Section,
 ) -> Result<HashMap<String, TableData>> {
     use rayon::prelude::*;
     let slot_bases: HashMap<(&str, &str), u32> =
@@ -1294,7 +1418,8 @@ fn restore_tables<C: StoredColumn + Send, S: StoredScope + Send>(
                 chunks.push(VectorChunk { map, file, offset: c.offset as usize, count: c.count as usize, gen: c.gen });
             }
             let base = slot_bases.get(&(t.name.as_str(), v.column.as_str())).copied().unwrap_or(0);
-            let store = VectorStore::restored(dim, base, v.slots, chunks).ok_or_else(|| {
+            let slots = v.slots.slots(section);
+            let store = slots.and_then(|slots| VectorStore::restored(dim, base, slots, chunks)).ok_or_else(|| {
                 Error::storage(format!("checkpoint vectors of {}.{} do not match their slots", t.name, v.column))
             })?;
             data.vectors.insert(v.column.clone(), VectorColumn::over(metric, store, bitmap(&v.rows)?));
@@ -1437,7 +1562,8 @@ fn remove_matching(dir: &Path, stale: impl Fn(&str) -> bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::state::NOT_SUPERSEDED;
+    use crate::storage::records::RecordLoc;
+    use crate::storage::state::{pack_rows, KeyRows, NOT_SUPERSEDED, PAGE_ROWS, ROW_BYTES};
 
     /// An image streamed to its file is byte for byte the image encoded in
     /// memory and framed, across several of the stream's buffers.
@@ -1450,7 +1576,7 @@ mod tests {
             "end".into(),
         );
         let path = dir.path().join("image");
-        let (_, len) = stream_image(File::create(&path).unwrap(), &value).unwrap();
+        let (_, len) = stream_image(File::create(&path).unwrap(), &value, &[]).unwrap();
         let expected = framed(FORMAT_VERSION, &postcard::to_stdvec(&value).unwrap());
         assert!(expected.len() > 2 * STREAM_BUFFER);
         assert_eq!(len, expected.len() as u64);
@@ -1470,7 +1596,8 @@ mod tests {
             },
             Row { key: 0, version_id: 1, epoch: 1, superseded_at: 9, deleted: true, loc: RecordLoc::PURGED },
         ];
-        let packed = pack_rows(&rows);
+        let mut packed = Vec::new();
+        pack_rows(&rows, &mut packed);
         assert_eq!(packed.len(), 2 * ROW_BYTES);
         let back = unpack_rows(&packed).unwrap();
         assert_eq!(format!("{back:?}"), format!("{rows:?}"));
@@ -1497,12 +1624,12 @@ mod tests {
 
     /// An image of one table, `t`, with no rows, whose scalar column `c`
     /// holds `postings` under the values 0, 1, ...
-    fn scalar_image<P, S>(postings: Vec<P>) -> Image<Columns<P>, S> {
+    fn scalar_image<P, S>(postings: Vec<P>) -> BodyImage<Columns<P>, S> {
         image_of("c", postings.into_iter().enumerate().map(|(n, p)| (ScalarKey::Num(n as u64), p)).collect())
     }
 
     /// An image of one table, `t`, with no rows and one scalar column.
-    fn image_of<C, S>(column: &str, stored: C) -> Image<C, S> {
+    fn image_of<C, S>(column: &str, stored: C) -> BodyImage<C, S> {
         let scalar = vec![(column.to_string(), stored)];
         Image {
             gen: 1,
@@ -1654,7 +1781,7 @@ mod tests {
         let inline: Columns<PostingsImage> = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(inline.len(), 3);
 
-        let v7: Image = image_of("c", ByteBuf::from(bytes.clone()));
+        let v7: BodyImage<ByteBuf, PackedScope> = image_of("c", ByteBuf::from(bytes.clone()));
         std::fs::write(dir.path().join(file_name(1)), framed(7, &postcard::to_stdvec(&v7).unwrap())).unwrap();
         check_image(dir.path(), 1).unwrap();
         let mut state = load(dir.path(), 1).unwrap();
@@ -1686,6 +1813,134 @@ mod tests {
         assert!(err.message.contains("column t.c"), "{}", err.message);
         broken.tables[0].scalar[0].1 = ByteBuf::from([bytes.clone(), vec![0]].concat());
         assert!(decode_scalar_column(&broken.tables[0].scalar[0].1).is_err(), "trailing bytes are refused");
+    }
+
+    /// A state of `n` keys in two tenants, each with one version, and a
+    /// second version of every third key; rows of the first page removed
+    /// by retention.
+    fn state_of(dir: &Path, n: u32) -> State {
+        let mut state = State::new(RecordFiles::open(dir, &[], 1).unwrap());
+        let row = |key, version_id, epoch| Row {
+            key,
+            version_id,
+            epoch,
+            superseded_at: NOT_SUPERSEDED,
+            deleted: false,
+            loc: RecordLoc { gen: 1, offset: u64::from(key) * 10, len: 10 },
+        };
+        for k in 0..n {
+            let tenant = if k % 2 == 0 { "a" } else { "b" };
+            let id = format!("id-{k}-é");
+            state.add_key("t", tenant, &id, KeyRows::from_slice(&[k]));
+            state.rows.push(row(k, 1, 1));
+        }
+        for k in (0..n).step_by(3) {
+            let r = state.rows.len() as u32;
+            state.rows.get_mut(k as usize).unwrap().superseded_at = 2;
+            state.rows.push(row(k, 2, 2));
+            state.keys.rows_mut(k).push(r);
+        }
+        for r in 0..10 {
+            state.rows.get_mut(r).unwrap().loc = RecordLoc::PURGED;
+        }
+        state.purged_rows = 10;
+        state
+    }
+
+    /// A key's table, tenant, id and versions.
+    type KeyParts = (String, String, String, Vec<u32>);
+
+    /// Every key with its versions, and every row.
+    fn contents(state: &State) -> (Vec<KeyParts>, Vec<String>) {
+        let keys =
+            state.keys.iter().map(|k| (k.table.to_string(), k.tenant.to_string(), k.id.to_string(), k.rows.to_vec()));
+        (keys.collect(), state.rows.iter().map(|r| format!("{r:?}")).collect())
+    }
+
+    fn checkpoint(dir: &Path, state: &State, gen: u32) {
+        let sealed = SealedVectors { gen, path: None, placed: Placed::default() };
+        commit(capture(dir, state, gen, &sealed).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_format_8_image_is_read_where_it_lies_and_finds_every_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 3 * PAGE_ROWS as u32 + 17;
+        let state = state_of(dir.path(), n);
+        checkpoint(dir.path(), &state, 2);
+        check_image(dir.path(), 2).unwrap();
+        let mut loaded = load(dir.path(), 2).unwrap();
+        let unpacked = loaded.rows.heap_bytes();
+        assert!(unpacked < PAGE_ROWS * std::mem::size_of::<Row>(), "a load unpacks no page ({unpacked} bytes)");
+        assert!(loaded.keys.heap_bytes() < 1024, "nor builds a key table");
+        assert_eq!(contents(&loaded), contents(&state));
+        assert_eq!(loaded.purged_rows, 10);
+        for k in [0, 1, 2, n - 1] {
+            let tenant = if k % 2 == 0 { "a" } else { "b" };
+            assert_eq!(loaded.keys.find("t", tenant, &format!("id-{k}-é")), Some(k));
+        }
+        assert_eq!(loaded.keys.find("t", "b", "id-0-é"), None, "another tenant's key");
+        assert_eq!(loaded.keys.find("t", "a", "id-0-"), None);
+        // a key added and an image key changed after the load, then checkpointed again
+        let added = loaded.add_key("t", "c", "new", KeyRows::from_slice(&[0]));
+        loaded.keys.rows_mut(1).push(7);
+        loaded.rows.get_mut(PAGE_ROWS + 1).unwrap().epoch = 5;
+        checkpoint(dir.path(), &loaded, 3);
+        let again = load(dir.path(), 3).unwrap();
+        assert_eq!(contents(&again), contents(&loaded));
+        assert_eq!(again.keys.find("t", "c", "new"), Some(added));
+        assert_eq!(again.rows[PAGE_ROWS + 1].epoch, 5);
+    }
+
+    #[test]
+    fn a_format_7_image_loads_and_its_next_checkpoint_is_format_8() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_of(dir.path(), 2 * PAGE_ROWS as u32 + 5);
+        let mut v7 = image_of("c", ByteBuf::from(scalar_column_bytes(&ScalarValues::default())));
+        v7.row_count = state.rows.len() as u64;
+        v7.row_pages = state
+            .rows
+            .packed_pages(&mut SectionBuilder::default())
+            .into_iter()
+            .map(|(n, _)| {
+                let mut packed = Vec::new();
+                let from = n as usize * PAGE_ROWS;
+                let rows: Vec<Row> =
+                    (from..(from + PAGE_ROWS).min(state.rows.len())).map(|r| state.rows[r].clone()).collect();
+                pack_rows(&rows, &mut packed);
+                (n, ByteBuf::from(packed))
+            })
+            .collect();
+        v7.keys = KeysImage::of(state.keys.iter().map(|k| (&**k.table, &**k.tenant, k.id, k.rows)));
+        let v7: BodyImage<ByteBuf, PackedScope> = v7;
+        std::fs::write(dir.path().join(file_name(1)), framed(7, &postcard::to_stdvec(&v7).unwrap())).unwrap();
+        let loaded = load(dir.path(), 1).unwrap();
+        assert_eq!(contents(&loaded), contents(&state));
+        assert_eq!(loaded.purged_rows, 10, "counted from the rows");
+        checkpoint(dir.path(), &loaded, 2);
+        let bytes = std::fs::read(dir.path().join(file_name(2))).unwrap();
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 8);
+        assert_eq!(contents(&load(dir.path(), 2).unwrap()), contents(&state));
+    }
+
+    #[test]
+    fn a_damaged_section_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_of(dir.path(), 100);
+        checkpoint(dir.path(), &state, 2);
+        let path = dir.path().join(file_name(2));
+        let good = std::fs::read(&path).unwrap();
+        let at = good.len() - SECTION_TRAILER_LEN - 5;
+        let mut flipped = good.clone();
+        flipped[at] ^= 1;
+        let cut = good[..good.len() - 1].to_vec();
+        let mut trailer = good.clone();
+        *trailer.last_mut().unwrap() ^= 1;
+        for damaged in [flipped, cut, trailer] {
+            std::fs::write(&path, &damaged).unwrap();
+            assert_eq!(load(dir.path(), 2).err().expect("refused").code, Code::WalCorrupt);
+            assert_eq!(check_image(dir.path(), 2).expect_err("refused").code, Code::WalCorrupt);
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod lock;
 mod pipeline;
 pub mod records;
 mod retention;
+pub mod section;
 pub mod state;
 pub mod stats;
 pub mod wal;

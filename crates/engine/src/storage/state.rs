@@ -14,7 +14,7 @@
 //! graph indexing happens behind, in the indexer thread.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 use roaring::RoaringBitmap;
@@ -30,6 +30,7 @@ use crate::index::vector::{self, VectorIndex};
 use crate::schema::{ColumnType, Metric, TableSchema};
 use crate::storage::commit::{Commit, EncodedRows, Receipt};
 use crate::storage::records::{RecordFiles, RecordLoc};
+use crate::storage::section::{Section, SectionBuilder, Span};
 
 pub const NOT_SUPERSEDED: u64 = u64::MAX;
 
@@ -62,10 +63,68 @@ static PURGED_ROW: Row =
 /// placeholder, so memory (and the checkpoint image) follow the versions
 /// kept rather than every version ever written, as long as the removed
 /// versions are old ones (history of rewritten records is).
+///
+/// The pages of a checkpoint image (format 8 on) stay packed in its
+/// section until a row of them is read (then unpacked once) or changed
+/// (then held as the table's own): a start unpacks none of them.
 #[derive(Default, Clone)]
 pub struct RowTable {
-    pages: Vec<Option<Vec<Row>>>,
+    pages: Vec<Page>,
     len: usize,
+    /// The section the packed pages lie in.
+    section: Section,
+}
+
+#[derive(Clone)]
+enum Page {
+    Held(Vec<Row>),
+    /// Packed in the section at the span, unpacked on the first read.
+    Packed(Span, OnceLock<Vec<Row>>),
+    Dropped,
+}
+
+/// Bytes of one row in a packed page: key, version id, epoch, superseded at,
+/// deleted, record file, offset, length (little-endian, fixed width).
+pub const ROW_BYTES: usize = 4 + 4 + 8 + 8 + 1 + 4 + 8 + 4;
+
+pub fn pack_rows(rows: &[Row], out: &mut Vec<u8>) {
+    out.reserve(rows.len() * ROW_BYTES);
+    for r in rows {
+        out.extend_from_slice(&r.key.to_le_bytes());
+        out.extend_from_slice(&r.version_id.to_le_bytes());
+        out.extend_from_slice(&r.epoch.to_le_bytes());
+        out.extend_from_slice(&r.superseded_at.to_le_bytes());
+        out.push(u8::from(r.deleted));
+        out.extend_from_slice(&r.loc.gen.to_le_bytes());
+        out.extend_from_slice(&r.loc.offset.to_le_bytes());
+        out.extend_from_slice(&r.loc.len.to_le_bytes());
+    }
+}
+
+/// The rows of a packed page; `None` for bytes that are not whole rows or
+/// a deleted flag that is neither 0 nor 1.
+pub fn unpack_rows(bytes: &[u8]) -> Option<Vec<Row>> {
+    if !bytes.len().is_multiple_of(ROW_BYTES) {
+        return None;
+    }
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    let mut rows = Vec::with_capacity(PAGE_ROWS.max(bytes.len() / ROW_BYTES));
+    for b in bytes.chunks_exact(ROW_BYTES) {
+        rows.push(Row {
+            key: u32_at(b, 0),
+            version_id: u32_at(b, 4),
+            epoch: u64_at(b, 8),
+            superseded_at: u64_at(b, 16),
+            deleted: match b[24] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+            loc: RecordLoc { gen: u32_at(b, 25), offset: u64_at(b, 29), len: u32_at(b, 37) },
+        });
+    }
+    Some(rows)
 }
 
 impl RowTable {
@@ -77,27 +136,67 @@ impl RowTable {
         self.len == 0
     }
 
+    /// Rows page `n` holds (the last may be partial).
+    fn page_len(&self, n: usize) -> usize {
+        (self.len - n * PAGE_ROWS).min(PAGE_ROWS)
+    }
+
+    /// Page `n`'s rows, unpacked if they were packed.
+    fn unpacked(&self, n: usize) -> Option<&Vec<Row>> {
+        match self.pages.get(n)? {
+            Page::Held(rows) => Some(rows),
+            Page::Packed(span, rows) => Some(rows.get_or_init(|| self.unpack(n, *span))),
+            Page::Dropped => None,
+        }
+    }
+
+    /// A packed page's rows. The start checked each page's length; a page
+    /// that still does not unpack (a damaged section that passed its
+    /// checksum) reads as removed rows rather than stopping the server.
+    fn unpack(&self, n: usize, span: Span) -> Vec<Row> {
+        let want = self.page_len(n);
+        self.section
+            .get(span)
+            .and_then(unpack_rows)
+            .filter(|rows| rows.len() == want)
+            .unwrap_or_else(|| vec![PURGED_ROW.clone(); want])
+    }
+
+    /// Page `n` as the table's own, to change; `None` when dropped.
+    fn held(&mut self, n: usize) -> Option<&mut Vec<Row>> {
+        if matches!(self.pages.get(n), Some(Page::Packed(..))) {
+            if let Page::Packed(span, rows) = std::mem::replace(&mut self.pages[n], Page::Dropped) {
+                let rows = rows.into_inner().unwrap_or_else(|| self.unpack(n, span));
+                self.pages[n] = Page::Held(rows);
+            }
+        }
+        match self.pages.get_mut(n)? {
+            Page::Held(rows) => Some(rows),
+            _ => None,
+        }
+    }
+
     pub fn push(&mut self, row: Row) {
         if self.len.is_multiple_of(PAGE_ROWS) {
-            self.pages.push(Some(Vec::with_capacity(PAGE_ROWS)));
+            self.pages.push(Page::Held(Vec::with_capacity(PAGE_ROWS)));
         }
-        if let Some(Some(page)) = self.pages.last_mut() {
+        let last = self.pages.len() - 1;
+        if let Some(page) = self.held(last) {
             page.push(row);
         }
         self.len += 1;
     }
 
     pub fn get(&self, id: usize) -> &Row {
-        match self.pages.get(id / PAGE_ROWS) {
-            Some(Some(page)) => &page[id % PAGE_ROWS],
-            Some(None) => &PURGED_ROW,
-            None => panic!("row {id} is past the last row {}", self.len),
+        if id >= self.len {
+            panic!("row {id} is past the last row {}", self.len);
         }
+        self.unpacked(id / PAGE_ROWS).map_or(&PURGED_ROW, |rows| &rows[id % PAGE_ROWS])
     }
 
     /// A row to change; `None` when retention dropped its page.
     pub fn get_mut(&mut self, id: usize) -> Option<&mut Row> {
-        self.pages.get_mut(id / PAGE_ROWS)?.as_mut()?.get_mut(id % PAGE_ROWS)
+        self.held(id / PAGE_ROWS)?.get_mut(id % PAGE_ROWS)
     }
 
     /// Every row in id order (those of dropped pages as placeholders).
@@ -105,34 +204,75 @@ impl RowTable {
         (0..self.len).map(|id| self.get(id))
     }
 
-    /// The pages still held: (page number, its rows).
-    pub fn pages(&self) -> impl Iterator<Item = (usize, &Vec<Row>)> + '_ {
-        self.pages.iter().enumerate().filter_map(|(n, p)| p.as_ref().map(|rows| (n, rows)))
+    /// The pages still held, packed for an image: (page number, its rows
+    /// by [`pack_rows`]). A page packed in the section is copied as it is.
+    pub fn packed_pages(&self, out: &mut SectionBuilder) -> Vec<(u32, Span)> {
+        let mut packed = Vec::new();
+        let mut pages = Vec::new();
+        for (n, page) in self.pages.iter().enumerate() {
+            let span = match page {
+                Page::Held(rows) => {
+                    packed.clear();
+                    pack_rows(rows, &mut packed);
+                    out.push_bytes(&packed)
+                }
+                Page::Packed(span, _) => out.push_bytes(self.section.get(*span).unwrap_or_default()),
+                Page::Dropped => continue,
+            };
+            pages.push((n as u32, span));
+        }
+        pages
     }
 
-    pub fn pages_mut(&mut self) -> impl Iterator<Item = (usize, &mut Vec<Row>)> + '_ {
-        self.pages.iter_mut().enumerate().filter_map(|(n, p)| p.as_mut().map(|rows| (n, rows)))
+    /// The pages holding rows below `end`, to change: (page number, its rows).
+    pub fn pages_mut(&mut self, end: usize) -> impl Iterator<Item = (usize, &mut Vec<Row>)> + '_ {
+        for n in 0..end.min(self.len).div_ceil(PAGE_ROWS) {
+            self.held(n);
+        }
+        self.pages.iter_mut().enumerate().take(end.div_ceil(PAGE_ROWS)).filter_map(|(n, p)| match p {
+            Page::Held(rows) => Some((n, rows)),
+            _ => None,
+        })
     }
 
     /// A table of `len` rows from its held pages (ascending page numbers).
     /// `None` when the pages do not fit `len`.
     pub fn from_pages(len: usize, held: Vec<(usize, Vec<Row>)>) -> Option<RowTable> {
-        let count = len.div_ceil(PAGE_ROWS);
-        let mut pages: Vec<Option<Vec<Row>>> = (0..count).map(|_| None).collect();
-        for (n, rows) in held {
-            let want = if n + 1 == count { len - n * PAGE_ROWS } else { PAGE_ROWS };
-            if n >= count || rows.len() != want || pages[n].is_some() {
+        let held = held.into_iter().map(|(n, rows)| (n, rows.len(), Page::Held(rows)));
+        RowTable::of_pages(len, held, Section::default())
+    }
+
+    /// A table of `len` rows whose held pages are packed in `section` at
+    /// the spans given (ascending page numbers). `None` when the pages do
+    /// not fit `len` or lie outside the section.
+    pub fn from_section(len: usize, packed: Vec<(u32, Span)>, section: Section) -> Option<RowTable> {
+        let mut pages = Vec::with_capacity(packed.len());
+        for (n, span) in packed {
+            let bytes = section.get(span)?;
+            if !bytes.len().is_multiple_of(ROW_BYTES) {
                 return None;
             }
-            let mut page = Vec::with_capacity(PAGE_ROWS);
-            page.extend(rows);
-            pages[n] = Some(page);
+            pages.push((n as usize, bytes.len() / ROW_BYTES, Page::Packed(span, OnceLock::new())));
+        }
+        RowTable::of_pages(len, pages.into_iter(), section)
+    }
+
+    /// `held`: (page number, its rows, the page).
+    fn of_pages(len: usize, held: impl Iterator<Item = (usize, usize, Page)>, section: Section) -> Option<RowTable> {
+        let count = len.div_ceil(PAGE_ROWS);
+        let mut pages: Vec<Page> = (0..count).map(|_| Page::Dropped).collect();
+        for (n, rows, page) in held {
+            let want = if n + 1 == count { len - n * PAGE_ROWS } else { PAGE_ROWS };
+            if n >= count || rows != want || !matches!(pages[n], Page::Dropped) {
+                return None;
+            }
+            pages[n] = page;
         }
         // a partial last page takes new rows: it is never dropped
-        if !len.is_multiple_of(PAGE_ROWS) && pages.last().is_some_and(Option::is_none) {
+        if !len.is_multiple_of(PAGE_ROWS) && pages.last().is_some_and(|p| matches!(p, Page::Dropped)) {
             return None;
         }
-        Some(RowTable { pages, len })
+        Some(RowTable { pages, len, section })
     }
 
     /// A table of the rows of a format 1 image, every page held.
@@ -148,19 +288,24 @@ impl RowTable {
     pub fn drop_purged_pages(&mut self) -> usize {
         let full = self.len / PAGE_ROWS;
         let mut dropped = 0;
-        for page in self.pages.iter_mut().take(full) {
-            if page.as_ref().is_some_and(|rows| rows.iter().all(|r| r.loc.is_purged())) {
-                *page = None;
+        for n in 0..full {
+            if self.unpacked(n).is_some_and(|rows| rows.iter().all(|r| r.loc.is_purged())) {
+                self.pages[n] = Page::Dropped;
                 dropped += 1;
             }
         }
         dropped
     }
 
-    /// Bytes of the pages held.
+    /// Bytes of the pages held or unpacked.
     pub fn heap_bytes(&self) -> usize {
-        self.pages.iter().flatten().map(|p| p.capacity() * std::mem::size_of::<Row>()).sum::<usize>()
-            + self.pages.capacity() * std::mem::size_of::<Option<Vec<Row>>>()
+        let page = |p: &Page| match p {
+            Page::Held(rows) => rows.capacity(),
+            Page::Packed(_, rows) => rows.get().map_or(0, Vec::capacity),
+            Page::Dropped => 0,
+        };
+        self.pages.iter().map(page).sum::<usize>() * std::mem::size_of::<Row>()
+            + self.pages.capacity() * std::mem::size_of::<Page>()
     }
 }
 
@@ -990,7 +1135,7 @@ impl State {
         let keys = &self.keys;
         let mut purged = Vec::new();
         let mut with_text = Vec::new();
-        for (n, page) in self.rows.pages_mut() {
+        for (n, page) in self.rows.pages_mut(end) {
             let first = n * PAGE_ROWS;
             for (id, row) in (first..end).zip(page.iter_mut()) {
                 if row.superseded_at <= horizon && !row.loc.is_purged() {
