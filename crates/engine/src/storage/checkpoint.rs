@@ -781,13 +781,15 @@ fn open_mapped(path: &Path) -> Result<(Arc<Mmap>, Arc<File>)> {
 }
 
 /// Lets the process's page tables go of every page of `map`, which a
-/// start's checksum of the file has just read: from then on vectors are
-/// read from the file as queries need them, and its pages stay the page
-/// cache's (a start of 100,000 256-d vectors had kept 98 MB of them mapped).
+/// start's checksum of the file has just read: from then on vectors (or an
+/// image's row pages and keys) are read from the file as they are needed,
+/// and its pages stay the page cache's (a start of 100,000 256-d vectors
+/// had kept 98 MB of them mapped).
 fn release_pages(map: &Mmap) {
     // SAFETY: a vector file is never written after its checkpoint (see
-    // `map_file`): dropping the mapping's page table entries changes no
-    // byte a reader sees; the next read faults the same bytes in again.
+    // `map_file`), nor an image after its rename: dropping the mapping's
+    // page table entries changes no byte a reader sees; the next read
+    // faults the same bytes in again.
     let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
 }
 
@@ -1095,7 +1097,11 @@ pub fn load(dir: &Path, gen: u32) -> Result<State> {
             let table = table.ok_or_else(|| {
                 Error::new(Code::WalCorrupt, format!("{} has row pages that do not fit its row count", path.display()))
             })?;
-            restore(dir, gen, &path, image, table, Some(rows.purged), &file.section)
+            let state = restore(dir, gen, &path, image, table, Some(rows.purged), &file.section);
+            // the checksums read every page: from here on only those a
+            // read or a key's lookup needs are mapped into the process
+            release_pages(&file.map);
+            state
         }
     }
 }

@@ -127,19 +127,40 @@ struct Columns<'a> {
 }
 
 impl Columns<'_> {
-    /// Writes the columns and the hash table `slots` ([`slot_table`]).
-    fn write(&self, out: &mut SectionBuilder, seed: u64, slots: &[u32]) -> KeySpans {
+    /// Writes the columns and the hash table `slots` ([`slot_table`]),
+    /// each let go once written: with the section's room taken at once,
+    /// a checkpoint holds the directory about once more, not twice or more.
+    fn write(self, out: &mut SectionBuilder, seed: u64, slots: Vec<u32>) -> KeySpans {
+        let Columns { names, table, tenant, ids, id_ends, version_starts, versions } = self;
+        let words = |bytes: usize| bytes.next_multiple_of(8);
+        out.reserve(
+            words(4 * table.len())
+                + words(4 * tenant.len())
+                + words(ids.len())
+                + 8 * id_ends.len()
+                + words(4 * version_starts.len())
+                + words(4 * versions.len())
+                + 4 * slots.len(),
+        );
+        let count = table.len() as u64;
+        // each column moved in and dropped as soon as it is written
+        fn put<T: bytemuck::NoUninit>(out: &mut SectionBuilder, column: Vec<T>) -> Span {
+            out.push_bytes(bytemuck::cast_slice(&column))
+        }
+        let (table, tenant) = (put(out, table), put(out, tenant));
+        let (ids, id_ends) = (put(out, ids), put(out, id_ends));
+        let (version_starts, versions) = (put(out, version_starts), put(out, versions));
         KeySpans {
-            names: self.names.iter().map(|n| n.to_string()).collect(),
-            count: self.table.len() as u64,
+            names: names.iter().map(|n| n.to_string()).collect(),
+            count,
             seed,
-            table: out.push_u32s(&self.table),
-            tenant: out.push_u32s(&self.tenant),
-            ids: out.push_bytes(&self.ids),
-            id_ends: out.push_u64s(&self.id_ends),
-            version_starts: out.push_u32s(&self.version_starts),
-            versions: out.push_u32s(&self.versions),
-            slots: out.push_u32s(slots),
+            table,
+            tenant,
+            ids,
+            id_ends,
+            version_starts,
+            versions,
+            slots: put(out, slots),
         }
     }
 }
@@ -367,7 +388,7 @@ impl KeyDirectory {
             versions: columns.versions.clone(),
         };
         let mut section = SectionBuilder::default();
-        let spans = written.write(&mut section, seed, &slots);
+        let spans = written.write(&mut section, seed, slots);
         KeyDirectory::from_section(section.finish(), spans, columns.names.clone())
     }
 
@@ -413,7 +434,7 @@ impl KeyDirectory {
         }
         c.version_starts.push(c.versions.len() as u32);
         let slots = slot_table(n, base.u32s(base.spans.slots), self.slots.iter().copied());
-        c.write(out, self.seed, &slots)
+        c.write(out, self.seed, slots)
     }
 
     /// Keys in all.

@@ -45,6 +45,11 @@ pub struct SectionBuilder {
 }
 
 impl SectionBuilder {
+    /// Takes room for `bytes` more bytes of columns at once.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.words.reserve(bytes.div_ceil(8));
+    }
+
     pub fn push_bytes(&mut self, bytes: &[u8]) -> Span {
         let offset = self.len;
         let end = offset + bytes.len();

@@ -207,6 +207,12 @@ impl RowTable {
     /// The pages still held, packed for an image: (page number, its rows
     /// by [`pack_rows`]). A page packed in the section is copied as it is.
     pub fn packed_pages(&self, out: &mut SectionBuilder) -> Vec<(u32, Span)> {
+        let bytes = |p: &Page| match p {
+            Page::Held(rows) => (rows.len() * ROW_BYTES).next_multiple_of(8),
+            Page::Packed(span, _) => (span.len as usize).next_multiple_of(8),
+            Page::Dropped => 0,
+        };
+        out.reserve(self.pages.iter().map(bytes).sum());
         let mut packed = Vec::new();
         let mut pages = Vec::new();
         for (n, page) in self.pages.iter().enumerate() {
