@@ -512,9 +512,7 @@ pub fn write_vectors(
     if open.is_none() && !has_unsealed(&state.read()) {
         return Ok(SealedVectors { gen, path: None, placed: HashMap::new() });
     }
-    let file = VectorFile::of(dir, gen, open)?;
-    let placed = file.append(state, true)?;
-    Ok(SealedVectors { gen, path: Some(file.path.clone()), placed })
+    append_vectors(dir, gen, open, state, true)
 }
 
 /// Appends every vector column's unsealed vectors to the generation's vector
@@ -530,8 +528,20 @@ pub fn flush_vectors(
     open: &mut Option<VectorFile>,
     state: &RwLock<State>,
 ) -> Result<SealedVectors> {
+    append_vectors(dir, gen, open, state, false)
+}
+
+/// Appends the unsealed vectors to the generation's file, begun if need be;
+/// with `finish`, ends it with its trailer.
+fn append_vectors(
+    dir: &Path,
+    gen: u32,
+    open: &mut Option<VectorFile>,
+    state: &RwLock<State>,
+    finish: bool,
+) -> Result<SealedVectors> {
     let file = VectorFile::of(dir, gen, open)?;
-    let placed = file.append(state, false)?;
+    let placed = file.append(state, finish)?;
     Ok(SealedVectors { gen, path: Some(file.path.clone()), placed })
 }
 

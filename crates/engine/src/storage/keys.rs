@@ -373,23 +373,25 @@ impl KeyDirectory {
             .map(|k| hash(seed, &names[columns.table[k] as usize], &names[columns.tenant[k] as usize], id_at[k]))
             .collect();
         let slots = slot_table(n, &[], hashes.into_iter().enumerate().map(|(k, bits)| (k as u32, bits)));
+        // the columns move into the section's: none is copied twice
+        let KeyColumns { names, table, tenant, ids, id_ends, version_counts, versions } = columns;
         let mut version_starts = Vec::with_capacity(n + 1);
         version_starts.push(0);
-        for count in &columns.version_counts {
+        for count in &version_counts {
             version_starts.push(version_starts.last().copied().unwrap_or(0) + count);
         }
         let written = Columns {
             names: names.iter().map(|n| &**n).collect(),
-            table: columns.table.clone(),
-            tenant: columns.tenant.clone(),
-            ids: columns.ids.clone(),
-            id_ends: columns.id_ends.clone(),
+            table,
+            tenant,
+            ids,
+            id_ends,
             version_starts,
-            versions: columns.versions.clone(),
+            versions,
         };
         let mut section = SectionBuilder::default();
         let spans = written.write(&mut section, seed, slots);
-        KeyDirectory::from_section(section.finish(), spans, columns.names.clone())
+        KeyDirectory::from_section(section.finish(), spans, names)
     }
 
     /// Writes the directory into an image's section: the image's columns
