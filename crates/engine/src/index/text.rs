@@ -31,6 +31,7 @@
 //! the query's hot overlay with [`bm25`], the same formula tantivy uses.
 
 use std::collections::{BinaryHeap, HashMap};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,7 +47,9 @@ use tantivy::query::{
     Bm25StatisticsProvider, Bm25Weight, BooleanQuery, EnableScoring, Occur, Query, TermQuery, TermSetQuery, Weight,
 };
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING};
-use tantivy::tokenizer::{LowerCaser, PreTokenizedString, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token};
+use tantivy::tokenizer::{
+    BoxTokenStream, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenStream, Tokenizer,
+};
 use tantivy::{
     DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentReader, TantivyDocument, Term,
     TERMINATED,
@@ -121,6 +124,94 @@ impl Tokens {
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         starts.zip(&self.ends).map(|(start, &end)| &self.text[start..end])
+    }
+}
+
+/// What tantivy is handed for one column of one row: the text behind its
+/// scope (`table`, `tenant`, `column`), read back by [`ScopedTokenizer`].
+/// `<scope's length in bytes>:<scope><text>`, so any text and any scope
+/// name may follow.
+fn scoped_text(scope: &str, text: &str) -> String {
+    let mut out = String::with_capacity(scope.len() + text.len() + 8);
+    let _ = write!(out, "{}:{scope}{text}", scope.len());
+    out
+}
+
+/// The analyzer of [`analyzer`] under the scope [`scoped_text`] put in
+/// front of a text: each token is indexed as its [`term_text`].
+///
+/// It replaces pre-tokenized documents: tantivy keeps a pre-tokenized
+/// string in a document as JSON, written by the indexer and parsed again by
+/// tantivy's indexing thread, which had taken a third of both threads' time
+/// under a stream of single-record writes (bench/README.md, "The
+/// twenty-third session").
+#[derive(Clone)]
+pub struct ScopedTokenizer {
+    analyzer: TextAnalyzer,
+}
+
+impl ScopedTokenizer {
+    pub fn new() -> ScopedTokenizer {
+        ScopedTokenizer { analyzer: analyzer() }
+    }
+}
+
+impl Default for ScopedTokenizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The scope and text of a [`scoped_text`]; a text without a scope (no
+/// index writes one) is tokenized unscoped.
+fn split_scoped(text: &str) -> (&str, &str) {
+    let Some((len, rest)) = text.split_once(':') else { return ("", text) };
+    match len.parse::<usize>() {
+        Ok(len) if rest.is_char_boundary(len) => rest.split_at(len),
+        _ => ("", text),
+    }
+}
+
+impl Tokenizer for ScopedTokenizer {
+    type TokenStream<'a> = ScopedTokenStream<'a>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> ScopedTokenStream<'a> {
+        let (scope, text) = split_scoped(text);
+        ScopedTokenStream { scope, inner: self.analyzer.token_stream(text), token: Token::default() }
+    }
+}
+
+pub struct ScopedTokenStream<'a> {
+    scope: &'a str,
+    inner: BoxTokenStream<'a>,
+    token: Token,
+}
+
+impl TokenStream for ScopedTokenStream<'_> {
+    fn advance(&mut self) -> bool {
+        if !self.inner.advance() {
+            return false;
+        }
+        let inner = self.inner.token();
+        self.token.offset_from = inner.offset_from;
+        self.token.offset_to = inner.offset_to;
+        self.token.position = inner.position;
+        self.token.position_length = inner.position_length;
+        self.token.text.clear();
+        if !self.scope.is_empty() {
+            self.token.text.push_str(self.scope);
+            self.token.text.push('\u{1f}');
+        }
+        self.token.text.push_str(&inner.text);
+        true
+    }
+
+    fn token(&self) -> &Token {
+        &self.token
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.token
     }
 }
 
@@ -656,7 +747,6 @@ pub struct TextIndex {
     /// Something was handed to the history's writer since it last committed.
     history_dirty: AtomicBool,
     closed: AtomicBool,
-    analyzer: Mutex<TextAnalyzer>,
     fields: Fields,
     slots: Mutex<Slots>,
     /// [`Self::scope_documents`]' answers for the readers' generations: in a
@@ -821,7 +911,6 @@ impl TextIndex {
             history,
             history_dirty: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            analyzer: Mutex::new(analyzer()),
             fields,
             slots: Mutex::new(slots),
             documents_cache: Mutex::new(([u64::MAX; 2], HashMap::new())),
@@ -845,7 +934,7 @@ impl TextIndex {
             true => Index::open(directory).map_err(open_err)?,
             false => Index::create(directory, schema(), Default::default()).map_err(open_err)?,
         };
-        index.tokenizers().register(TOKENIZER, analyzer());
+        index.tokenizers().register(TOKENIZER, ScopedTokenizer::new());
         let metas = index.load_metas().map_err(open_err)?;
         let bad = |p: &str| OpenError::Damaged(format!("text index payload {p:?}"));
         let (watermark, purged, slots) = match metas.payload.as_deref() {
@@ -970,7 +1059,6 @@ impl TextIndex {
         };
         // (slot group, its document)
         let mut docs: Vec<(usize, TantivyDocument)> = Vec::with_capacity(1);
-        let mut analyzer = self.analyzer.lock();
         for ((column, text), slot) in columns.iter().zip(slots) {
             let group = slot / SLOTS;
             let at = match docs.iter().position(|(g, _)| *g == group) {
@@ -982,22 +1070,10 @@ impl TextIndex {
                     docs.len() - 1
                 }
             };
-            let tokens: Vec<Token> = tokens(&mut analyzer, text)
-                .iter()
-                .enumerate()
-                .map(|(position, t)| Token {
-                    position,
-                    text: term_text(table, tenant, column, t),
-                    position_length: 1,
-                    ..Token::default()
-                })
-                .collect();
+            let scope = scope_column_key(table, tenant, column);
             let doc = &mut docs[at].1;
-            doc.add_text(self.fields.scope, scope_column_key(table, tenant, column));
-            doc.add_pre_tokenized_text(
-                self.fields.text[slot % SLOTS],
-                PreTokenizedString { text: String::new(), tokens },
-            );
+            doc.add_text(self.fields.text[slot % SLOTS], scoped_text(&scope, text));
+            doc.add_text(self.fields.scope, scope);
         }
         docs.into_iter().map(|(_, doc)| doc).collect()
     }
@@ -1724,6 +1800,34 @@ mod tests {
         let twice = bm25_text(&stats.weights(&fox_fox), &fox_fox, &mut analyzer, text);
         assert!((twice - 2.0 * once).abs() < 1e-6 && once > 0.0);
         assert_eq!(bm25_text(&stats.weights(&fox), &fox, &mut analyzer, ""), 0.0);
+    }
+
+    #[test]
+    fn a_scoped_text_is_tokenized_into_the_terms_of_its_scope() {
+        let mut tokenizer = ScopedTokenizer::new();
+        let mut terms = |text: &str| {
+            let mut stream = tokenizer.token_stream(text);
+            let mut out = Vec::new();
+            while stream.advance() {
+                out.push(stream.token().text.clone());
+            }
+            out
+        };
+        // names and texts with the separator, colons, digits and non-Latin letters
+        for (table, tenant, column, text) in [
+            ("docs", "acme", "body", "The quick brown FOX: 42 jumps"),
+            ("t", "12:34", "c", "1:x колонна 東京タワー"),
+            ("weird\u{1f}table", "", "title", "x\u{1f}y"),
+            ("docs", "acme", "body", ""),
+        ] {
+            let scope = scope_column_key(table, tenant, column);
+            let expected: Vec<String> =
+                tokens(&mut analyzer(), text).iter().map(|t| term_text(table, tenant, column, t)).collect();
+            assert_eq!(terms(&scoped_text(&scope, text)), expected, "{table:?} {tenant:?} {column:?} {text:?}");
+        }
+        // a text without a scope (none is written so) is tokenized as it is
+        assert_eq!(terms("plain words"), vec!["plain".to_string(), "words".to_string()]);
+        assert_eq!(terms("99:short"), vec!["99".to_string(), "short".to_string()]);
     }
 
     #[test]
