@@ -3,6 +3,7 @@
  * listening, signals and shutdown.
  */
 import { REQUEST_ID_HEADER, requestId } from './request-id.js';
+import { lazyRequestLogger } from './request-logger.js';
 import { HEADER_CONSTRAINTS, documentedBody } from './openapi-constraints.js';
 import { checkBranchHeaders } from './names.js';
 import { engineDocument } from './openapi.js';
@@ -89,6 +90,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // one line per request from the onResponse hook below instead of fastify's two
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     genReqId: requestId,
+    // a request's pino child is made at its first log line, not for every request
+    childLoggerFactory: lazyRequestLogger,
     bodyLimit: config.bodyLimitBytes,
     // a client that stalls mid-request is answered 408 request_timeout and
     // disconnected, instead of holding its buffered body forever

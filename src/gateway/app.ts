@@ -5,6 +5,7 @@
  * metrics, branches, readiness; the console) or proxied to the engine of
  * the catalog branch it addresses (./proxy.ts).
  */
+import { lazyRequestLogger } from '../request-logger.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
 import { clientErrorHandler, errorBody, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions } from '../http-errors.js';
@@ -45,6 +46,8 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // the client's X-Request-Id when it is a plain token, else a new one; the
     // engine gets it too, so one id names the request in both logs
     genReqId: requestId,
+    // a request's pino child is made at its first log line (src/request-logger.ts)
+    childLoggerFactory: lazyRequestLogger,
     frameworkErrors,
   });
   refuseConnect(app.server);
