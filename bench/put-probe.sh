@@ -10,6 +10,8 @@
 #   bash bench/put-probe.sh 8 perf                        # also perf record -g into $OUT/perf.data
 #   NODEOPTS=--perf-basic-prof bash bench/put-probe.sh 8 perf   # with JavaScript frames named
 #   RENICE=braid-commit bash bench/put-probe.sh           # that thread at nice -10 (root only; an experiment)
+#   NODEARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" bash bench/put-probe.sh   # a V8 CPU profile, written as the server stops
+#   NATIVE=<dir> bash bench/put-probe.sh                  # another build of the addon
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-8}
@@ -27,11 +29,11 @@ request = function()
 end
 L
 NODE_OPTIONS="${NODEOPTS:-}" BRAID_NATIVE_DIR=${NATIVE:-$PWD/target/bench-native} BRAID_DATA_DIR=$DATA BRAID_PORT=$PORT \
-  BRAID_HOST=127.0.0.1 BRAID_LOG_LEVEL=error taskset -c 0 node bin/braid.js serve > "$OUT/server.out" 2>&1 &
+  BRAID_HOST=127.0.0.1 BRAID_LOG_LEVEL=error taskset -c 0 node ${NODEARGS:-} bin/braid.js serve > "$OUT/server.out" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DATA"' EXIT
 for _ in $(seq 100); do grep -q listening "$OUT/server.out" && break; sleep 0.2; done
-taskset -c 1 wrk -t1 -c32 -d2s -s "$OUT/put.lua" "http://127.0.0.1:$PORT" > /dev/null
+taskset -c 1 wrk -t1 -c32 -d2s -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "requests in" | sed "s/^/warm-up: /"
 sleep 1
 cpu() { for t in /proc/$PID/task/*; do echo "$(tr ' ' _ < "$t/comm")-$(basename "$t") $(awk '{print $14+$15}' "$t/stat")"; done | sort; }
 switches() { for t in /proc/$PID/task/*; do echo "$(tr ' ' _ < "$t/comm")-$(basename "$t") $(awk '/ctxt_switches/ {printf "%s ", $2}' "$t/status")"; done | sort; }
@@ -41,7 +43,7 @@ fi
 cpu > "$OUT/cpu.before"; switches > "$OUT/switches.before"
 PERF=
 if [ "${2:-}" = perf ]; then perf record -F "${PFREQ:-2000}" -g -p $PID -o "$OUT/perf.data" -- sleep "$SECS" > /dev/null 2>&1 & PERF=$!; fi
-taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "Requests/sec|Latency"
+taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "requests in|Requests/sec|Latency"
 [ -n "$PERF" ] && wait $PERF
 cpu > "$OUT/cpu.after"; switches > "$OUT/switches.after"
 echo "context switches (voluntary, involuntary):"

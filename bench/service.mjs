@@ -8,9 +8,11 @@
 //      embedded API; the same fixed top-10 ids-only queries (text, vector,
 //      hybrid) timed one at a time in-process, then over HTTP (POST /v1/query)
 //      against `braid serve` on the same data directory; p50 HTTP minus p50
-//      in-process per kind. For context, no target: the same bodies to the
-//      bare route (any round trip's cost) and in-process with the vector as
-//      plain numbers;
+//      in-process per kind. For context, no target: the same queries to
+//      node:http calling the same engine with no service code
+//      (service/engine-floor-server.mjs), the same bodies to the bare route
+//      (any round trip's cost) and in-process with the vector as plain
+//      numbers;
 //   3. put-batch of 1,000 records with vectors: records/s over HTTP
 //      (POST /v1/records/put-batch) against in-process putBatch, each on a
 //      fresh data directory, the same records; for context, in-process
@@ -116,6 +118,14 @@ async function latency() {
   } finally {
     await stopServer(server);
   }
+  log(`the same queries to node:http calling the same engine, no framework or service code (any Node server's floor), on core ${SERVER_CORE}`);
+  const plain = await startServer(pin(SERVER_CORE, [process.execPath, 'bench/service/engine-floor-server.mjs', dataDir]), childEnv, 'engine floor');
+  let engineFloor;
+  try {
+    engineFloor = await measured(() => runChild('service/client.mjs', ['--task', 'latency', '--url', plain.url, ...common], CLIENT_CORE));
+  } finally {
+    await stopServer(plain);
+  }
   log(`the same bodies to the bare fastify route (the round trip's floor), server on core ${SERVER_CORE}, client on core ${CLIENT_CORE}`);
   const bare = await startServer(pin(SERVER_CORE, [process.execPath, 'bench/bare-server.mjs']), {}, 'bare fastify');
   let floor;
@@ -129,10 +139,11 @@ async function latency() {
     const e = embedded.kinds[kind];
     const h = http.kinds[kind];
     const same = embedded.ids[kind].filter((ids, i) => JSON.stringify(ids) === JSON.stringify(http.ids[kind][i])).length;
-    kinds[kind] = { embedded: e, http: h, floor: floor.kinds[kind], overhead_p50_ms: h.p50_ms - e.p50_ms, overhead_mean_ms: h.mean_ms - e.mean_ms, outside_p50_ms: { embedded: e.outside.p50_ms, http: h.outside.p50_ms, difference: h.outside.p50_ms - e.outside.p50_ms }, same_ids: same, queries: embedded.ids[kind].length };
+    const p = engineFloor.kinds[kind];
+    kinds[kind] = { embedded: e, http: h, floor: floor.kinds[kind], engine_floor: p, engine_floor_overhead_p50_ms: p.p50_ms - e.p50_ms, overhead_p50_ms: h.p50_ms - e.p50_ms, overhead_mean_ms: h.mean_ms - e.mean_ms, outside_p50_ms: { embedded: e.outside.p50_ms, http: h.outside.p50_ms, difference: h.outside.p50_ms - e.outside.p50_ms }, same_ids: same, queries: embedded.ids[kind].length };
   }
-  for (const side of [embedded, http, floor]) delete side.ids;
-  return { load, embedded, http, floor, kinds };
+  for (const side of [embedded, http, engineFloor, floor]) delete side.ids;
+  return { load, embedded, http, engine_floor: engineFloor, floor, kinds };
 }
 
 // -- 3. put-batch
@@ -226,14 +237,14 @@ function report(summary) {
   const l = results.latency;
   if (l) {
     const load = l.load.cached ? `cached data directory (loaded earlier in ${ms((l.load.writes_ms + l.load.index_wait_ms) / 1000, 1)} s)` : `loaded now: writes ${ms(l.load.writes_ms / 1000, 1)} s + indexes ${ms(l.load.index_wait_ms / 1000, 1)} s`;
-    lines.push('', `2. Query latency, top ${TOP_K} ids only, ${l.embedded.kinds.text.samples} timed queries per kind per side (${opts.passes} pass${opts.passes === 1 ? '' : 'es'} over ${l.kinds.text.queries} queries after ${opts.warmup} warm-up); in-process vectors are Float32Array. "Outside the engine" is each query's time minus the engine's own (the explain's "total" phase), paired per query, so it does not move with how fast the engine happened to run in each half (which varies by tens of percent between minutes on this machine). No target on the last two columns: the same bodies POSTed to the bare fastify route by the same client (what any round trip costs here), and in-process with the vector as plain numbers (as the server passes it); ${load}. Core ${SERVER_CORE} / ${CLIENT_CORE} busy: in-process run ${pct(l.embedded.cores_busy[SERVER_CORE])} / ${pct(l.embedded.cores_busy[CLIENT_CORE])}, HTTP run ${pct(l.http.cores_busy[SERVER_CORE])} / ${pct(l.http.cores_busy[CLIENT_CORE])}.`, '');
-    lines.push('| kind | in-process p50 / p99 / mean ms | HTTP p50 / p99 / mean ms | p50 difference ms | mean difference ms | p50 outside the engine ms: in-process / HTTP / difference | identical top-10 | request bytes | bare route p50 ms, same bodies | in-process p50, vector as numbers |');
-    lines.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    lines.push('', `2. Query latency, top ${TOP_K} ids only, ${l.embedded.kinds.text.samples} timed queries per kind per side (${opts.passes} pass${opts.passes === 1 ? '' : 'es'} over ${l.kinds.text.queries} queries after ${opts.warmup} warm-up); in-process vectors are Float32Array. "Outside the engine" is each query's time minus the engine's own (the explain's "total" phase), paired per query, so it does not move with how fast the engine happened to run in each half (which varies by tens of percent between minutes on this machine). No target on the last three columns: the same queries sent to Node's own HTTP server handing each body to the same engine call, with no framework and none of Braid's service code (bench/service/engine-floor-server.mjs: what any Node server in front of this engine on one core costs), its p50 and its difference from in-process; the same bodies POSTed to the bare fastify route by the same client (what a round trip costs with no engine); and in-process with the vector as plain numbers (as the server passes it); ${load}. Core ${SERVER_CORE} / ${CLIENT_CORE} busy: in-process run ${pct(l.embedded.cores_busy[SERVER_CORE])} / ${pct(l.embedded.cores_busy[CLIENT_CORE])}, HTTP run ${pct(l.http.cores_busy[SERVER_CORE])} / ${pct(l.http.cores_busy[CLIENT_CORE])}.`, '');
+    lines.push('| kind | in-process p50 / p99 / mean ms | HTTP p50 / p99 / mean ms | p50 difference ms | mean difference ms | p50 outside the engine ms: in-process / HTTP / difference | identical top-10 | request bytes | node:http + engine p50 ms (vs in-process) | bare route p50 ms, same bodies | in-process p50, vector as numbers |');
+    lines.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const kind of KINDS) {
       const k = l.kinds[kind];
       const o = k.outside_p50_ms;
       const triple = (s) => `${ms(s.p50_ms)} / ${ms(s.p99_ms)} / ${ms(s.mean_ms)}`;
-      lines.push(`| ${kind} | ${triple(k.embedded)} | ${triple(k.http)} | ${ms(k.overhead_p50_ms)} | ${ms(k.overhead_mean_ms)} | ${ms(o.embedded)} / ${ms(o.http)} / ${o.difference >= 0 ? '+' : ''}${ms(o.difference)} | ${k.same_ids}/${k.queries} | ${fmtInt(k.http.mean_request_bytes)} | ${ms(k.floor.p50_ms)} | ${k.embedded.numbers ? ms(k.embedded.numbers.p50_ms) : '-'} |`);
+      lines.push(`| ${kind} | ${triple(k.embedded)} | ${triple(k.http)} | ${ms(k.overhead_p50_ms)} | ${ms(k.overhead_mean_ms)} | ${ms(o.embedded)} / ${ms(o.http)} / ${o.difference >= 0 ? '+' : ''}${ms(o.difference)} | ${k.same_ids}/${k.queries} | ${fmtInt(k.http.mean_request_bytes)} | ${ms(k.engine_floor.p50_ms)} (${k.engine_floor_overhead_p50_ms >= 0 ? '+' : ''}${ms(k.engine_floor_overhead_p50_ms)}) | ${ms(k.floor.p50_ms)} | ${k.embedded.numbers ? ms(k.embedded.numbers.p50_ms) : '-'} |`);
     }
   }
   const b = results.batches;
