@@ -33,6 +33,16 @@ interface Sample {
   value: number;
 }
 
+/** A histogram's lines (`_bucket` per bound and `+Inf`, `_sum`, `_count`), as prom-client writes its own. */
+function pushHistogram(values: Sample[], name: string, labels: Labels, h: { bounds: number[]; cumulative: number[]; count: number; sum: number }): void {
+  h.bounds.forEach((le, i) => {
+    values.push({ metricName: `${name}_bucket`, labels: { ...labels, le: String(le) }, value: h.cumulative[i]! });
+  });
+  values.push({ metricName: `${name}_bucket`, labels: { ...labels, le: '+Inf' }, value: h.count });
+  values.push({ metricName: `${name}_sum`, labels, value: h.sum });
+  values.push({ metricName: `${name}_count`, labels, value: h.count });
+}
+
 /** A registry with prom-client's default process metrics under `prefix`. */
 export function createRegistry(prefix: string): client.Registry {
   const registry = new client.Registry();
@@ -108,14 +118,9 @@ class RequestSeries {
     metric(duration, 'Time from receiving a request to sending its response, by method, route and status', 'histogram', () => {
       const values: Sample[] = [];
       for (const t of this.tallies.values()) {
-        let cumulative = 0;
-        HTTP_BUCKETS.forEach((le, i) => {
-          cumulative += t.buckets[i]!;
-          values.push({ metricName: `${duration}_bucket`, labels: { ...t.labels, le: String(le) }, value: cumulative });
-        });
-        values.push({ metricName: `${duration}_bucket`, labels: { ...t.labels, le: '+Inf' }, value: t.count });
-        values.push({ metricName: `${duration}_sum`, labels: t.labels, value: t.sum });
-        values.push({ metricName: `${duration}_count`, labels: t.labels, value: t.count });
+        let below = 0;
+        const cumulative = HTTP_BUCKETS.map((_, i) => (below += t.buckets[i]!));
+        pushHistogram(values, duration, t.labels, { bounds: HTTP_BUCKETS, cumulative, count: t.count, sum: t.sum });
       }
       return values;
     });
@@ -165,12 +170,7 @@ class EngineSeries {
   }
 
   addHistogram(labels: Labels, h: EngineHistogram): void {
-    h.bounds.forEach((le, i) => {
-      this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: String(le) }, value: h.cumulative[i]! });
-    });
-    this.values.push({ metricName: `${this.name}_bucket`, labels: { ...labels, le: '+Inf' }, value: h.count });
-    this.values.push({ metricName: `${this.name}_sum`, labels, value: h.sum });
-    this.values.push({ metricName: `${this.name}_count`, labels, value: h.count });
+    pushHistogram(this.values, this.name, labels, h);
   }
 
   async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Sample[] }> {
