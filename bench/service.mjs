@@ -12,7 +12,9 @@
 //      node:http calling the same engine with no service code
 //      (service/engine-floor-server.mjs), the same bodies to the bare route
 //      (any round trip's cost) and in-process with the vector as plain
-//      numbers;
+//      numbers; with --alternate N, then N more rounds of the floor server
+//      and `braid serve` one after the other, the same queries each time
+//      (the machine's speed drifts from minute to minute);
 //   3. put-batch of 1,000 records with vectors: records/s over HTTP
 //      (POST /v1/records/put-batch) against in-process putBatch, each on a
 //      fresh data directory, the same records; for context, in-process
@@ -24,7 +26,7 @@
 //
 //   node bench/service.mjs [--records 100000] [--seconds 10] [--warmup-seconds 1] [--passes 3] [--warmup 30]
 //                          [--batches 10] [--warmup-batches 2] [--batch-size 1000]
-//                          [--parts throughput,latency,batches] [--fresh] [--skip-build]
+//                          [--parts throughput,latency,batches] [--alternate N] [--fresh] [--skip-build]
 //
 // The corpus is WordNet glosses with 256-d vectors (BRAID_BENCH_CORPUS,
 // default wordnet here; bench/corpus.mjs). The loaded data directory is cached
@@ -52,6 +54,7 @@ const opts = {
   warmupBatches: Number(flag('warmup-batches', 2)),
   batchSize: Number(flag('batch-size', 1_000)),
   parts: flag('parts', 'throughput,latency,batches').split(','),
+  alternate: Number(flag('alternate', 0)),
 };
 const TARGETS = { latency_overhead_ms: 0.3, put_batch_ratio: 0.8 };
 const started = Date.now();
@@ -107,6 +110,8 @@ async function loadedDataDir() {
 
 async function latency() {
   const { dataDir, load } = await loadedDataDir();
+  // node:http and the engine alone (service/engine-floor-server.mjs)
+  const floorServer = () => startServer(pin(SERVER_CORE, [process.execPath, 'bench/service/engine-floor-server.mjs', dataDir]), childEnv, 'engine floor');
   const common = ['--records', String(opts.records), '--warmup', String(opts.warmup), '--passes', String(opts.passes)];
   log(`in-process queries, pinned to core ${SERVER_CORE}`);
   const embedded = await measured(() => runChild('service/embedded.mjs', ['--task', 'latency', '--data-dir', dataDir, ...common], SERVER_CORE));
@@ -119,7 +124,7 @@ async function latency() {
     await stopServer(server);
   }
   log(`the same queries to node:http calling the same engine, no framework or service code (any Node server's floor), on core ${SERVER_CORE}`);
-  const plain = await startServer(pin(SERVER_CORE, [process.execPath, 'bench/service/engine-floor-server.mjs', dataDir]), childEnv, 'engine floor');
+  const plain = await floorServer();
   let engineFloor;
   try {
     engineFloor = await measured(() => runChild('service/client.mjs', ['--task', 'latency', '--url', plain.url, ...common], CLIENT_CORE));
@@ -134,6 +139,19 @@ async function latency() {
   } finally {
     await stopServer(bare);
   }
+  const alternations = [];
+  for (let round = 0; round < opts.alternate; round++) {
+    for (const [name, start] of [['node:http + engine', floorServer], ['Braid (POST /v1/query)', () => startBraid(dataDir)]]) {
+      log(`alternation ${round + 1} of ${opts.alternate}: ${name}`);
+      const server = await start();
+      try {
+        const r = await runChild('service/client.mjs', ['--task', 'latency', '--url', server.url, ...common], CLIENT_CORE);
+        alternations.push({ round: round + 1, server: name, p50_ms: Object.fromEntries(KINDS.map((k) => [k, r.kinds[k].p50_ms])) });
+      } finally {
+        await stopServer(server);
+      }
+    }
+  }
   const kinds = {};
   for (const kind of KINDS) {
     const e = embedded.kinds[kind];
@@ -143,7 +161,7 @@ async function latency() {
     kinds[kind] = { embedded: e, http: h, floor: floor.kinds[kind], engine_floor: p, engine_floor_overhead_p50_ms: p.p50_ms - e.p50_ms, overhead_p50_ms: h.p50_ms - e.p50_ms, overhead_mean_ms: h.mean_ms - e.mean_ms, outside_p50_ms: { embedded: e.outside.p50_ms, http: h.outside.p50_ms, difference: h.outside.p50_ms - e.outside.p50_ms }, same_ids: same, queries: embedded.ids[kind].length };
   }
   for (const side of [embedded, http, engineFloor, floor]) delete side.ids;
-  return { load, embedded, http, engine_floor: engineFloor, floor, kinds };
+  return { load, embedded, http, engine_floor: engineFloor, floor, kinds, alternations };
 }
 
 // -- 3. put-batch
@@ -246,6 +264,11 @@ function report(summary) {
       const triple = (s) => `${ms(s.p50_ms)} / ${ms(s.p99_ms)} / ${ms(s.mean_ms)}`;
       lines.push(`| ${kind} | ${triple(k.embedded)} | ${triple(k.http)} | ${ms(k.overhead_p50_ms)} | ${ms(k.overhead_mean_ms)} | ${ms(o.embedded)} / ${ms(o.http)} / ${o.difference >= 0 ? '+' : ''}${ms(o.difference)} | ${k.same_ids}/${k.queries} | ${fmtInt(k.http.mean_request_bytes)} | ${ms(k.engine_floor.p50_ms)} (${k.engine_floor_overhead_p50_ms >= 0 ? '+' : ''}${ms(k.engine_floor_overhead_p50_ms)}) | ${ms(k.floor.p50_ms)} | ${k.embedded.numbers ? ms(k.embedded.numbers.p50_ms) : '-'} |`);
     }
+  }
+  if (l?.alternations.length) {
+    lines.push('', `2b. The floor server and Braid's route alternated, p50 ms (in-process above: ${KINDS.map((k) => ms(l.kinds[k].embedded.p50_ms)).join(' / ')}).`, '');
+    lines.push(`| round | server | ${KINDS.join(' | ')} |`, `|---:|---|${KINDS.map(() => '---:').join('|')}|`);
+    for (const a of l.alternations) lines.push(`| ${a.round} | ${a.server} | ${KINDS.map((k) => ms(a.p50_ms[k])).join(' | ')} |`);
   }
   const b = results.batches;
   if (b) {
