@@ -835,23 +835,35 @@ mod tests {
         // the copies come first, so the graph's entry is among them
         let mut all = vec![copy.clone(); 3000];
         all.append(&mut points);
+        let queries = random_unit(&mut rng, 40, 16);
+        let check = |graph: &Hnsw| -> f64 {
+            for k in [10, 40, 200] {
+                let got = graph.search(&copy, k, k.max(64), &|_| true);
+                assert_eq!(got.len(), k, "copies found for k {k}");
+                let copies = got.iter().filter(|(id, _)| all[*id as usize] == copy).count();
+                assert_eq!(copies, k, "k {k}: {:?}", &got[..5]);
+            }
+            let (mut hits, mut total) = (0, 0);
+            for q in &queries {
+                let want = exact(&all, q, 10, |_| true);
+                let got: Vec<u32> = graph.search(q, 10, 100, &|_| true).into_iter().map(|h| h.0).collect();
+                hits += got.iter().filter(|g| want.contains(g) || all[**g as usize] == copy).count();
+                total += 10;
+            }
+            hits as f64 / total as f64
+        };
+        // linked on one thread the graph is the same in every run
+        let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let graph = Hnsw::new(Metric::Cosine, arena_of(&all));
+        assert_eq!(one_thread.install(|| graph.insert_upto(all.len() as u32)), 0);
+        let recall = check(&graph);
+        assert!(recall >= 0.95, "recall among the copies, linked on one thread: {recall}");
+        // linked on all cores it varies with the threads' interleaving (a
+        // CI run on 2026-11-29 gave 0.9475 where other runs gave 0.95 or more)
         let graph = Hnsw::new(Metric::Cosine, arena_of(&all));
         assert_eq!(graph.insert_upto(all.len() as u32), 0);
-        for k in [10, 40, 200] {
-            let got = graph.search(&copy, k, k.max(64), &|_| true);
-            assert_eq!(got.len(), k, "copies found for k {k}");
-            let copies = got.iter().filter(|(id, _)| all[*id as usize] == copy).count();
-            assert_eq!(copies, k, "k {k}: {:?}", &got[..5]);
-        }
-        let (mut hits, mut total) = (0, 0);
-        for q in random_unit(&mut rng, 40, 16) {
-            let want = exact(&all, &q, 10, |_| true);
-            let got: Vec<u32> = graph.search(&q, 10, 100, &|_| true).into_iter().map(|h| h.0).collect();
-            hits += got.iter().filter(|g| want.contains(g) || all[**g as usize] == copy).count();
-            total += 10;
-        }
-        let recall = hits as f64 / total as f64;
-        assert!(recall >= 0.95, "recall among the copies {recall}");
+        let recall = check(&graph);
+        assert!(recall >= 0.9, "recall among the copies, linked on all cores: {recall}");
     }
 
     /// Groups of copies among many other points (found by a black-box
