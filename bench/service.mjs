@@ -26,7 +26,8 @@
 //
 //   node bench/service.mjs [--records 100000] [--seconds 10] [--warmup-seconds 1] [--passes 3] [--warmup 30]
 //                          [--batches 10] [--warmup-batches 2] [--batch-size 1000]
-//                          [--parts throughput,latency,batches] [--alternate N] [--fresh] [--skip-build]
+//                          [--parts throughput,latency,batches] [--alternate N] [--client raw|undici] [--idle-ms 0.3]
+//                          [--fresh] [--skip-build]
 //
 // The corpus is WordNet glosses with 256-d vectors (BRAID_BENCH_CORPUS,
 // default wordnet here; bench/corpus.mjs). The loaded data directory is cached
@@ -55,7 +56,12 @@ const opts = {
   batchSize: Number(flag('batch-size', 1_000)),
   parts: flag('parts', 'throughput,latency,batches').split(','),
   alternate: Number(flag('alternate', 0)),
+  // the latency part's HTTP client (service/client.mjs); Braid's route is also timed with the other one
+  client: flag('client', 'raw'),
+  // in-process queries timed again, each after this long asleep (0: not)
+  idleMs: Number(flag('idle-ms', 0.3)),
 };
+const OTHER_CLIENT = opts.client === 'raw' ? 'undici' : 'raw';
 const TARGETS = { latency_overhead_ms: 0.3, put_batch_ratio: 0.8 };
 const started = Date.now();
 
@@ -112,14 +118,17 @@ async function latency() {
   const { dataDir, load } = await loadedDataDir();
   // node:http and the engine alone (service/engine-floor-server.mjs)
   const floorServer = () => startServer(pin(SERVER_CORE, [process.execPath, 'bench/service/engine-floor-server.mjs', dataDir]), childEnv, 'engine floor');
-  const common = ['--records', String(opts.records), '--warmup', String(opts.warmup), '--passes', String(opts.passes)];
+  const counts = ['--records', String(opts.records), '--warmup', String(opts.warmup), '--passes', String(opts.passes)];
+  const common = [...counts, '--client', opts.client];
   log(`in-process queries, pinned to core ${SERVER_CORE}`);
-  const embedded = await measured(() => runChild('service/embedded.mjs', ['--task', 'latency', '--data-dir', dataDir, ...common], SERVER_CORE));
-  log(`HTTP queries: braid serve on core ${SERVER_CORE}, one client on core ${CLIENT_CORE}`);
+  const embedded = await measured(() => runChild('service/embedded.mjs', ['--task', 'latency', '--data-dir', dataDir, ...counts, '--idle-ms', String(opts.idleMs)], SERVER_CORE));
+  log(`HTTP queries: braid serve on core ${SERVER_CORE}, one client (${opts.client}, then ${OTHER_CLIENT}) on core ${CLIENT_CORE}`);
   const server = await startBraid(dataDir);
   let http;
+  let otherClient;
   try {
     http = await measured(() => runChild('service/client.mjs', ['--task', 'latency', '--url', server.url, ...common], CLIENT_CORE));
+    otherClient = await runChild('service/client.mjs', ['--task', 'latency', '--url', server.url, ...counts, '--client', OTHER_CLIENT], CLIENT_CORE);
   } finally {
     await stopServer(server);
   }
@@ -158,10 +167,10 @@ async function latency() {
     const h = http.kinds[kind];
     const same = embedded.ids[kind].filter((ids, i) => JSON.stringify(ids) === JSON.stringify(http.ids[kind][i])).length;
     const p = engineFloor.kinds[kind];
-    kinds[kind] = { embedded: e, http: h, floor: floor.kinds[kind], engine_floor: p, engine_floor_overhead_p50_ms: p.p50_ms - e.p50_ms, overhead_p50_ms: h.p50_ms - e.p50_ms, overhead_mean_ms: h.mean_ms - e.mean_ms, outside_p50_ms: { embedded: e.outside.p50_ms, http: h.outside.p50_ms, difference: h.outside.p50_ms - e.outside.p50_ms }, same_ids: same, queries: embedded.ids[kind].length };
+    kinds[kind] = { embedded: e, http: h, other_client: otherClient.kinds[kind], floor: floor.kinds[kind], engine_floor: p, engine_floor_overhead_p50_ms: p.p50_ms - e.p50_ms, overhead_p50_ms: h.p50_ms - e.p50_ms, overhead_mean_ms: h.mean_ms - e.mean_ms, outside_p50_ms: { embedded: e.outside.p50_ms, http: h.outside.p50_ms, difference: h.outside.p50_ms - e.outside.p50_ms }, same_ids: same, queries: embedded.ids[kind].length };
   }
-  for (const side of [embedded, http, engineFloor, floor]) delete side.ids;
-  return { load, embedded, http, engine_floor: engineFloor, floor, kinds, alternations };
+  for (const side of [embedded, http, otherClient, engineFloor, floor]) delete side.ids;
+  return { load, client: opts.client, other_client: OTHER_CLIENT, embedded, http, engine_floor: engineFloor, floor, kinds, alternations };
 }
 
 // -- 3. put-batch
@@ -255,14 +264,14 @@ function report(summary) {
   const l = results.latency;
   if (l) {
     const load = l.load.cached ? `cached data directory (loaded earlier in ${ms((l.load.writes_ms + l.load.index_wait_ms) / 1000, 1)} s)` : `loaded now: writes ${ms(l.load.writes_ms / 1000, 1)} s + indexes ${ms(l.load.index_wait_ms / 1000, 1)} s`;
-    lines.push('', `2. Query latency, top ${TOP_K} ids only, ${l.embedded.kinds.text.samples} timed queries per kind per side (${opts.passes} pass${opts.passes === 1 ? '' : 'es'} over ${l.kinds.text.queries} queries after ${opts.warmup} warm-up); in-process vectors are Float32Array. "Outside the engine" is each query's time minus the engine's own (the explain's "total" phase), paired per query, so it does not move with how fast the engine happened to run in each half (which varies by tens of percent between minutes on this machine). No target on the last three columns: the same queries sent to Node's own HTTP server handing each body to the same engine call, with no framework and none of Braid's service code (bench/service/engine-floor-server.mjs: what any Node server in front of this engine on one core costs), its p50 and its difference from in-process; the same bodies POSTed to the bare fastify route by the same client (what a round trip costs with no engine); and in-process with the vector as plain numbers (as the server passes it); ${load}. Core ${SERVER_CORE} / ${CLIENT_CORE} busy: in-process run ${pct(l.embedded.cores_busy[SERVER_CORE])} / ${pct(l.embedded.cores_busy[CLIENT_CORE])}, HTTP run ${pct(l.http.cores_busy[SERVER_CORE])} / ${pct(l.http.cores_busy[CLIENT_CORE])}.`, '');
-    lines.push('| kind | in-process p50 / p99 / mean ms | HTTP p50 / p99 / mean ms | p50 difference ms | mean difference ms | p50 outside the engine ms: in-process / HTTP / difference | identical top-10 | request bytes | node:http + engine p50 ms (vs in-process) | bare route p50 ms, same bodies | in-process p50, vector as numbers |');
-    lines.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    lines.push('', `2. Query latency, top ${TOP_K} ids only, ${l.embedded.kinds.text.samples} timed queries per kind per side (${opts.passes} pass${opts.passes === 1 ? '' : 'es'} over ${l.kinds.text.queries} queries after ${opts.warmup} warm-up); in-process vectors are Float32Array; the HTTP client is ${l.client === 'raw' ? 'a lean one (service/raw-client.mjs: one keep-alive socket, each request\'s bytes built before timing, the response read to its Content-Length)' : 'undici'}, and Braid's route was also timed with ${l.other_client} (its column). "Outside the engine" is each query's time minus the engine's own (the explain's "total" phase), paired per query, so it does not move with how fast the engine happened to run in each half (which varies by tens of percent between minutes on this machine). No target on the last five columns: the same queries sent to Node's own HTTP server handing each body to the same engine call, with no framework and none of Braid's service code (bench/service/engine-floor-server.mjs: what any Node server in front of this engine on one core costs), its p50 and its difference from in-process; the same bodies POSTed to the bare fastify route by the same client (what a round trip costs with no engine); in-process with the vector as plain numbers (as the server passes it); and in-process again with the thread asleep ${ms(opts.idleMs, 2)} ms before each query, as a server's core sleeps between one client's requests (what the same call costs when it starts on a core that was idle); ${load}. Core ${SERVER_CORE} / ${CLIENT_CORE} busy: in-process run ${pct(l.embedded.cores_busy[SERVER_CORE])} / ${pct(l.embedded.cores_busy[CLIENT_CORE])}, HTTP run ${pct(l.http.cores_busy[SERVER_CORE])} / ${pct(l.http.cores_busy[CLIENT_CORE])}.`, '');
+    lines.push(`| kind | in-process p50 / p99 / mean ms | HTTP p50 / p99 / mean ms | p50 difference ms | mean difference ms | p50 outside the engine ms: in-process / HTTP / difference | HTTP p50 ms, ${l.other_client} | identical top-10 | request bytes | node:http + engine p50 ms (vs in-process) | bare route p50 ms, same bodies | in-process p50, vector as numbers | in-process p50, ${ms(opts.idleMs, 2)} ms asleep before each |`);
+    lines.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const kind of KINDS) {
       const k = l.kinds[kind];
       const o = k.outside_p50_ms;
       const triple = (s) => `${ms(s.p50_ms)} / ${ms(s.p99_ms)} / ${ms(s.mean_ms)}`;
-      lines.push(`| ${kind} | ${triple(k.embedded)} | ${triple(k.http)} | ${ms(k.overhead_p50_ms)} | ${ms(k.overhead_mean_ms)} | ${ms(o.embedded)} / ${ms(o.http)} / ${o.difference >= 0 ? '+' : ''}${ms(o.difference)} | ${k.same_ids}/${k.queries} | ${fmtInt(k.http.mean_request_bytes)} | ${ms(k.engine_floor.p50_ms)} (${k.engine_floor_overhead_p50_ms >= 0 ? '+' : ''}${ms(k.engine_floor_overhead_p50_ms)}) | ${ms(k.floor.p50_ms)} | ${k.embedded.numbers ? ms(k.embedded.numbers.p50_ms) : '-'} |`);
+      lines.push(`| ${kind} | ${triple(k.embedded)} | ${triple(k.http)} | ${ms(k.overhead_p50_ms)} | ${ms(k.overhead_mean_ms)} | ${ms(o.embedded)} / ${ms(o.http)} / ${o.difference >= 0 ? '+' : ''}${ms(o.difference)} | ${ms(k.other_client.p50_ms)} | ${k.same_ids}/${k.queries} | ${fmtInt(k.http.mean_request_bytes)} | ${ms(k.engine_floor.p50_ms)} (${k.engine_floor_overhead_p50_ms >= 0 ? '+' : ''}${ms(k.engine_floor_overhead_p50_ms)}) | ${ms(k.floor.p50_ms)} | ${k.embedded.numbers ? ms(k.embedded.numbers.p50_ms) : '-'} | ${k.embedded.after_idle ? ms(k.embedded.after_idle.p50_ms) : '-'} |`);
     }
   }
   if (l?.alternations.length) {

@@ -2,9 +2,11 @@
 // connection) in its own process, which the harness pins to the client core.
 // The same work as bench/service/embedded.mjs, sent to a running server:
 //
-//   --task latency --url U --records N --warmup W --passes P [--route /noop]
+//   --task latency --url U --records N --warmup W --passes P [--route /noop] [--client undici|raw]
 //                                                              POST /v1/query, one at a time (--route: the same
-//                                                              bodies to the bare route, for the round trip's floor)
+//                                                              bodies to the bare route, for the round trip's floor;
+//                                                              --client raw: service/raw-client.mjs, each request's
+//                                                              bytes built before timing)
 //   --task batches --url U --records N --batch-size S --batches B --warmup-batches W
 //                                                              POST /v1/records/put-batch, one at a time
 //
@@ -13,6 +15,7 @@
 import { writeFileSync } from 'node:fs';
 import { Client } from 'undici';
 import { KINDS, batch, engineMs, flag, log, msSince, query, summarise } from './common.mjs';
+import { rawClient } from './raw-client.mjs';
 
 const { loadCorpus } = await import('../corpus.mjs');
 
@@ -36,44 +39,69 @@ async function waitIndexed(probe) {
   return msSince(t0);
 }
 
+/**
+ * How the latency task sends its queries: `prepare` turns a body into what
+ * `send` takes (for the raw client, the request's bytes), before timing.
+ */
+async function sender(route, kind) {
+  if (kind === 'undici') return { prepare: (body) => body, send: (body) => post(route, body), close() {} };
+  if (kind !== 'raw') throw new Error(`--client ${kind}: undici or raw`);
+  const raw = await rawClient(url);
+  return {
+    prepare: (body) => raw.request(route, body),
+    async send(request) {
+      const res = await raw.send(request);
+      const json = JSON.parse(res.body);
+      if (res.statusCode !== 200) throw new Error(`${route}: ${res.statusCode} ${res.body.toString().slice(0, 500)}`);
+      return json;
+    },
+    close: () => raw.close(),
+  };
+}
+
 async function latency(corpus) {
   const warmup = Number(flag('warmup', 30));
   const passes = Number(flag('passes', 3));
   const route = flag('route', '/v1/query');
+  const clientKind = flag('client', 'undici');
   const braid = route === '/v1/query';
   const index_wait_ms = braid ? await waitIndexed(JSON.stringify(query('hybrid', corpus.queries[0], true))) : 0;
-  const bodiesOf = (kind) => corpus.queries.map((q) => JSON.stringify(query(kind, q, true)));
+  const { prepare, send, close } = await sender(route, clientKind);
+  const jsonOf = (kind) => corpus.queries.map((q) => JSON.stringify(query(kind, q, true)));
+  const bodiesOf = (kind) => jsonOf(kind).map(prepare);
   const warm = async (bodies) => {
-    for (const body of bodies.slice(0, warmup)) await post(route, body);
+    for (const body of bodies.slice(0, warmup)) await send(body);
   };
   // as embedded.mjs: every kind warms once, then each kind warms again before it is timed
   for (const kind of KINDS) await warm(bodiesOf(kind));
   const kinds = {};
   const ids = {};
   for (const kind of KINDS) {
-    const bodies = bodiesOf(kind);
+    const json = jsonOf(kind);
+    const bodies = json.map(prepare);
     await warm(bodies);
     const samples = [];
     const outside = [];
     let bytes = 0;
     ids[kind] = [];
     for (let pass = 0; pass < passes; pass++) {
-      for (const body of bodies) {
+      for (const [i, body] of bodies.entries()) {
         const t = process.hrtime.bigint();
-        const res = await post(route, body);
+        const res = await send(body);
         const ms = msSince(t);
         samples.push(ms);
         if (braid) outside.push(ms - engineMs(res));
         if (pass === 0) {
           if (braid) ids[kind].push(res.results.map((r) => r.record_id));
-          bytes += Buffer.byteLength(body);
+          bytes += Buffer.byteLength(json[i]);
         }
       }
     }
     kinds[kind] = { ...summarise(samples), ...(braid ? { outside: summarise(outside) } : {}), mean_request_bytes: bytes / bodies.length };
-    log(`[http ${route}] ${kind}: p50 ${kinds[kind].p50_ms.toFixed(3)} ms over ${samples.length} queries`);
+    log(`[http ${route}, ${clientKind}] ${kind}: p50 ${kinds[kind].p50_ms.toFixed(3)} ms over ${samples.length} queries`);
   }
-  return { index_wait_ms, warmup, passes, kinds, ids };
+  close();
+  return { client: clientKind, index_wait_ms, warmup, passes, kinds, ids };
 }
 
 async function batches(corpus) {

@@ -6,7 +6,9 @@
 //   --task latency --data-dir D --records N --warmup W --passes P
 //                                          the fixed queries of each kind one at a time: W warm-up queries of every kind, then
 //                                          per kind W warm-up queries and P timed passes;
-//                                          the vector kinds again with the vector as plain numbers
+//                                          the vector kinds again with the vector as plain numbers; with --idle-ms I,
+//                                          every kind again with the thread asleep I ms before each query (as a
+//                                          server's core sleeps between one client's requests)
 //   --task batches --data-dir D --records N --batch-size S --batches B --warmup-batches W [--vectors typed|numbers]
 //                                          putBatch of S fresh records, one at a time: W warm-up batches, then B timed;
 //                                          vectors as Float32Array (default) or as the arrays of numbers a parsed JSON body holds
@@ -63,16 +65,19 @@ async function latency(corpus) {
   const t0 = process.hrtime.bigint();
   if (!(await db.waitIndexed(INDEX_TIMEOUT_MS))) throw new Error('waitIndexed timed out');
   const index_wait_ms = msSince(t0);
+  const idleMs = Number(flag('idle-ms', 0));
+  const asleep = new Int32Array(new SharedArrayBuffer(4));
   const warm = async (queries) => {
     for (const q of queries.slice(0, warmup)) await db.query(q);
   };
-  // one pass set: warm-up, then `passes` passes over the queries, one at a time
-  async function timed(queries, ids) {
+  // one pass set: warm-up, then `passes` passes over the queries, one at a time, each after `idle` ms asleep
+  async function timed(queries, ids, idle = 0) {
     await warm(queries);
     const samples = [];
     const outside = [];
     for (let pass = 0; pass < passes; pass++) {
       for (const q of queries) {
+        if (idle > 0) Atomics.wait(asleep, 0, 0, idle);
         const t = process.hrtime.bigint();
         const res = await db.query(q);
         const ms = msSince(t);
@@ -93,6 +98,10 @@ async function latency(corpus) {
     log(`[embedded] ${kind}: p50 ${kinds[kind].p50_ms.toFixed(3)} ms over ${kinds[kind].samples} queries`);
     // the same with the vector as the array of numbers a parsed JSON body holds (no target; where the time goes)
     if (kind !== 'text') kinds[kind].numbers = await timed(corpus.queries.map((q) => query(kind, q, true)), null);
+    if (idleMs > 0) {
+      kinds[kind].after_idle = { idle_ms: idleMs, ...(await timed(corpus.queries.map((q) => query(kind, q, false)), null, idleMs)) };
+      log(`[embedded] ${kind}, ${idleMs} ms asleep before each: p50 ${kinds[kind].after_idle.p50_ms.toFixed(3)} ms`);
+    }
   }
   db.close();
   return { open_ms, index_wait_ms, warmup, passes, kinds, ids };
