@@ -36,19 +36,23 @@ for _ in $(seq 100); do grep -q listening "$OUT/server.out" && break; sleep 0.2;
 taskset -c 1 wrk -t1 -c32 -d2s -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "requests in" | sed "s/^/warm-up: /"
 sleep 1
 cpu() { for t in /proc/$PID/task/*; do echo "$(tr ' ' _ < "$t/comm")-$(basename "$t") $(awk '{print $14+$15}' "$t/stat")"; done | sort; }
+# each thread's time on the CPU and waiting on the run queue, in ns (/proc/.../schedstat)
+sched() { for t in /proc/$PID/task/*; do echo "$(tr ' ' _ < "$t/comm")-$(basename "$t") $(awk '{print $1, $2}' "$t/schedstat")"; done | sort; }
 switches() { for t in /proc/$PID/task/*; do echo "$(tr ' ' _ < "$t/comm")-$(basename "$t") $(awk '/ctxt_switches/ {printf "%s ", $2}' "$t/status")"; done | sort; }
 if [ -n "${RENICE:-}" ]; then
   for t in /proc/$PID/task/*; do [ "$(cat "$t/comm")" = "$RENICE" ] && renice -n -10 -p "$(basename "$t")" > /dev/null && echo "reniced $RENICE"; done
 fi
-cpu > "$OUT/cpu.before"; switches > "$OUT/switches.before"
+cpu > "$OUT/cpu.before"; switches > "$OUT/switches.before"; sched > "$OUT/sched.before"
 PERF=
 if [ "${2:-}" = perf ]; then perf record -F "${PFREQ:-2000}" -g -p $PID -o "$OUT/perf.data" -- sleep "$SECS" > /dev/null 2>&1 & PERF=$!; fi
 taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "requests in|Requests/sec|Latency"
 [ -n "$PERF" ] && wait $PERF
-cpu > "$OUT/cpu.after"; switches > "$OUT/switches.after"
+cpu > "$OUT/cpu.after"; switches > "$OUT/switches.after"; sched > "$OUT/sched.after"
 echo "context switches (voluntary, involuntary):"
 join "$OUT/switches.before" "$OUT/switches.after" | awk '{printf "  %-24s %8d %8d\n", $1, $4-$2, $5-$3}' | sort -k2 -nr | head -6
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E "braid_branch_(wal_fsync_duration_seconds|group_commit_writes)_(sum|count)"
 echo "CPU by thread:"
 join "$OUT/cpu.before" "$OUT/cpu.after" | awk -v s="$SECS" '{d=$3-$2; if (d>0) printf "  %-24s %6.0f ms/s\n", $1, d*10/s}' | sort -k2 -nr
+echo "by thread, ms a second: on the CPU, runnable but waiting for it, asleep (blocked: I/O, locks, waiting for work):"
+join "$OUT/sched.before" "$OUT/sched.after" | awk -v s="$SECS" '{r=($4-$2)/1e6/s; q=($5-$3)/1e6/s; if (r>1) printf "  %-24s %6.0f %6.0f %6.0f\n", $1, r, q, 1000-r-q}' | sort -k2 -nr | head -6
 [ -n "$PERF" ] && echo "profile: $OUT/perf.data"
