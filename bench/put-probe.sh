@@ -12,6 +12,7 @@
 #   RENICE=braid-commit bash bench/put-probe.sh           # that thread at nice -10 (root only; an experiment)
 #   NODEARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" bash bench/put-probe.sh   # a V8 CPU profile, written as the server stops
 #   NATIVE=<dir> bash bench/put-probe.sh                  # another build of the addon
+#   BUCKETS=group_commit_writes_bucket bash bench/put-probe.sh   # also the metrics lines matching that pattern
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-8}
@@ -50,7 +51,7 @@ taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$OUT/put.lua" "http://127.0.0.1:$PORT
 cpu > "$OUT/cpu.after"; switches > "$OUT/switches.after"; sched > "$OUT/sched.after"
 echo "context switches (voluntary, involuntary):"
 join "$OUT/switches.before" "$OUT/switches.after" | awk '{printf "  %-24s %8d %8d\n", $1, $4-$2, $5-$3}' | sort -k2 -nr | head -6
-curl -s "http://127.0.0.1:$PORT/metrics" | grep -E "braid_branch_(wal_fsync_duration_seconds|group_commit_writes)_(sum|count)"
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E "braid_branch_(wal_fsync_duration_seconds|group_commit_writes)_(sum|count)|${BUCKETS:-^$}"
 echo "CPU by thread:"
 join "$OUT/cpu.before" "$OUT/cpu.after" | awk -v s="$SECS" '{d=$3-$2; if (d>0) printf "  %-24s %6.0f ms/s\n", $1, d*10/s}' | sort -k2 -nr
 echo "by thread, ms a second: on the CPU, runnable but waiting for it, asleep (blocked: I/O, locks, waiting for work):"
