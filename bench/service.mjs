@@ -7,12 +7,15 @@
 //   2. latency overhead: N records of real text with vectors loaded with the
 //      embedded API; the same fixed top-10 ids-only queries (text, vector,
 //      hybrid) timed one at a time in-process, then over HTTP (POST /v1/query)
-//      against `braid serve` on the same data directory; p50 HTTP minus p50
-//      in-process per kind. For context, no target: the same queries to
-//      node:http calling the same engine with no service code
-//      (service/engine-floor-server.mjs), the same bodies to the bare route
-//      (any round trip's cost) and in-process with the vector as plain
-//      numbers; with --alternate N, then N more rounds of the floor server
+//      against `braid serve` on the same data directory, by a lean client
+//      (service/raw-client.mjs; --client undici for undici, which also times
+//      Braid's route in every run); p50 HTTP minus p50 in-process per kind.
+//      For context, no target: the same queries to node:http calling the
+//      same engine with no service code (service/engine-floor-server.mjs),
+//      the same bodies to the bare route (any round trip's cost), in-process
+//      with the vector as plain numbers, and in-process with the thread
+//      asleep --idle-ms before each query (a server's core sleeps between
+//      one client's requests); with --alternate N, then N more rounds of the floor server
 //      and `braid serve` one after the other, the same queries each time
 //      (the machine's speed drifts from minute to minute);
 //   3. put-batch of 1,000 records with vectors: records/s over HTTP
