@@ -25,11 +25,15 @@ const records = Number(flag('records', 100_000));
 const out = flag('out', '');
 const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000 });
 
+/** A response's JSON, or the error its status says it is. */
+function answered(route, statusCode, json) {
+  if (statusCode !== 200) throw new Error(`${route}: ${statusCode} ${JSON.stringify(json).slice(0, 500)}`);
+  return json;
+}
+
 async function post(route, body) {
   const res = await client.request({ method: 'POST', path: route, headers: { 'content-type': 'application/json' }, body });
-  const json = await res.body.json();
-  if (res.statusCode !== 200) throw new Error(`${route}: ${res.statusCode} ${JSON.stringify(json).slice(0, 500)}`);
-  return json;
+  return answered(route, res.statusCode, await res.body.json());
 }
 
 /** A server that has just opened a data directory may still be catching its indexes up. */
@@ -51,9 +55,7 @@ async function sender(route, kind) {
     prepare: (body) => raw.request(route, body),
     async send(request) {
       const res = await raw.send(request);
-      const json = JSON.parse(res.body);
-      if (res.statusCode !== 200) throw new Error(`${route}: ${res.statusCode} ${res.body.toString().slice(0, 500)}`);
-      return json;
+      return answered(route, res.statusCode, JSON.parse(res.body));
     },
     close: () => raw.close(),
   };
