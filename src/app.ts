@@ -13,7 +13,7 @@ import type { Braid } from './engine.js';
 import type { BranchRef, Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { labelKnownPath, routeLabel } from './route-label.js';
-import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions } from './http-errors.js';
+import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
 import { headerBranch, resolveBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
@@ -70,8 +70,15 @@ function principalOf(request: FastifyRequest): string | undefined {
 
 export type App = FastifyInstance & { withTypeProvider: () => FastifyInstance };
 
-/** The branch a keyed request's receipt lives in: the one its write goes to (src/services/branch.ts). */
+/**
+ * The branch a keyed request's receipt lives in: the one its write goes to
+ * (src/services/branch.ts). A restore addresses no existing branch and reads
+ * no branch header (docs/storage.md): its receipts live in the default
+ * branch, so a header naming a branch that does not exist is ignored with a
+ * key as it is without one.
+ */
 function receiptBranch(request: FastifyRequest): BranchRef {
+  if (request.routeOptions.url === '/v1/admin/restore') return {};
   const headers = headerBranch(request.headers);
   const body = request.body as { record?: unknown; database_id?: string; branch_id?: string } | undefined;
   if (request.routeOptions.url === '/v1/records/put' && body && typeof body === 'object' && 'record' in body) {
@@ -165,7 +172,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // the close Node reads the rest and drops it, bounded by the request
     // timeout, and the client gets its 400.
     if (braidErr.code === 'body_too_large' && !state.closing) reply.removeHeader('connection');
-    return reply.status(braidErr.status).send(braidErr.toBody());
+    return sendRefusal(request, reply, braidErr.status, braidErr.toBody());
   });
 
   // first, so its timings and counts cover every request, refused ones included

@@ -91,6 +91,16 @@ export function boundedMessage(message: string): string {
   return `${message.slice(0, MAX_MESSAGE_CHARS)}... (${message.length - MAX_MESSAGE_CHARS} more characters)`;
 }
 
+/**
+ * A parser's message as the tail of a sentence: its first letter in lower
+ * case ("Unexpected token" -> "unexpected token"), the input it quotes as the
+ * client sent it.
+ */
+export function parserMessage(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  return message.charAt(0).toLowerCase() + message.slice(1);
+}
+
 /** An error with a stable code, raised by the engine binding or the service. */
 export class BraidError extends Error {
   readonly code: ErrorCode;

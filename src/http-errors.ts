@@ -8,7 +8,7 @@ import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } 
 import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { BraidError, isErrorCode } from './errors.js';
+import { BraidError, isErrorCode, parserMessage } from './errors.js';
 import { validationError } from './validation.js';
 
 export function httpError(err: unknown): BraidError {
@@ -18,7 +18,7 @@ export function httpError(err: unknown): BraidError {
   switch (e?.code) {
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new BraidError('invalid_json', e.message.toLowerCase());
+      return new BraidError('invalid_json', parserMessage(e));
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new BraidError('body_too_large', 'request body is larger than the configured limit');
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
@@ -101,6 +101,32 @@ export function refuseExpectation(server: Server): void {
     const body = JSON.stringify(errorBody(err));
     response.writeHead(err.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
     response.end(body);
+  });
+}
+
+/**
+ * Sends a refusal. When the connection closes after it (the client sent
+ * `Connection: close`, or HTTP/1.0) while the client is still sending its
+ * body, the rest of the body is read and dropped first: a socket closed
+ * with its upload unread is reset, and the reset can reach the client
+ * before it has read the answer (Python's urllib saw only a broken pipe
+ * under a 400 body_too_large). On a keep-alive connection Node reads and
+ * drops the rest after the answer, so nothing waits. A client that stalls
+ * is cut off by the request timeout.
+ */
+export function sendRefusal(request: FastifyRequest, reply: FastifyReply, status: number, body: unknown): FastifyReply | Promise<void> {
+  const raw = request.raw;
+  const closes = !reply.raw.shouldKeepAlive || /close/i.test(String(reply.getHeader('connection') ?? ''));
+  if (!closes || raw.complete || raw.destroyed) return reply.status(status).send(body);
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      raw.off('end', done).off('close', done).off('error', done);
+      resolve();
+    };
+    raw.on('end', done).on('close', done).on('error', done);
+    raw.resume();
+  }).then(() => {
+    reply.status(status).send(body);
   });
 }
 

@@ -5,7 +5,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import sjson from 'secure-json-parse';
-import { BraidError } from './errors.js';
+import { BraidError, parserMessage } from './errors.js';
 
 /**
  * JSON.stringify recurses into nested lists and objects, so a value nested
@@ -96,7 +96,7 @@ export function parseRequestJson(body: string | Buffer): unknown {
   try {
     value = sjson.parse(raw, undefined, { protoAction: 'error', constructorAction: 'error' });
   } catch (err) {
-    throw new BraidError('invalid_json', `body is not valid json: ${(err as Error).message.toLowerCase()}`);
+    throw new BraidError('invalid_json', `body is not valid json: ${parserMessage(err)}`);
   }
   // only a surrogate escape can make a lone surrogate (decoded UTF-8 has none)
   const lone = SURROGATE_ESCAPE.test(raw) ? loneSurrogateAt(value) : undefined;

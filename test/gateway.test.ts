@@ -10,7 +10,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
 import { GatewayConfigError, gatewayConfig, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
-import { request, spawnServer, startTestServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
+import { parseRawAnswer, request, spawnServer, startTestServer, tempDir, uploadThenRead, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
 const OTHER = { authorization: 'Bearer other' };
@@ -1137,6 +1137,25 @@ describe('gateway body limits (found by a black-box test)', () => {
       expect(unknown.body.code).toBe('body_too_large');
       // the token comes first
       expect((await upload(gateway.url, '/v1/records/put', putBody(5000))).status).toBe(401);
+    } finally {
+      await gateway.close();
+      await engine.destroy();
+    }
+  });
+
+  // found by a black-box review (at the engine): a refusal sent with the upload unread, on a
+  // connection that then closes, reached urllib as a reset under its upload instead of an answer
+  it('a client that closes after its request and reads only once its upload is sent gets its refusal, not a reset', async () => {
+    const engine = await startTestServer();
+    const gateway = await startGateway(gatewayConfig({ engineUrl: engine.url, tokens: ['good'], port: 0, bodyLimitBytes: 2000, logLevel: 'silent' }));
+    try {
+      const body = Buffer.alloc(24_000_000, 0x20);
+      for (const chunked of [false, true]) {
+        const tooLarge = parseRawAnswer(await uploadThenRead(gateway.url, '/v1/records/put', body, { chunked, headers: 'Authorization: Bearer good\r\n' }));
+        expect(tooLarge, `chunked ${chunked}`).toEqual({ status: 400, body: { code: 'body_too_large', error: expect.any(String) } });
+        const noToken = parseRawAnswer(await uploadThenRead(gateway.url, '/v1/records/put', body, { chunked }));
+        expect(noToken, `chunked ${chunked}`).toEqual({ status: 401, body: { code: 'unauthorized', error: expect.any(String) } });
+      }
     } finally {
       await gateway.close();
       await engine.destroy();

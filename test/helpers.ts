@@ -160,6 +160,43 @@ export function rawHttp(url: string, bytes: string | Buffer): Promise<string> {
   });
 }
 
+/**
+ * A POST made as Python's urllib makes one: `Connection: close`, and the
+ * whole body sent before a byte of the answer is read. Resolves to the raw
+ * answer; rejects when the upload fails (a server that closed the
+ * connection with the upload unread resets it: EPIPE, ECONNRESET).
+ */
+export function uploadThenRead(url: string, route: string, body: Buffer, options: { chunked?: boolean; headers?: string } = {}): Promise<string> {
+  const { hostname, port } = new URL(url);
+  const framing = options.chunked ? 'Transfer-Encoding: chunked\r\n' : `Content-Length: ${body.length}\r\n`;
+  const head = `POST ${route} HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\nContent-Type: application/json\r\n${options.headers ?? ''}${framing}\r\n`;
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname);
+    // nothing is read until the upload is done
+    socket.pause();
+    socket.on('error', reject);
+    const write = (bytes: Buffer | string) => new Promise<void>((done, fail) => socket.write(bytes, (err) => (err ? fail(err) : done())));
+    socket.on('connect', async () => {
+      try {
+        await write(head);
+        for (let at = 0; at < body.length; at += 64 * 1024) {
+          const chunk = body.subarray(at, at + 64 * 1024);
+          await write(options.chunked ? Buffer.concat([Buffer.from(`${chunk.length.toString(16)}\r\n`), chunk, Buffer.from('\r\n')]) : chunk);
+        }
+        if (options.chunked) await write('0\r\n\r\n');
+      } catch (err) {
+        socket.destroy();
+        reject(err);
+        return;
+      }
+      let out = '';
+      socket.on('data', (d) => (out += d.toString('utf8')));
+      socket.on('close', () => resolve(out));
+      socket.resume();
+    });
+  });
+}
+
 /** The status and JSON body of a raw HTTP answer with a Content-Length. */
 export function parseRawAnswer(answer: string): { status: number; body: unknown } {
   const [head, body] = answer.split('\r\n\r\n', 2);

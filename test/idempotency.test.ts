@@ -131,6 +131,26 @@ describe('Idempotency-Key', () => {
     }
   }, 20_000);
 
+  // found by a black-box review: with a key, the receipt was looked up in the header's branch (404)
+  it('a keyed restore ignores a branch header, as an unkeyed one does, and replays whatever header a retry sends', async () => {
+    await s.post('/v1/records/put', { record: rec('restore-key') });
+    expect((await s.post('/v1/admin/snapshot', { target: 'restore_key_base' })).status).toBe(200);
+    const key = { 'idempotency-key': 'restore-key' };
+    const body = { source: 'restore_key_base', target: 'restore_key_b' };
+    const first = await s.post('/v1/admin/restore', body, { ...key, 'x-braid-branch': 'no_such_branch' });
+    expect(first.status).toBe(200);
+    expect(first.body).toMatchObject({ restored: true, target: 'restore_key_b' });
+    for (const headers of [{ ...key, 'x-braid-branch': 'no_such_branch' }, key, { ...key, 'x-braid-branch': 'restore_key_b' }]) {
+      const again = await s.post('/v1/admin/restore', body, headers);
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.body).toEqual(first.body);
+    }
+    const reused = await s.post('/v1/admin/restore', { ...body, target: 'restore_key_c' }, { ...key, 'x-braid-branch': 'other' });
+    expect(reused.status).toBe(409);
+    expect(reused.body.code).toBe('idempotency_key_reused');
+  });
+
   // found by a black-box model test: the catalog kept a snapshot's key unscoped by branch
   it('a snapshot key is scoped by the branch it addresses', async () => {
     await s.post('/v1/records/put', { record: rec('snap-scope') });

@@ -1,6 +1,6 @@
 // Record routes over real HTTP against a real engine on a temp data dir.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from './helpers.js';
+import { parseRawAnswer, startTestServer, type TestServer, uploadThenRead } from './helpers.js';
 
 let s: TestServer;
 
@@ -323,6 +323,18 @@ describe('get (route 14)', () => {
   });
 });
 
+it('an invalid_json message quotes the body as it was sent, its case kept', async () => {
+  const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+  for (const route of ['/v1/records/put', '/v1/records/get', '/v1/records/put-batch']) {
+    const r = await s.post(route, '{"table":"T","tenant_id":"A","id":"ABC","fields":{"X":TRUE}}');
+    expect(r.status, route).toBe(400);
+    expect(r.body.code, route).toBe('invalid_json');
+    expect(r.body.error, route).toMatch(/^body is not valid json: unexpected token/);
+    expect(r.body.error, route).toMatch(/"X":TRUE/);
+  }
+  expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+});
+
 describe('operations routes', () => {
   it('metrics are real and move with writes', async () => {
     const m1 = (await s.get('/v1/metrics/public-safe')).body;
@@ -360,6 +372,25 @@ describe('operations routes', () => {
       expect(r.status).toBe(400);
       expect(r.body.code).toBe('body_too_large');
       expect((await small.get('/v1/ready')).status).toBe(200);
+    } finally {
+      await small.destroy();
+    }
+  });
+
+  // found by a black-box review: with Connection: close the server answered and closed with the
+  // upload unread, and the reset reached urllib before the answer did (a broken pipe)
+  it('a client that closes after its request and reads only once its upload is sent gets the 400, not a reset', async () => {
+    const small = await startTestServer({ config: { bodyLimitBytes: 1024 } });
+    try {
+      const before = (await small.get('/v1/metrics/public-safe')).body.latest_epoch;
+      const body = Buffer.alloc(24_000_000, 0x20);
+      for (const route of ['/v1/records/put', '/v1/records/put-batch', '/v1/query']) {
+        for (const chunked of [false, true]) {
+          const answer = parseRawAnswer(await uploadThenRead(small.url, route, body, { chunked }));
+          expect(answer, `${route} chunked ${chunked}`).toEqual({ status: 400, body: { code: 'body_too_large', error: expect.any(String) } });
+        }
+      }
+      expect((await small.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
     } finally {
       await small.destroy();
     }

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { HybridQuery } from '../engine.js';
-import { BraidError } from '../errors.js';
+import { BraidError, parserMessage } from '../errors.js';
 import { connectionOptions, integerOption, run, unreadable, withBackend, type ConnectionFlags } from './backend.js';
 import { formatQueryTable } from './format.js';
 
@@ -38,7 +38,7 @@ async function readQueryBody(source: QuerySource): Promise<HybridQuery> {
     // an object or not, the query service checks its shape, on the server and in-process alike
     return JSON.parse(text) as HybridQuery;
   } catch (err) {
-    throw new BraidError('invalid_json', `${where} is not valid json: ${(err as Error).message.toLowerCase()}`);
+    throw new BraidError('invalid_json', `${where} is not valid json: ${parserMessage(err)}`);
   }
 }
 

@@ -8,7 +8,7 @@
 import { lazyRequestLogger } from '../request-logger.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import { clientErrorHandler, errorBody, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions } from '../http-errors.js';
+import { clientErrorHandler, errorBody, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -114,7 +114,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     // every 5xx, as the engine logs its own (docs/operations.md, "Logs and request ids"); an engine's
     // own 5xx answer, passed through, is logged by the proxy
     if (braidErr.status >= 500) request.log.error({ err, code: braidErr.code }, 'gateway request failed');
-    return reply.status(braidErr.status).send(errorBody(braidErr));
+    return sendRefusal(request, reply, braidErr.status, errorBody(braidErr));
   });
 
   await app.register(gatewayOpsRoutes, { metrics });
