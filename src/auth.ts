@@ -38,9 +38,9 @@ export interface TokenSpec {
 const SENDABLE_TOKEN = /^[\x21-\x7e]+$/;
 
 /** `token` when a bearer header can carry it, else invalid_config naming `where` (never the token). */
-export function sendableToken(token: string, where: string): string {
+export function sendableToken(token: string, where: string, code: 'invalid_config' | 'invalid_request' = 'invalid_config'): string {
   if (!SENDABLE_TOKEN.test(token)) {
-    throw new BraidError('invalid_config', `${where} must be visible ASCII characters without spaces, which is all a bearer header can carry`);
+    throw new BraidError(code, `${where} must be visible ASCII characters without spaces, which is all a bearer header can carry`);
   }
   return token;
 }

@@ -53,6 +53,10 @@ function addClientCommands(program: Command): void {
 export function buildCli(): Command {
   const program = new Command();
   program.name('braid').description('Braid: a self-hosted hybrid record database').version(pkg.version, '-V, --version');
+  // commander's own refusals (an unknown option or command, a missing or
+  // invalid argument) in the form of every other failure, before any
+  // command is added so that each inherits it
+  program.configureOutput({ outputError: (text, write) => write(`braid: invalid_request: ${text.replace(/^error: /, '')}`) });
 
   // flags are read as text and checked with the environment's variables by
   // src/settings.ts, so that a bad value of either is `braid: invalid_config:`

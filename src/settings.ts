@@ -72,6 +72,8 @@ export function urlSetting(value: unknown, name: string, code: ErrorCode = 'inva
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') refuse(name, `must use http or https, got ${JSON.stringify(text)}`, code);
   if (url.search || url.hash) refuse(name, `must not have a query or fragment, got ${JSON.stringify(text)}`, code);
+  // fetch refuses a URL with credentials in it, which had read as a server that cannot be reached
+  if (url.username || url.password) refuse(name, 'must not hold a user name or password (a bearer token is given on its own)', code);
   return url;
 }
 

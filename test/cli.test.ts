@@ -251,6 +251,26 @@ describe('against a running server (--url)', () => {
     expect(second.results.map((x: { record_id: string }) => x.record_id)).toEqual(['a2']);
   });
 
+  // found by a black-box review: commander's refusals had their own form, and a token or URL
+  // that fetch cannot send had been reported as a server that cannot be reached
+  it('a bad argument of any kind is braid: invalid_request naming it, not an unreachable server', async () => {
+    const q = "SEARCH articles TENANT 'acme'";
+    const cases: Array<[string[], RegExp]> = [
+      [['query', q, '--bogus', ...url], /^braid: invalid_request: unknown option '--bogus'\n$/],
+      [['nosuchcommand'], /^braid: invalid_request: unknown command 'nosuchcommand'\n$/],
+      [['query', q, '--width', '0', ...url], /^braid: invalid_request: option '--width <n>' argument '0' is invalid/],
+      [['snapshot', ...url], /^braid: invalid_request: missing required argument 'name'\n$/],
+      [['query', q, '--token', 'a\nb', ...url], /^braid: invalid_request: --token must be visible ASCII/],
+      [['query', q, '--url', url[1]!.replace('http://', 'http://user:pw@')], /^braid: invalid_request: --url must not hold a user name or password/],
+    ];
+    const results = await Promise.all(cases.map(([args]) => braid(args)));
+    results.forEach((r, i) => {
+      expect(r.code, cases[i]![0].join(' ')).toBe(1);
+      expect(r.stderr, cases[i]![0].join(' ')).toMatch(cases[i]![1]);
+      expect(r.stdout).toBe('');
+    });
+  });
+
   it('query --body: the query once, JSON that parses, and the server code of a refused body', async () => {
     const body = JSON.stringify({ table: 'articles', tenant_id: 'acme', text: 'solar' });
     const [both, none, notJson, unknown, range] = await Promise.all([

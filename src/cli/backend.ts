@@ -13,6 +13,7 @@ import { Braid, type BranchRef, type BranchSummary, type HybridQuery, type Query
 import { BraidError } from '../errors.js';
 import { QlSyntaxError } from '../ql/index.js';
 import { urlSetting } from '../settings.js';
+import { sendableToken } from '../auth.js';
 
 /** What the client commands need, from a server or from an embedded engine. */
 export interface Backend {
@@ -99,6 +100,8 @@ function connect(flags: ConnectionFlags, command: Command): Backend {
   const url = flags.url ?? DEFAULT_URL;
   // a URL fetch cannot parse had been reported as an unreachable server
   urlSetting(url, command.getOptionValueSource('url') === 'env' ? 'BRAID_URL' : '--url', 'invalid_request');
+  // a token a header cannot carry had been reported as an unreachable server
+  if (flags.token !== undefined) sendableToken(flags.token, command.getOptionValueSource('token') === 'env' ? 'BRAID_TOKEN' : '--token', 'invalid_request');
   return httpBackend(new BraidClient({ url, token: flags.token, branch }));
 }
 

@@ -109,7 +109,11 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     schema: {
       summary: 'Run a GraphQL query, mutation or admin operation against the catalog-generated schema',
       body: GraphQlQueryRequest,
-      response: { 200: GraphQlResponse, ...idemErrorResponses },
+      // the one body, of the type the client accepts (onSend below)
+      response: {
+        200: { content: { 'application/json': { schema: GraphQlResponse }, 'application/graphql-response+json': { schema: GraphQlResponse } } },
+        ...idemErrorResponses,
+      },
     },
     validatorCompiler: requestValidator,
     // an answer (an idempotent replay too) is of the type the client accepts
