@@ -17,7 +17,7 @@ import { Engine, braidError, type BranchRef, type WriteResult } from './native/e
 import type { Native } from './native/index.js';
 import { deleteRecord, getRecord, putRecords } from './services/records.js';
 import { explainQuery, runNativeQuery, runQuery, tables } from './services/queries.js';
-import { declareTable, listSnapshots, restoreSnapshot, setBranchState, takeSnapshot, type RestoreResult, type SnapshotResult } from './services/admin.js';
+import { listSnapshots, restoreSnapshot, setBranchState, takeSnapshot, type RestoreResult, type SnapshotResult } from './services/admin.js';
 import { listBranches } from './services/ops.js';
 import { BraidError } from './errors.js';
 
@@ -204,13 +204,14 @@ export class Braid {
   }
 
   /** Declares a table or adds columns to it. */
-  async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
-    return (
-      await call(() => {
-        checkArgumentSize(columns, 'columns', 'invalid_record');
-        return declareTable(this.engine, table, columns, options);
-      })
-    ).result;
+  declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, options?: BranchRef): Promise<WriteResult> {
+    // the write alone: the service's read of the table after it (for the
+    // routes' answers) could be refused by a close() in between, which had
+    // reported a declaration that committed as shutting_down
+    return call(() => {
+      checkArgumentSize(columns, 'columns', 'invalid_record');
+      return this.engine.declareTable(table, columns, options);
+    });
   }
 
   schemas(options?: BranchRef): Promise<Native.TableSchema[]> {

@@ -630,6 +630,26 @@ describe('a restore still running at close()', () => {
   });
 });
 
+// found by a black-box review: the declaration committed, then a read of the table after it was
+// refused by the close, so a table that exists was reported as shutting_down
+describe('declarations made before close()', () => {
+  it('each resolves, or is refused and is not in the schema when the directory reopens', async () => {
+    const dir = tempDir('braid-binding-declare-close-');
+    let db = Braid.open({ dataDir: dir });
+    const declared = Array.from({ length: 20 }, (_, i) => db.declareTable(`d${i}`, { x: { type: 'number' } }).then(() => true, () => false));
+    db.close();
+    const outcomes = await Promise.all(declared);
+    db = Braid.open({ dataDir: dir });
+    try {
+      const tables = new Set((await db.schemas()).map((t) => t.name));
+      outcomes.forEach((ok, i) => expect(tables.has(`d${i}`), `d${i} resolved ${ok}`).toBe(ok));
+    } finally {
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('waitIndexed and close', () => {
   it('a timeout that is not a whole number of milliseconds is invalid_request in words of its own', async () => {
     const dir = tempDir('braid-binding-wait-arg-');
