@@ -455,7 +455,7 @@ export interface OpenOptions {
   textCommitIntervalMs?: number
   /** A checkpoint is taken once a branch's WAL segment holds this many bytes (default 64 MiB)... */
   checkpointBytes?: number
-  /** ...or once it holds this many record versions (default 100,000), which bounds what a start replays... */
+  /** ...or once it holds this many record versions (default 50,000), which bounds what a start replays... */
   checkpointRows?: number
   /** ...or this long after the last one when anything was written (default 5 minutes). */
   checkpointIntervalMs?: number

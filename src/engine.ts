@@ -88,10 +88,50 @@ function describe(value: unknown): string {
   return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
 }
 
-/** Open options that are not an object are refused as the binding refuses bad ones (found by a black-box test: a TypeError's text). */
+/** The numeric open options (Native.OpenOptions), whose values the binding checks further. */
+const NUMBER_OPTIONS = [
+  'maxVectorDim', 'maxBatch', 'maxColumns', 'receiptRetentionMs', 'historyEpochs',
+  'textCommitIntervalMs', 'checkpointBytes', 'checkpointRows', 'checkpointIntervalMs',
+] as const;
+
+/**
+ * Open options that are not an object, or an option of the wrong type, are
+ * `invalid_record`, as the binding refuses a bad value: the binding's own
+ * conversion had failed as `storage_failure` (503, which says to retry) with
+ * its Rust text (found by black-box tests).
+ */
 function checkOpenOptions(options: unknown): void {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw new BraidError('invalid_record', `open options must be an object such as {dataDir: './data'}, got ${describe(options)}`);
+  }
+  const o = options as Record<string, unknown>;
+  if (typeof o.dataDir !== 'string') throw new BraidError('invalid_record', `dataDir must be a string naming a directory, got ${describe(o.dataDir)}`);
+  if (o.dataDir.includes('\0')) throw new BraidError('invalid_record', 'dataDir must not hold a NUL character, which no path can');
+  for (const name of NUMBER_OPTIONS) {
+    if (o[name] !== undefined && o[name] !== null && typeof o[name] !== 'number') throw new BraidError('invalid_record', `${name} must be a number, got ${describe(o[name])}`);
+  }
+  if (o.deferIndexing !== undefined && o.deferIndexing !== null && typeof o.deferIndexing !== 'boolean') {
+    throw new BraidError('invalid_record', `deferIndexing must be true or false, got ${describe(o.deferIndexing)}`);
+  }
+}
+
+/**
+ * Options that are not an object, or a branch named by something other than
+ * a string, are `invalid_request`: the binding had read a string given as
+ * options (`put(record, 'b1')`) as no options at all, and the write went to
+ * `main` (found by a black-box review). `null` is no options, as the
+ * binding's own types allow.
+ */
+function checkOptions(options: unknown): void {
+  if (options === undefined || options === null) return;
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw new BraidError('invalid_request', `options must be an object such as {branchId: 'main'}, got ${describe(options)}`);
+  }
+  const { databaseId, branchId } = options as { databaseId?: unknown; branchId?: unknown };
+  for (const [name, value] of [['databaseId', databaseId], ['branchId', branchId]] as const) {
+    if (value !== undefined && value !== null && typeof value !== 'string') {
+      throw new BraidError('invalid_request', `options.${name} must be a string, got ${describe(value)}`);
+    }
   }
 }
 
@@ -142,6 +182,7 @@ export class Braid {
   /** Full replacement write of one record; resolves once it is durable. */
   put(record: Native.RecordInput, options?: WriteOptions): Promise<WriteResult> {
     return call(() => {
+      checkOptions(options);
       try {
         checkArgumentSize(record, 'record', 'invalid_record');
       } catch (err) {
@@ -155,6 +196,7 @@ export class Braid {
   /** Atomic write of many records at one epoch. */
   putBatch(records: Native.RecordInput[], options?: WriteOptions): Promise<WriteResult> {
     return call(() => {
+      checkOptions(options);
       // as POST /v1/records/put-batch says it (found by a black-box test: JavaScript's own TypeError text)
       if (!Array.isArray(records)) throw new BraidError('invalid_request', `records must be an array, got ${describe(records)}`);
       checkArgumentSize(records, 'records', 'invalid_record');
@@ -164,13 +206,19 @@ export class Braid {
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
   delete(key: Native.RecordKey, options?: WriteOptions): Promise<WriteResult> {
-    return call(() => deleteRecord(this.engine, key, { branch: options, requestKey: options?.requestKey }));
+    return call(() => {
+      checkOptions(options);
+      return deleteRecord(this.engine, key, { branch: options, requestKey: options?.requestKey });
+    });
   }
 
   /** The visible version of a record, at the latest epoch or at `epoch`. */
   get(key: Native.RecordKey, options?: BranchRef & { epoch?: number }): Promise<Native.RecordOutput | null> {
     return call(() => {
+      checkOptions(options);
       if (key === null || typeof key !== 'object') throw new BraidError('invalid_request', `the key must be an object {table, tenant_id, id}, got ${describe(key)}`);
+      const epoch = (options as { epoch?: unknown } | null | undefined)?.epoch;
+      if (epoch !== undefined && typeof epoch !== 'number') throw new BraidError('invalid_request', `options.epoch must be a number, got ${describe(epoch)}`);
       return getRecord(this.engine, key, options, options?.epoch);
     });
   }
@@ -178,6 +226,7 @@ export class Braid {
   /** Runs a hybrid query. */
   query(query: Native.HybridQuery, options?: BranchRef): Promise<Native.QueryResponse> {
     return call(() => {
+      checkOptions(options);
       checkArgumentSize(query, 'query', 'invalid_query');
       return runQuery(this.engine, query, options);
     });
@@ -186,6 +235,7 @@ export class Braid {
   /** Runs a hybrid query for its explain alone (planner candidates included). */
   explain(query: Native.HybridQuery, options?: BranchRef): Promise<Native.HybridExplain> {
     return call(() => {
+      checkOptions(options);
       checkArgumentSize(query, 'query', 'invalid_query');
       return explainQuery(this.engine, query, options);
     });
@@ -197,6 +247,7 @@ export class Braid {
    */
   nativeQuery(text: string, options?: BranchRef): Promise<Native.QueryResponse> {
     return call(() => {
+      checkOptions(options);
       // as POST /v1/nativeql answers {"query": 42} (found by a black-box test: ql_syntax_error here)
       if (typeof text !== 'string') throw new BraidError('invalid_request', `the statement must be a string, got ${describe(text)}`);
       return runNativeQuery(this.engine, text, options);
@@ -209,13 +260,17 @@ export class Braid {
     // routes' answers) could be refused by a close() in between, which had
     // reported a declaration that committed as shutting_down
     return call(() => {
+      checkOptions(options);
       checkArgumentSize(columns, 'columns', 'invalid_record');
       return this.engine.declareTable(table, columns, options);
     });
   }
 
   schemas(options?: BranchRef): Promise<Native.TableSchema[]> {
-    return call(() => tables(this.engine, options));
+    return call(() => {
+      checkOptions(options);
+      return tables(this.engine, options);
+    });
   }
 
   /**
@@ -225,7 +280,10 @@ export class Braid {
    * snapshot (`replayed: true`).
    */
   snapshot(target: string, options?: BranchRef & { requestKey?: Native.RequestKey }): Promise<SnapshotResult> {
-    return call(() => takeSnapshot(this.engine, target, options, options?.requestKey));
+    return call(() => {
+      checkOptions(options);
+      return takeSnapshot(this.engine, target, options, options?.requestKey);
+    });
   }
 
   /** Every snapshot, with its size and when it was taken. */
@@ -240,7 +298,10 @@ export class Braid {
    * checked before anything is created. With a request key, as for `snapshot`.
    */
   restore(source: string, target: string, options?: { verify?: Native.RecordKey; requestKey?: Native.RequestKey }): Promise<RestoreResult> {
-    return call(() => restoreSnapshot(this.engine, { source, target, verify_record: options?.verify }, options?.requestKey));
+    return call(() => {
+      checkOptions(options);
+      return restoreSnapshot(this.engine, { source, target, verify_record: options?.verify }, options?.requestKey);
+    });
   }
 
   /** Every branch with its latest epoch, parent and state; `endpoint` is what each reports as its address. */
@@ -250,11 +311,21 @@ export class Braid {
 
   /** Archives a branch (read-only) or makes it active again. */
   setBranchArchived(archived: boolean, options?: BranchRef): Promise<void> {
-    return call(() => setBranchState(this.engine, archived ? 'archived' : 'active', options ?? {}));
+    return call(() => {
+      // a string 'false' had archived the branch
+      if (typeof archived !== 'boolean') throw new BraidError('invalid_request', `archived must be true or false, got ${describe(archived)}`);
+      checkOptions(options);
+      return setBranchState(this.engine, archived ? 'archived' : 'active', options ?? {});
+    });
   }
 
   /** The branch's figures: epochs, counts, recovery and indexer state (synchronous). */
   metrics(options?: BranchRef): Native.EngineMetrics {
+    try {
+      checkOptions(options);
+    } catch (err) {
+      throw braidError(err);
+    }
     return this.engine.metrics(options);
   }
 
@@ -270,7 +341,10 @@ export class Braid {
 
   /** A live idempotency receipt by its scoped key. */
   receipt(key: string, options?: BranchRef): Promise<Native.StoredReceipt | null> {
-    return call(() => this.engine.receipt(key, options));
+    return call(() => {
+      checkOptions(options);
+      return this.engine.receipt(key, options);
+    });
   }
 
   /** Waits until the text and vector indexes cover every committed write. */

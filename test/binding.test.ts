@@ -642,7 +642,7 @@ describe('declarations made before close()', () => {
     db = Braid.open({ dataDir: dir });
     try {
       const tables = new Set((await db.schemas()).map((t) => t.name));
-      outcomes.forEach((ok, i) => expect(tables.has(`d${i}`), `d${i} resolved ${ok}`).toBe(ok));
+      for (const [i, ok] of outcomes.entries()) expect(tables.has(`d${i}`), `d${i} resolved ${ok}`).toBe(ok);
     } finally {
       db.close();
       rmSync(dir, { recursive: true, force: true });

@@ -157,6 +157,54 @@ describe('embedded API errors carry stable codes', () => {
     expect(huge).toMatchObject({ code: 'invalid_record', index: 0 });
   });
 
+  // found by a black-box review: options given as a string were read as none (a put meant for a
+  // branch went to main), 'false' archived a branch, and open options of the wrong type were a 503
+  it('options of the wrong type are refused, not read as none, and write nothing', async () => {
+    const before = db.metrics().latest_epoch;
+    const rec = { table: 'notes', tenant_id: 't', id: 'opt' };
+    const refused: Array<[string, () => Promise<unknown>, RegExp]> = [
+      ['put', () => db.put(rec, 'b1' as never), /^options must be an object such as \{branchId: 'main'\}, got string$/],
+      ['putBatch', () => db.putBatch([rec], 5 as never), /got number/],
+      ['delete', () => db.delete(rec, [] as never), /got an array/],
+      ['get', () => db.get(rec, 'b1' as never), /got string/],
+      ['get epoch', () => db.get(rec, { epoch: '2' } as never), /^options\.epoch must be a number, got string$/],
+      ['query', () => db.query({ table: 'notes', tenant_id: 't' }, 'b1' as never), /got string/],
+      ['branchId', () => db.query({ table: 'notes', tenant_id: 't' }, { branchId: 7 } as never), /^options\.branchId must be a string, got number$/],
+      ['nativeQuery', () => db.nativeQuery("SEARCH notes TENANT 't'", 'b1' as never), /got string/],
+      ['declareTable', () => db.declareTable('opt_t', { x: { type: 'number' } }, 'b1' as never), /got string/],
+      ['schemas', () => db.schemas('b1' as never), /got string/],
+      ['snapshot', () => db.snapshot('opt_s', 'b1' as never), /got string/],
+      ['setBranchArchived', () => db.setBranchArchived('false' as never), /^archived must be true or false, got string$/],
+    ];
+    for (const [what, run, message] of refused) {
+      const err = await run().catch((e: unknown) => e);
+      expect(err, what).toBeInstanceOf(BraidError);
+      expect(err, what).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(message) });
+    }
+    expect(() => db.metrics('b1' as never)).toThrow(expect.objectContaining({ code: 'invalid_request' }));
+    expect(db.metrics().latest_epoch).toBe(before);
+    expect((await db.branches()).find((b) => b.branch_id === 'main')?.state).toBe('active');
+    // null is no options, as the binding's types allow
+    expect(await db.get(rec, null as never)).toBeNull();
+    const dir = tempDir('braid-embedded-open-types-');
+    try {
+      for (const [options, message] of [
+        [{}, /^dataDir must be a string naming a directory, got undefined$/],
+        [{ dataDir: 5 }, /got number/],
+        [{ dataDir: `${dir}/a\0b` }, /NUL/],
+        [{ dataDir: dir, maxBatch: '5' }, /^maxBatch must be a number, got string$/],
+        [{ dataDir: dir, deferIndexing: 0 }, /^deferIndexing must be true or false, got number$/],
+        [{ dataDir: dir, checkpointRows: 0 }, /checkpointRows must be a whole number of at least 1, not 0$/],
+        [{ dataDir: dir, checkpointBytes: 0 }, /at least 1/],
+        [{ dataDir: dir, checkpointIntervalMs: 0 }, /at least 1/],
+      ] as const) {
+        expect(() => open(options as unknown as OpenOptions), JSON.stringify(options)).toThrow(expect.objectContaining({ code: 'invalid_record', message: expect.stringMatching(message) }));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('shutting_down after close, for query and nativeQuery alike', async () => {
     const other = open({ dataDir: tempDir('braid-embedded-closed-') });
     const closedDir = other.dataDir;

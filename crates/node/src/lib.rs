@@ -1114,6 +1114,16 @@ fn whole(name: &str, v: f64) -> EngineResult<u64> {
     whole_as(Code::InvalidRecord, name, v)
 }
 
+/// A threshold that must be reached before something happens: a whole
+/// number of at least 1, as the server's settings take it (0 had taken a
+/// checkpoint after every write).
+fn threshold(name: &str, v: f64) -> EngineResult<u64> {
+    match whole(name, v)? {
+        0 => Err(EngineError::new(Code::InvalidRecord, format!("{name} must be a whole number of at least 1, not 0"))),
+        n => Ok(n),
+    }
+}
+
 /// [`whole`], refused with `code`.
 fn whole_as(code: Code, name: &str, v: f64) -> EngineResult<u64> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
@@ -1162,13 +1172,13 @@ fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
         b.text_commit_interval = Duration::from_millis(whole("textCommitIntervalMs", v)?);
     }
     if let Some(v) = o.checkpoint_bytes {
-        b.checkpoint_wal_bytes = whole("checkpointBytes", v)?;
+        b.checkpoint_wal_bytes = threshold("checkpointBytes", v)?;
     }
     if let Some(v) = o.checkpoint_rows {
-        b.checkpoint_rows = whole("checkpointRows", v)?;
+        b.checkpoint_rows = threshold("checkpointRows", v)?;
     }
     if let Some(v) = o.checkpoint_interval_ms {
-        b.checkpoint_interval = Duration::from_millis(whole("checkpointIntervalMs", v)?);
+        b.checkpoint_interval = Duration::from_millis(threshold("checkpointIntervalMs", v)?);
     }
     b.indexing = IndexingGate::new(!o.defer_indexing.unwrap_or(false));
     Ok(config)
