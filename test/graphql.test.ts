@@ -201,6 +201,25 @@ describe('POST /v1/graphql: search', () => {
     expect(viaLiteral.search.results.map((r) => r.record_id)).toEqual(['d3']);
   });
 
+  // found by a black-box review: graphql-js's Float refused a variable's 1e400 as a validation failure
+  it('a number past f64 is the same code as a literal or a variable, on route 7 and route 6, as on /v1/query', async () => {
+    const viaQuery = await server.post('/v1/query', '{"table":"docs","tenant_id":"t1","vector":[1e400,0,0]}');
+    expect(viaQuery.body.code).toBe('vector_not_finite');
+    const literal = '{"query":"{ search(table: \\"docs\\", tenant_id: \\"t1\\", vector: [1e400, 0, 0]) { next_cursor } }"}';
+    const variable = '{"query":"query($v: [Float!]) { search(table: \\"docs\\", tenant_id: \\"t1\\", vector: $v) { next_cursor } }","variables":{"v":[1e400,0,0]}}';
+    for (const body of [literal, variable]) {
+      const seven = await server.post('/v1/graphql', body);
+      expect(seven.status, body).toBe(200);
+      expect(seven.body.errors[0].extensions.code, body).toBe('vector_not_finite');
+      const six = await server.post('/v1/graphql/bounded', body);
+      expect(six.status, body).toBe(400);
+      expect(six.body.code, body).toBe('vector_not_finite');
+    }
+    // a variable that is not a number is still the validation failure it was
+    const text = await server.post('/v1/graphql', { query: 'query($v: [Float!]) { search(table: "docs", tenant_id: "t1", vector: $v) { next_cursor } }', variables: { v: ['x'] } });
+    expect(text.body.errors[0].extensions.code).toBe('graphql_validation_failed');
+  });
+
   it('pages with top_k and next_cursor', async () => {
     const first = await client.request<SearchData>(SEARCH, { text: 'hello', top_k: 1 });
     expect(first.search.results).toHaveLength(1);

@@ -1,5 +1,5 @@
 /** The JSON scalar: any JSON value (record fields, scalar_eq, explain, column declarations). */
-import { GraphQLError, GraphQLScalarType, Kind, valueFromASTUntyped, type ValueNode } from 'graphql';
+import { GraphQLError, GraphQLFloat as SpecFloat, GraphQLScalarType, Kind, valueFromASTUntyped, type ValueNode } from 'graphql';
 
 /**
  * Refuses the keys a JSON body may not hold either (src/json.ts): a
@@ -64,4 +64,18 @@ export const GraphQLSafeInt = new GraphQLScalarType({
     if (ast.kind !== Kind.INT) throw new GraphQLError('SafeInt takes a whole number literal', { nodes: ast });
     return safeInteger(Number(ast.value));
   },
+});
+
+/**
+ * GraphQL's `Float`, reading a variable's number as its literal is read: a
+ * JSON number past f64's range (`1e400`) is infinity either way, refused by
+ * the engine with the code every door gives it (`vector_not_finite` in a
+ * vector, `invalid_query` in fusion weights). graphql-js's own `Float`
+ * refused only the variable's, as `graphql_validation_failed` (found by a
+ * black-box review). The same name and description, and every other value
+ * read and written as graphql-js reads and writes it.
+ */
+export const GraphQLFloat = new GraphQLScalarType({
+  ...SpecFloat.toConfig(),
+  parseValue: (value) => (typeof value === 'number' ? value : SpecFloat.parseValue(value)),
 });

@@ -8,7 +8,6 @@
 import {
   GraphQLBoolean,
   GraphQLEnumType,
-  GraphQLFloat,
   GraphQLInputObjectType,
   GraphQLInt,
   GraphQLList,
@@ -29,7 +28,7 @@ import { listBranches } from '../services/ops.js';
 import { runQuery, schemaEpoch, tables } from '../services/queries.js';
 import { deleteRecord, getRecord, putRecords, type WriteOptions } from '../services/records.js';
 import { BraidError } from '../errors.js';
-import { GraphQLJSON, GraphQLSafeInt } from './scalars.js';
+import { GraphQLFloat, GraphQLJSON, GraphQLSafeInt } from './scalars.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery, type GraphQLContext } from './types.js';
 
 type Args = Record<string, unknown>;

@@ -6,7 +6,6 @@
  */
 import {
   GraphQLBoolean,
-  GraphQLFloat,
   GraphQLInputObjectType,
   GraphQLInt,
   GraphQLList,
@@ -19,7 +18,7 @@ import {
 import type { BranchRef, Engine, HybridQuery as QueryInput, RequestKey } from '../native/engine.js';
 import { HYBRID_QUERY_FIELDS, HybridQuery, REQUIRED_QUERY_FIELDS } from '../schemas/query.js';
 import { BraidError } from '../errors.js';
-import { GraphQLJSON, GraphQLSafeInt } from './scalars.js';
+import { GraphQLFloat, GraphQLJSON, GraphQLSafeInt } from './scalars.js';
 
 /** What every resolver receives: the typed binding its services take and the branch the request addresses. */
 export interface GraphQLContext {
