@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BraidError, ERROR_STATUS, statusOf } from '../src/errors.js';
 import { Braid } from '../src/engine.js';
 import { loadNative, type NativeEngine } from '../src/native/index.js';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tempDir } from './helpers.js';
 
 const TABLE = 'docs';
@@ -697,6 +697,25 @@ describe('call workers of closed engines', () => {
     // the workers of a closed engine stop once they have settled their calls
     for (let tries = 0; threads() > before + 4 && tries < 500; tries++) await new Promise((r) => setTimeout(r, 20));
     expect(threads()).toBeLessThanOrEqual(before + 4);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  // found by a black-box review: rayon's pool, first used from an indexer, took its thread name
+  it('what stays after close is the shared pool, named as such, and no thread of a closed engine', async () => {
+    const names = () => readdirSync('/proc/self/task').map((task) => readFileSync(`/proc/self/task/${task}/comm`, 'utf8').trim());
+    const indexers = () => names().filter((name) => name === 'braid-index').length;
+    // engines other tests of this file hold open have indexers of their own
+    const before = indexers();
+    const dir = tempDir('braid-binding-pool-');
+    // a checkpoint's load at the second open runs on the pool
+    for (let round = 0; round < 2; round++) {
+      const db = Braid.open({ dataDir: dir, checkpointRows: 20 });
+      for (let i = 0; i < 50; i++) await db.put({ table: TABLE, tenant_id: TENANT, id: `p${i}`, fields: { title: `hello ${i}` } });
+      await db.waitIndexed();
+      db.close();
+    }
+    expect(indexers()).toBeLessThanOrEqual(before);
+    expect(names().filter((name) => /^braid-pool-\d+$/.test(name)).length).toBeGreaterThan(0);
     rmSync(dir, { recursive: true, force: true });
   });
 });

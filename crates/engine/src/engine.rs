@@ -240,6 +240,7 @@ fn ident(kind: &str, s: &str) -> Result<()> {
 
 impl Engine {
     pub fn open(config: EngineConfig) -> Result<Engine> {
+        name_shared_pool();
         let data = &config.data_dir;
         wal::create_private_dir(data)?;
         // before anything else is read: a second process must touch nothing
@@ -915,6 +916,18 @@ fn get_from(
 /// naming the snapshot's files, not the new branch's links to them, which
 /// the failure removed (found by a black-box test: a damaged snapshot's
 /// error named a branch directory that no longer existed).
+/// Names rayon's global pool (a checkpoint's parallel load, key directory
+/// builds), which is the process's, shared by every engine and kept after
+/// they close: unnamed, its threads took the name of the thread that first
+/// used it (`braid-index`), and read as an indexer left running by a
+/// closed engine. Nothing when the host process built the pool itself.
+fn name_shared_pool() {
+    static NAMED: std::sync::Once = std::sync::Once::new();
+    NAMED.call_once(|| {
+        let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("braid-pool-{i}")).build_global();
+    });
+}
+
 fn restore_error(e: Error, source: &str, snapshot_dir: &Path, branch_dir: &Path) -> Error {
     let message = e.message.replace(&*branch_dir.to_string_lossy(), &snapshot_dir.to_string_lossy());
     Error { message: format!("snapshot {source:?} cannot be restored: {message}"), ..e }
