@@ -157,6 +157,22 @@ describe('embedded API errors carry stable codes', () => {
     expect(huge).toMatchObject({ code: 'invalid_record', index: 0 });
   });
 
+  // found by a black-box review: an Int32Array vector, a Date as the query and a top-level
+  // __proto__ reached the engine, or were judged by another code than the docs give them
+  it('a query of the wrong shape has the code of its kind, whatever JavaScript object carries it', async () => {
+    const base = { table: 'notes', tenant_id: 't' };
+    for (const vector of [new Int32Array([1, 0]), new DataView(new ArrayBuffer(8))]) {
+      expect(await db.query({ ...base, vector } as never).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/vector must be array/) });
+    }
+    expect(await db.query(new Date() as never).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/got a Date$/) });
+    const proto = JSON.parse('{"table":"notes","tenant_id":"t","__proto__":{}}');
+    expect(await db.query(proto).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_query', message: expect.stringMatching(/^query\.__proto__ is a key named __proto__/) });
+    expect(await db.explain(proto).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_query' });
+    // a whole number past 2^53 is named as such
+    const epoch = await db.get({ ...base, id: 'x' }, { epoch: 2 ** 60 }).catch((e: unknown) => e);
+    expect(epoch).toMatchObject({ code: 'invalid_query', message: expect.stringMatching(/from 0 to 2\^53 - 1/) });
+  });
+
   // found by a black-box review: options given as a string were read as none (a put meant for a
   // branch went to main), 'false' archived a branch, and open options of the wrong type were a 503
   it('options of the wrong type are refused, not read as none, and write nothing', async () => {
@@ -194,9 +210,9 @@ describe('embedded API errors carry stable codes', () => {
         [{ dataDir: `${dir}/a\0b` }, /NUL/],
         [{ dataDir: dir, maxBatch: '5' }, /^maxBatch must be a number, got string$/],
         [{ dataDir: dir, deferIndexing: 0 }, /^deferIndexing must be true or false, got number$/],
-        [{ dataDir: dir, checkpointRows: 0 }, /checkpointRows must be a whole number of at least 1, not 0$/],
-        [{ dataDir: dir, checkpointBytes: 0 }, /at least 1/],
-        [{ dataDir: dir, checkpointIntervalMs: 0 }, /at least 1/],
+        [{ dataDir: dir, checkpointRows: 0 }, /checkpointRows must be a whole number from 1 to 2\^53 - 1, not 0$/],
+        [{ dataDir: dir, checkpointBytes: 0 }, /from 1 to/],
+        [{ dataDir: dir, checkpointIntervalMs: 0 }, /from 1 to/],
       ] as const) {
         expect(() => open(options as unknown as OpenOptions), JSON.stringify(options)).toThrow(expect.objectContaining({ code: 'invalid_record', message: expect.stringMatching(message) }));
       }

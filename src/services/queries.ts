@@ -12,6 +12,7 @@
  * whose language cannot say the query fails in that language first
  * (`ql_syntax_error`, GraphQL validation); docs/errors.md.
  */
+import { BraidError } from '../errors.js';
 import { parseRequestJson } from '../json.js';
 import { parseNativeQuery } from '../ql/index.js';
 import { HybridQuery as HybridQuerySchema } from '../schemas/query.js';
@@ -36,7 +37,18 @@ export function prepareQueryChecks(): void {
 
 /** The query as the engine takes it, or a 400 naming the first member out of shape. */
 export function checkQuery(query: unknown): HybridQuery {
-  const typed = ArrayBuffer.isView((query as { vector?: unknown } | null)?.vector);
+  // found by a black-box review: a Date passed the schema as an object, and reached the engine as its text
+  const tag = Object.prototype.toString.call(query);
+  if (query !== null && typeof query === 'object' && !Array.isArray(query) && tag !== '[object Object]') {
+    throw new BraidError('invalid_request', `the query must be an object {table, tenant_id, ...}, got a ${tag.slice(8, -1)}`);
+  }
+  // as the key is refused inside a query (the engine's invalid_query); the schema saw an unknown member
+  if (query !== null && typeof query === 'object' && Object.hasOwn(query, '__proto__')) {
+    throw new BraidError('invalid_query', 'query.__proto__ is a key named __proto__, which a query cannot hold (a JavaScript object read back would take it as its prototype)');
+  }
+  // only a vector of floats crosses as a typed array; an Int32Array or a DataView is a member of the wrong type
+  const vector = (query as { vector?: unknown } | null)?.vector;
+  const typed = vector instanceof Float32Array || vector instanceof Float64Array;
   const valid = compile(typed ? TypedVectorQuerySchema : HybridQuerySchema);
   if (!valid(query)) throw validationError(valid.errors);
   return query as HybridQuery;

@@ -1119,7 +1119,10 @@ fn whole(name: &str, v: f64) -> EngineResult<u64> {
 /// checkpoint after every write).
 fn threshold(name: &str, v: f64) -> EngineResult<u64> {
     match whole(name, v)? {
-        0 => Err(EngineError::new(Code::InvalidRecord, format!("{name} must be a whole number of at least 1, not 0"))),
+        0 => Err(EngineError::new(
+            Code::InvalidRecord,
+            format!("{name} must be a whole number from 1 to 2^53 - 1, not 0"),
+        )),
         n => Ok(n),
     }
 }
@@ -1129,7 +1132,8 @@ fn whole_as(code: Code, name: &str, v: f64) -> EngineResult<u64> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
         Ok(v as u64)
     } else {
-        Err(EngineError::new(code, format!("{name} must be a whole number of at least 0, not {v}")))
+        // 2^60 is whole, but past what a JavaScript number holds exactly
+        Err(EngineError::new(code, format!("{name} must be a whole number from 0 to 2^53 - 1, not {v}")))
     }
 }
 
