@@ -70,8 +70,10 @@ function checkArgumentSize(value: unknown, what: string, code: 'invalid_record' 
   }
 }
 
-function call<T>(run: () => Promise<T>): Promise<T> {
+/** Runs `run` as one call of the embedded API, after checking the call's `options` (checkOptions). */
+function call<T>(run: () => Promise<T>, options?: unknown): Promise<T> {
   try {
+    checkOptions(options);
     return run().catch((err: unknown) => {
       throw braidError(err);
     });
@@ -182,7 +184,6 @@ export class Braid {
   /** Full replacement write of one record; resolves once it is durable. */
   put(record: Native.RecordInput, options?: WriteOptions): Promise<WriteResult> {
     return call(() => {
-      checkOptions(options);
       try {
         checkArgumentSize(record, 'record', 'invalid_record');
       } catch (err) {
@@ -190,55 +191,48 @@ export class Braid {
         throw err instanceof BraidError ? new BraidError(err.code, `records[0]: ${err.message}`, 0) : err;
       }
       return putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey });
-    });
+    }, options);
   }
 
   /** Atomic write of many records at one epoch. */
   putBatch(records: Native.RecordInput[], options?: WriteOptions): Promise<WriteResult> {
     return call(() => {
-      checkOptions(options);
       // as POST /v1/records/put-batch says it (found by a black-box test: JavaScript's own TypeError text)
       if (!Array.isArray(records)) throw new BraidError('invalid_request', `records must be an array, got ${describe(records)}`);
       checkArgumentSize(records, 'records', 'invalid_record');
       return putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey });
-    });
+    }, options);
   }
 
   /** Writes a tombstone version; later reads and newer epochs no longer see the record. */
   delete(key: Native.RecordKey, options?: WriteOptions): Promise<WriteResult> {
-    return call(() => {
-      checkOptions(options);
-      return deleteRecord(this.engine, key, { branch: options, requestKey: options?.requestKey });
-    });
+    return call(() => deleteRecord(this.engine, key, { branch: options, requestKey: options?.requestKey }), options);
   }
 
   /** The visible version of a record, at the latest epoch or at `epoch`. */
   get(key: Native.RecordKey, options?: BranchRef & { epoch?: number }): Promise<Native.RecordOutput | null> {
     return call(() => {
-      checkOptions(options);
       if (key === null || typeof key !== 'object') throw new BraidError('invalid_request', `the key must be an object {table, tenant_id, id}, got ${describe(key)}`);
       const epoch = (options as { epoch?: unknown } | null | undefined)?.epoch;
       if (epoch !== undefined && typeof epoch !== 'number') throw new BraidError('invalid_request', `options.epoch must be a number, got ${describe(epoch)}`);
       return getRecord(this.engine, key, options, options?.epoch);
-    });
+    }, options);
   }
 
   /** Runs a hybrid query. */
   query(query: Native.HybridQuery, options?: BranchRef): Promise<Native.QueryResponse> {
     return call(() => {
-      checkOptions(options);
       checkArgumentSize(query, 'query', 'invalid_query');
       return runQuery(this.engine, query, options);
-    });
+    }, options);
   }
 
   /** Runs a hybrid query for its explain alone (planner candidates included). */
   explain(query: Native.HybridQuery, options?: BranchRef): Promise<Native.HybridExplain> {
     return call(() => {
-      checkOptions(options);
       checkArgumentSize(query, 'query', 'invalid_query');
       return explainQuery(this.engine, query, options);
-    });
+    }, options);
   }
 
   /**
@@ -247,11 +241,10 @@ export class Braid {
    */
   nativeQuery(text: string, options?: BranchRef): Promise<Native.QueryResponse> {
     return call(() => {
-      checkOptions(options);
       // as POST /v1/nativeql answers {"query": 42} (found by a black-box test: ql_syntax_error here)
       if (typeof text !== 'string') throw new BraidError('invalid_request', `the statement must be a string, got ${describe(text)}`);
       return runNativeQuery(this.engine, text, options);
-    });
+    }, options);
   }
 
   /** Declares a table or adds columns to it. */
@@ -260,17 +253,13 @@ export class Braid {
     // routes' answers) could be refused by a close() in between, which had
     // reported a declaration that committed as shutting_down
     return call(() => {
-      checkOptions(options);
       checkArgumentSize(columns, 'columns', 'invalid_record');
       return this.engine.declareTable(table, columns, options);
-    });
+    }, options);
   }
 
   schemas(options?: BranchRef): Promise<Native.TableSchema[]> {
-    return call(() => {
-      checkOptions(options);
-      return tables(this.engine, options);
-    });
+    return call(() => tables(this.engine, options), options);
   }
 
   /**
@@ -280,10 +269,7 @@ export class Braid {
    * snapshot (`replayed: true`).
    */
   snapshot(target: string, options?: BranchRef & { requestKey?: Native.RequestKey }): Promise<SnapshotResult> {
-    return call(() => {
-      checkOptions(options);
-      return takeSnapshot(this.engine, target, options, options?.requestKey);
-    });
+    return call(() => takeSnapshot(this.engine, target, options, options?.requestKey), options);
   }
 
   /** Every snapshot, with its size and when it was taken. */
@@ -298,10 +284,7 @@ export class Braid {
    * checked before anything is created. With a request key, as for `snapshot`.
    */
   restore(source: string, target: string, options?: { verify?: Native.RecordKey; requestKey?: Native.RequestKey }): Promise<RestoreResult> {
-    return call(() => {
-      checkOptions(options);
-      return restoreSnapshot(this.engine, { source, target, verify_record: options?.verify }, options?.requestKey);
-    });
+    return call(() => restoreSnapshot(this.engine, { source, target, verify_record: options?.verify }, options?.requestKey), options);
   }
 
   /** Every branch with its latest epoch, parent and state; `endpoint` is what each reports as its address. */
@@ -314,9 +297,8 @@ export class Braid {
     return call(() => {
       // a string 'false' had archived the branch
       if (typeof archived !== 'boolean') throw new BraidError('invalid_request', `archived must be true or false, got ${describe(archived)}`);
-      checkOptions(options);
       return setBranchState(this.engine, archived ? 'archived' : 'active', options ?? {});
-    });
+    }, options);
   }
 
   /** The branch's figures: epochs, counts, recovery and indexer state (synchronous). */
@@ -341,10 +323,7 @@ export class Braid {
 
   /** A live idempotency receipt by its scoped key. */
   receipt(key: string, options?: BranchRef): Promise<Native.StoredReceipt | null> {
-    return call(() => {
-      checkOptions(options);
-      return this.engine.receipt(key, options);
-    });
+    return call(() => this.engine.receipt(key, options), options);
   }
 
   /** Waits until the text and vector indexes cover every committed write. */
