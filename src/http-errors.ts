@@ -56,15 +56,51 @@ export function frameworkErrors(err: FastifyError, _request: FastifyRequest, rep
  * and the connection closed.
  */
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed) return;
-  const braidErr =
-    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-      ? new BraidError('request_timeout', 'the request was not received in full within the request timeout')
-      : err.code === 'HPE_HEADER_OVERFLOW'
-        ? new BraidError('headers_too_large', 'the request headers are larger than the server accepts (16 KiB)')
-        : new BraidError('invalid_request', `the request is not valid HTTP/1.1 (${err.code ?? 'parse error'})`);
-  if (socket.writable) socket.write(rawAnswer(braidErr));
-  socket.destroy(err);
+  // a connection already being refused: the parser reports each later chunk too
+  if (err.code === 'ECONNRESET' || socket.destroyed || refusing.has(socket)) return;
+  refusing.add(socket);
+  const timedOut = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+  const braidErr = timedOut
+    ? new BraidError('request_timeout', 'the request was not received in full within the request timeout')
+    : err.code === 'HPE_HEADER_OVERFLOW'
+      ? new BraidError('headers_too_large', 'the request headers are larger than the server accepts (16 KiB)')
+      : new BraidError('invalid_request', `the request is not valid HTTP/1.1 (${err.code ?? 'parse error'})`);
+  let answered = false;
+  const answer = () => {
+    if (answered) return;
+    answered = true;
+    refusedSockets.set(socket, braidErr.status);
+    if (socket.writable) socket.write(rawAnswer(braidErr));
+    socket.destroy(err);
+  };
+  // bytes that do not parse behind a request still being answered (a put
+  // pipelined with garbage): its answer goes first, since HTTP/1.1 answers
+  // in order and this refusal sent before it would read as the put's (found
+  // by a black-box review: a committed put answered 400). Not when the
+  // request in flight is itself incomplete (timed out, or its client closed
+  // mid-body): the refusal is about that one, which will never be answered.
+  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (!timedOut && inFlight && !inFlight.writableFinished && inFlight.req.complete) {
+    inFlight.once('finish', answer).once('close', answer);
+    return;
+  }
+  answer();
+}
+
+/** Connections clientErrorHandler is refusing (some wait for an answer in flight first). */
+const refusing = new WeakSet<object>();
+
+/** Connections refused by clientErrorHandler, with the status written to them: what a request on one that never got its own answer is counted as. */
+const refusedSockets = new WeakMap<object, number>();
+
+/**
+ * The status a request whose response never finished is counted with: the
+ * one written to its connection when the server refused it there (408 for
+ * the request timeout), else 499, a client that closed its connection first
+ * (as nginx logs it).
+ */
+export function unansweredStatus(socket: object | null | undefined): number {
+  return (socket && refusedSockets.get(socket)) || 499;
 }
 
 /** An error answer written straight to a socket, which is then closed. */

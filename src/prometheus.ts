@@ -17,6 +17,7 @@
  *   event-loop lag, CPU), prefixed `braid_`.
  */
 import { routeLabel } from './route-label.js';
+import { unansweredStatus } from './http-errors.js';
 import client from 'prom-client';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Engine, EngineHistogram, EngineMetrics } from './native/engine.js';
@@ -69,18 +70,21 @@ export function instrumentHttp(app: FastifyInstance, registry: client.Registry, 
       this.set(inFlight);
     },
   });
-  const counted = new WeakSet<object>();
-  app.addHook('onRequest', (request, _reply, done) => {
-    counted.add(request);
+  app.addHook('onRequest', (request, reply, done) => {
     inFlight += 1;
+    // a response closes whether it was sent or its connection went first:
+    // fastify's onResponse runs only for one that was sent, and a client
+    // that left (or a request cut off by the request timeout) had been in
+    // flight for good (found by a black-box review)
+    reply.raw.once('close', () => {
+      inFlight -= 1;
+      if (!reply.raw.writableFinished) requests.observe(request.method, routeOf(request), unansweredStatus(request.raw.socket), reply.elapsedTime / 1000);
+    });
     done();
   });
   app.addHook('onResponse', (request, reply, done) => {
-    if (counted.delete(request)) {
-      inFlight -= 1;
-      // fastify's own clock, started as the request arrived
-      requests.observe(request.method, routeOf(request), reply.statusCode, reply.elapsedTime / 1000);
-    }
+    // fastify's own clock, started as the request arrived
+    requests.observe(request.method, routeOf(request), reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
 }

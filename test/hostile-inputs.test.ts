@@ -4,6 +4,7 @@
 // overflowing number into null, a stalled body never timed out, `__proto__`
 // in a GraphQL literal, a GraphQL read after the latest epoch, and what
 // Node's HTTP parser refuses answered without a code.
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
 import { Braid } from '../src/engine.js';
@@ -391,9 +392,38 @@ describe('what Node refuses before fastify', () => {
       const answer = await raw(short.url, 'POST /v1/records/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');
       expect(parseAnswer(answer)).toEqual({ status: 408, body: { code: 'request_timeout', error: expect.any(String) } });
       expect((await short.get('/v1/ready')).status).toBe(200);
+      // found by a black-box review: a request that never got its own answer stayed in flight for
+      // good, and was never counted; a body cut short by its client's close is refused as HTTP that
+      // does not parse (400, written to the half-closed connection) and counted so
+      const left = connect(Number(new URL(short.url).port), '127.0.0.1');
+      await new Promise<void>((resolve) => left.on('connect', resolve));
+      left.write('POST /v1/records/get HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      left.destroy();
+      let metrics = '';
+      for (let tries = 0; tries < 100 && !/records\/get",status="400"/.test(metrics); tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        metrics = await (await fetch(`${short.url}/metrics`)).text();
+      }
+      // the scrape itself is the one request in flight
+      expect(metrics).toMatch(/^braid_http_requests_in_flight 1$/m);
+      expect(metrics).toMatch(/^braid_http_requests_total\{method="POST",route="\/v1\/records\/put",status="408"\} 1$/m);
+      expect(metrics).toMatch(/^braid_http_requests_total\{method="POST",route="\/v1\/records\/get",status="400"\} 1$/m);
     } finally {
       await short.destroy();
     }
+  });
+
+  // found by a black-box review: the 400 for the garbage was written before the put's answer, and
+  // read by the client as the answer to a put that had committed
+  it('bytes that do not parse behind a request in flight are refused after its answer, in order', async () => {
+    const put = JSON.stringify({ table: 'pipelined', tenant_id: 't', id: 'p1', fields: { n: 1 } });
+    const answer = await raw(s.url, `POST /v1/records/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(put)}\r\n\r\n${put}}GARBAGE\r\n\r\n`);
+    const statuses = [...answer.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+    expect(statuses).toEqual([200, 400]);
+    expect(answer).toMatch(/"code":"invalid_request"/);
+    expect((await s.post('/v1/records/get', { table: 'pipelined', tenant_id: 't', id: 'p1' })).body.record).not.toBeNull();
+    expect((await s.get('/v1/ready')).status).toBe(200);
   });
 
   it('headers past the limit are 431 headers_too_large; a request that is not HTTP is 400 invalid_request', async () => {
