@@ -87,6 +87,11 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   answer();
 }
 
+/** Whether a request's client closed its connection before the request was answered. */
+export function clientGone(request: FastifyRequest): boolean {
+  return request.raw.aborted || request.raw.socket?.destroyed === true;
+}
+
 /** Connections clientErrorHandler is refusing (some wait for an answer in flight first). */
 const refusing = new WeakSet<object>();
 

@@ -4,6 +4,7 @@
  * engine crash and restart. A small in-process HTTP server stands in for an
  * engine where the test needs to see exactly what the engine receives.
  */
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import { rmSync, writeFileSync } from 'node:fs';
@@ -464,6 +465,29 @@ describe('gateway in front of a real engine', () => {
     await sleep(retryAfter * 1000 + 100);
     const later = await post(gateway.url, '/v1/records/get', key('a'), OTHER);
     expect(later.status).toBe(200);
+  });
+
+  // found by a black-box review: a client that left mid-body stayed in flight for good, and its
+  // abort was counted and logged as the engine's failure
+  it('a client that leaves mid-body leaves the in-flight gauge, and is no failure of the engine', async () => {
+    const errorsOf = (text: string) => [...text.matchAll(/^braid_gateway_upstream_errors_total\{[^}]*\} (\d+)$/gm)].reduce((n, m) => n + Number(m[1]), 0);
+    const before = errorsOf(await (await fetch(`${gateway.url}/metrics`, { headers: GOOD })).text());
+    const left = connect(Number(new URL(gateway.url).port), '127.0.0.1');
+    await new Promise<void>((resolve) => left.on('connect', resolve));
+    // streamed to the engine: past the size the gateway buffers
+    left.write('POST /v1/records/put-batch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n');
+    left.write(`{"records":[${' '.repeat(100_000)}`);
+    await sleep(100);
+    left.destroy();
+    let text = '';
+    for (let tries = 0; tries < 100; tries++) {
+      await sleep(20);
+      text = await (await fetch(`${gateway.url}/metrics`, { headers: GOOD })).text();
+      if (/^braid_gateway_http_requests_in_flight 1$/m.test(text)) break;
+    }
+    // the scrape itself is the one request in flight
+    expect(text).toMatch(/^braid_gateway_http_requests_in_flight 1$/m);
+    expect(errorsOf(text)).toBe(before);
   });
 
   it('serves its own Prometheus metrics: requests by status (401s and 429s included), upstream latency and errors per engine', async () => {

@@ -8,7 +8,7 @@
 import { lazyRequestLogger } from '../request-logger.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import { clientErrorHandler, errorBody, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
+import { clientErrorHandler, clientGone, errorBody, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -113,6 +113,12 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
     const braidErr = httpError(err);
     // every 5xx, as the engine logs its own (docs/operations.md, "Logs and request ids"); an engine's
     // own 5xx answer, passed through, is logged by the proxy
+    // a client that left has nobody to answer, and is no failure of the gateway's (a
+    // black-box review saw its abort logged as a 500)
+    if (clientGone(request)) {
+      request.log.info({ code: braidErr.code }, 'client closed the connection before its answer');
+      return;
+    }
     if (braidErr.status >= 500) request.log.error({ err, code: braidErr.code }, 'gateway request failed');
     return sendRefusal(request, reply, braidErr.status, errorBody(braidErr));
   });

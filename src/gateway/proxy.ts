@@ -24,6 +24,7 @@ import type { GatewayMetrics } from './metrics.js';
 import { BRANCH_HEADER, DATABASE_HEADER, headerValue, parsePutBody, pathOf, type Route } from './routing.js';
 import { resolveBranch } from '../services/branch.js';
 import { upstreamFailure } from './upstream.js';
+import { clientGone } from '../http-errors.js';
 
 const PUT_PATH = '/v1/records/put';
 const GRAPHQL_PATH = '/v1/graphql';
@@ -157,6 +158,8 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     } catch (err) {
       // a streamed body over the limit: the gateway's own answer, not the engine's failure
       if (streamed?.exceeded) throw streamed.error;
+      // a client that left mid-body failed its own request, not the engine's (found by a black-box review)
+      if (clientGone(request)) throw err;
       void up.check();
       const failure = upstreamFailure(route.endpoint, err);
       upstreamErrors.inc({ engine: route.endpoint, code: failure.code });
