@@ -379,6 +379,19 @@ describe('gateway in front of a real engine', () => {
     const direct = await post(engineUrl, '/v1/records/put', { record: record('sneaky'), branch_id: 'dev' }, { 'x-braid-branch': 'main' });
     expect(direct.status).toBe(400);
     expect(direct.body.code).toBe('branch_mismatch');
+    // found by a black-box review: an empty name was a branch_mismatch through the gateway (which
+    // sets the headers) and invalid_name directly; it is invalid_name at both
+    // (a gateway of its own: the shared one's rate-limit budget is counted on by the tests after this)
+    const unlimited = await startGateway(gatewayConfig({ engineUrl, tokens: ['good'], port: 0, logLevel: 'silent' }));
+    try {
+      for (const url of [unlimited.url, engineUrl]) {
+        const empty = await post(url, '/v1/records/put', { record: record('sneaky'), database_id: '' }, GOOD);
+        expect(empty.status, url).toBe(400);
+        expect(empty.body.code, url).toBe('invalid_name');
+      }
+    } finally {
+      await unlimited.close();
+    }
     const gz = await post(engineUrl, '/v1/records/put', { record: record('sneaky') }, { 'content-encoding': 'deflate' });
     expect(gz.status).toBe(415);
     expect((await post(engineUrl, '/v1/records/get', key('sneaky'), { 'x-braid-branch': 'dev' })).body.record).toBeNull();
@@ -470,6 +483,8 @@ describe('gateway in front of a real engine', () => {
   // found by a black-box review: a client that left mid-body stayed in flight for good, and its
   // abort was counted and logged as the engine's failure
   it('a client that leaves mid-body leaves the in-flight gauge, and is no failure of the engine', async () => {
+    // a gateway of its own: the shared one's rate-limit budget is counted on by the tests after this
+    const gateway = await startGateway(gatewayConfig({ engineUrl, tokens: ['good'], port: 0, logLevel: 'silent' }));
     const errorsOf = (text: string) => [...text.matchAll(/^braid_gateway_upstream_errors_total\{[^}]*\} (\d+)$/gm)].reduce((n, m) => n + Number(m[1]), 0);
     const before = errorsOf(await (await fetch(`${gateway.url}/metrics`, { headers: GOOD })).text());
     const left = connect(Number(new URL(gateway.url).port), '127.0.0.1');
@@ -488,6 +503,7 @@ describe('gateway in front of a real engine', () => {
     // the scrape itself is the one request in flight
     expect(text).toMatch(/^braid_gateway_http_requests_in_flight 1$/m);
     expect(errorsOf(text)).toBe(before);
+    await gateway.close();
   });
 
   it('serves its own Prometheus metrics: requests by status (401s and 429s included), upstream latency and errors per engine', async () => {

@@ -8,7 +8,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { BraidError } from '../errors.js';
-import { BRANCH_HEADER, DATABASE_HEADER } from '../names.js';
+import { BRANCH_HEADER, DATABASE_HEADER, checkBranchNames } from '../names.js';
 import type { BranchRef } from '../native/engine.js';
 
 export type { BranchRef };
@@ -38,6 +38,9 @@ export interface NamedBranch {
  */
 export function resolveBranch(headers: BranchRef, body: NamedBranch): BranchRef {
   if (body.database_id === undefined && body.branch_id === undefined) return headers;
+  // a name that is not one is that, whatever the headers say (through the gateway, which sets
+  // them, an empty database_id had been a branch_mismatch naming a header the client never sent)
+  checkBranchNames(body);
   return {
     databaseId: pick('database_id', 'x-braid-database', headers.databaseId, body.database_id),
     branchId: pick('branch_id', 'x-braid-branch', headers.branchId, body.branch_id),
