@@ -85,7 +85,9 @@ export function urlSetting(value: unknown, name: string, code: ErrorCode = 'inva
  */
 export function tokensSetting(value: unknown, name: string): TokenSpec[] | undefined {
   if (absent(value)) return undefined;
-  const raw: unknown = typeof value === 'string' ? value.split(',') : value;
+  // a comma separates tokens in every source, a flag's values and a file's list included (a
+  // bearer token cannot hold one, RFC 6750 2.1): `--auth-token a,b` had been one token "a,b"
+  const raw: unknown = typeof value === 'string' ? value.split(',') : Array.isArray(value) ? value.flatMap((v: unknown) => (typeof v === 'string' ? v.split(',') : [v])) : value;
   if (!Array.isArray(raw)) refuse(name, 'must be a list of tokens');
   const tokens: TokenSpec[] = [];
   raw.forEach((entry: unknown, i) => {

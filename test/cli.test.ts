@@ -591,6 +591,9 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       [{ BRAID_AUTH_TOKENS: 'x:superuser' }, [], 'BRAID_AUTH_TOKENS[0] ends in ":" and a scope that is not one of read, write, admin'],
       [{}, ['--auth-token', 'app:wirte'], '--auth-token[0] ends in ":" and a scope that is not one of read, write, admin'],
       [{ BRAID_AUTH_TOKENS: ',' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got ","'],
+      // a comma separates tokens in a flag too (found by a black-box review: `--auth-token ,` started a server whose token was ",")
+      [{}, ['--auth-token', ','], '--auth-token is set but names no token, got [","]'],
+      [{}, ['--auth-token', 'dup3:read,dup3:admin'], '--auth-token is invalid: one token is given two scopes (--auth-token[0] read, --auth-token[1] admin)'],
       [{ BRAID_AUTH_TOKENS: ' ' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got " "'],
       [{ BRAID_AUTH_TOKENS: 'dup2:read,dup2:admin' }, [], 'BRAID_AUTH_TOKENS is invalid: one token is given two scopes (BRAID_AUTH_TOKENS[0] read, BRAID_AUTH_TOKENS[1] admin)'],
     ];
