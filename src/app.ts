@@ -130,16 +130,23 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
 
   const engine = options.engine.engine;
-  /** Where this engine answers, as branches report it: the public URL, else the address it listens on. */
+  /**
+   * Where this engine answers, as branches report it: the public URL, else
+   * the address it listens on, and the last one it listened on while it
+   * drains (a closing server has none: its 503 readiness had said
+   * `embedded`; found by a black-box review).
+   */
+  let listenedOn: string | undefined;
   const endpoint = (): string => {
     if (config.publicUrl) return config.publicUrl;
     const address = app.server.address();
     if (address && typeof address === 'object') {
       const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-      return `http://${host}:${address.port}`;
+      listenedOn = `http://${host}:${address.port}`;
     }
-    return 'embedded';
+    return listenedOn ?? 'embedded';
   };
+  app.server.on('listening', endpoint);
   const state: ServiceState = { engine, config, requests: 0, closing: false, endpoint };
   // without tokens (development) the engine accepts any request, as the spec allows
   const tokens = config.authTokens.length > 0 ? new TokenSet(config.authTokens) : undefined;

@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
 import { CLI, ROOT, request, spawnServer, startTestServer, tempDir, type ChildServer, type TestServer } from './helpers.js';
@@ -372,6 +373,25 @@ describe('error bodies always carry a code', () => {
     const res = await other.post('/v1/records/get', { table: 't', tenant_id: 'a', id: 'x' });
     expect(res.status).toBe(503);
     expect(res.body).toMatchObject({ code: 'shutting_down' });
+    other.app.braid.closing = false;
+    await other.destroy();
+  });
+
+  // found by a black-box review: a closing server has no address, and its readiness said `embedded`
+  it('its readiness while draining names the address it listened on', async () => {
+    const other = await startTestServer();
+    const socket = connect(Number(new URL(other.url).port), '127.0.0.1');
+    await new Promise<void>((resolve) => socket.on('connect', resolve));
+    other.app.braid.closing = true;
+    other.app.server.close();
+    const answer = await new Promise<string>((resolve) => {
+      let out = '';
+      socket.on('data', (d) => (out += d.toString('utf8')));
+      socket.on('close', () => resolve(out));
+      socket.write('GET /v1/ready HTTP/1.1\r\nHost: x\r\n\r\n');
+    });
+    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+    expect(body).toMatchObject({ code: 'shutting_down', engine_url: other.url });
     other.app.braid.closing = false;
     await other.destroy();
   });
