@@ -794,6 +794,7 @@ describe('gateway against a scripted engine', () => {
   let upstreamUrl: string;
   let gateway: ChildServer;
   let notReady = false;
+  let shapelessMetrics = false;
   const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders; body: string }> = [];
 
   beforeAll(async () => {
@@ -813,6 +814,11 @@ describe('gateway against a scripted engine', () => {
         if (req.url === '/hop') {
           res.writeHead(200, { 'content-type': 'application/json', connection: 'x-upstream-hop', 'x-upstream-hop': 'secret', 'x-kept': 'yes' });
           res.end('{}');
+          return;
+        }
+        if (req.url === '/v1/metrics/public-safe' && shapelessMetrics) {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ some: 'thing' }));
           return;
         }
         if (req.url === '/big') {
@@ -958,6 +964,12 @@ describe('gateway against a scripted engine', () => {
     const metrics = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
     // the scripted engine's answer is not a metrics body: relayed as is
     expect(metrics.status).toBe(201);
+    // found by a black-box review: a 200 out of shape was the gateway's 500 (its serializer's)
+    shapelessMetrics = true;
+    const shapeless = await get(gateway.url, '/v1/metrics/public-safe', GOOD);
+    shapelessMetrics = false;
+    expect(shapeless.status).toBe(502);
+    expect(shapeless.body).toEqual({ code: 'upstream_error', error: expect.stringMatching(/answered its metrics out of shape/) });
   });
 });
 

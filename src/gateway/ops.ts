@@ -6,6 +6,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BraidError } from '../errors.js';
+import { compile } from '../validation.js';
 import { securedDocument } from '../openapi.js';
 import { BranchesResponse, MetricsResponse, ReadyResponse } from '../schemas/ops.js';
 import { isObject, listedKey, type Engines } from './engines.js';
@@ -55,7 +56,7 @@ export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions
     const route = await engines.route(request);
     const res = await engines.getJson(request, route, '/v1/metrics/public-safe');
     if (res.status !== 200 || !isObject(res.body)) return relayError(reply, route, res);
-    return {
+    const metrics = {
       ...res.body,
       gateway: true,
       rate_limit_enabled: state.limiter,
@@ -63,6 +64,14 @@ export async function gatewayOpsRoutes(app: FastifyInstance, options: OpsOptions
       requests: state.requests,
       service: GATEWAY_SERVICE_NAME,
     };
+    // an engine's answer out of shape is the engine's failure (502), not the gateway's own 500
+    // when its serializer meets it (found by a black-box review)
+    const shaped = compile(MetricsResponse);
+    if (!shaped(metrics)) {
+      const first = shaped.errors?.[0];
+      throw new BraidError('upstream_error', `engine ${route.endpoint} answered its metrics out of shape (${first ? `${first.instancePath || 'the body'} ${first.message}` : 'unknown'})`);
+    }
+    return metrics;
   });
 
   app.get('/v1/branches', {
