@@ -40,7 +40,7 @@ export function resolveBranch(headers: BranchRef, body: NamedBranch): BranchRef 
   if (body.database_id === undefined && body.branch_id === undefined) return headers;
   // a name that is not one is that, whatever the headers say (through the gateway, which sets
   // them, an empty database_id had been a branch_mismatch naming a header the client never sent)
-  checkBranchNames(body);
+  checkBranchNames({ database_id: body.database_id, branch_id: body.branch_id });
   return {
     databaseId: pick('database_id', 'x-braid-database', headers.databaseId, body.database_id),
     branchId: pick('branch_id', 'x-braid-branch', headers.branchId, body.branch_id),
