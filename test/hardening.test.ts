@@ -382,13 +382,17 @@ describe('error bodies always carry a code', () => {
     const other = await startTestServer();
     const socket = connect(Number(new URL(other.url).port), '127.0.0.1');
     await new Promise<void>((resolve) => socket.on('connect', resolve));
+    // headers still arriving when the drain starts: a connection that is not idle, which close()
+    // leaves open (an idle one it closes, from Node 19 on)
+    await new Promise<void>((resolve) => socket.write('GET /v1/ready HTTP/1.1\r\n', () => resolve()));
+    await new Promise((resolve) => setTimeout(resolve, 50));
     other.app.braid.closing = true;
     other.app.server.close();
     const answer = await new Promise<string>((resolve) => {
       let out = '';
       socket.on('data', (d) => (out += d.toString('utf8')));
       socket.on('close', () => resolve(out));
-      socket.write('GET /v1/ready HTTP/1.1\r\nHost: x\r\n\r\n');
+      socket.write('Host: x\r\n\r\n');
     });
     const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
     expect(body).toMatchObject({ code: 'shutting_down', engine_url: other.url });
