@@ -223,7 +223,7 @@ export class Braid {
   query(query: Native.HybridQuery, options?: BranchRef): Promise<Native.QueryResponse> {
     return call(() => {
       checkArgumentSize(query, 'query', 'invalid_query');
-      return runQuery(this.engine, query, options);
+      return runQuery(this.engine, query, options, 'query');
     }, options);
   }
 
@@ -231,7 +231,7 @@ export class Braid {
   explain(query: Native.HybridQuery, options?: BranchRef): Promise<Native.HybridExplain> {
     return call(() => {
       checkArgumentSize(query, 'query', 'invalid_query');
-      return explainQuery(this.engine, query, options);
+      return explainQuery(this.engine, query, options, 'query');
     }, options);
   }
 

@@ -162,12 +162,14 @@ describe('embedded API errors carry stable codes', () => {
   it('a query of the wrong shape has the code of its kind, whatever JavaScript object carries it', async () => {
     const base = { table: 'notes', tenant_id: 't' };
     for (const vector of [new Int32Array([1, 0]), new DataView(new ArrayBuffer(8))]) {
-      expect(await db.query({ ...base, vector } as never).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/vector must be array/) });
+      expect(await db.query({ ...base, vector } as never).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/^query\.vector must be array/) });
     }
     expect(await db.query(new Date() as never).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/got a Date$/) });
     const proto = JSON.parse('{"table":"notes","tenant_id":"t","__proto__":{}}');
     expect(await db.query(proto).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_query', message: expect.stringMatching(/^query\.__proto__ is a key named __proto__/) });
     expect(await db.explain(proto).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_query' });
+    // the embedded API has no body: a member is named as the query's (it said body.top_k)
+    expect(await db.explain({ ...base, top_k: 'ten' } as never).catch((e: unknown) => e)).toMatchObject({ code: 'invalid_request', message: 'query.top_k must be integer' });
     // a whole number past 2^53 is named as such
     const epoch = await db.get({ ...base, id: 'x' }, { epoch: 2 ** 60 }).catch((e: unknown) => e);
     expect(epoch).toMatchObject({ code: 'invalid_query', message: expect.stringMatching(/from 0 to 2\^53 - 1/) });

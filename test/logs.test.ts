@@ -179,6 +179,12 @@ describe('the gateway\'s request log lines', () => {
       expect(engineError.status).toBe(500);
       const unreachable = await request(`${gatewayUrl}/v1/records/get`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'g' }, { ...gwAuth, 'x-braid-database': 'down', 'x-request-id': 'gw-502' });
       expect(unreachable.status).toBe(502);
+      // an engine that answers without its branch list is not one that did not answer (found by a black-box review)
+      const branches = await request(`${gatewayUrl}/v1/branches`, 'GET', undefined, gwAuth);
+      expect(branches.status).toBe(200);
+      const stateOf = (database: string) => branches.body.branches.find((b: { database_id: string }) => b.database_id === database)?.state;
+      expect([stateOf('default'), stateOf('failing'), stateOf('down')]).toEqual(['active', 'error', 'unreachable']);
+      expect(gatewayLines.find((l) => l.msg === 'engine answered GET /v1/branches without its branch list')).toMatchObject({ level: 40, engine: failingUrl, status: 500 });
       const requestLine = (id: string) => gatewayLines.find((l) => l.msg === 'request' && l.request_id === id);
       await waitFor('the gateway\'s request lines', () => ['gw-put', 'gw-nope', 'gw-500', 'gw-502'].every((id) => requestLine(id) !== undefined));
       expect(requestLine('gw-put')).toMatchObject({ method: 'POST', route: '/v1/records/put', status: 200, duration_ms: expect.any(Number) });

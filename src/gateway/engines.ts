@@ -25,7 +25,12 @@ export interface ListedBranch {
 }
 
 /** Each endpoint's branches by `listedKey`; undefined when the engine did not answer. */
-export type Listing = Map<string, Map<string, ListedBranch> | undefined>;
+/**
+ * Each engine's branches by endpoint, or why there are none: `unreachable`
+ * when the engine did not answer, `error` when it answered with something
+ * other than its list (a token it refuses, for instance).
+ */
+export type Listing = Map<string, Map<string, ListedBranch> | 'unreachable' | 'error'>;
 
 /** The key of a branch in a Listing. */
 export const listedKey = (databaseId: string, branchId: string): string => `${databaseId}\u0000${branchId}`;
@@ -106,7 +111,7 @@ export class Engines {
     const perEndpoint: Listing = new Map();
     await Promise.all([...this.router.endpoints()].map(async ([endpoint, probe]) => {
       const up = this.upstreams.get(endpoint)!;
-      let listed: Map<string, ListedBranch> | undefined;
+      let listed: Map<string, ListedBranch> | 'unreachable' | 'error' = 'error';
       try {
         const headers = this.headers(request, probe);
         delete headers['content-length'];
@@ -117,8 +122,11 @@ export class Engines {
           );
           listed = new Map(branches.map((b) => [listedKey(b.database_id, b.branch_id), b]));
           this.router.learn(endpoint, branches);
+        } else {
+          request.log.warn({ engine: endpoint, status: res.status }, 'engine answered GET /v1/branches without its branch list');
         }
       } catch {
+        listed = 'unreachable';
         void up.check();
       }
       perEndpoint.set(endpoint, listed);

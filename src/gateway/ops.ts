@@ -135,15 +135,16 @@ export async function catalogBranches(engines: Engines, request: FastifyRequest)
   const perEndpoint = await engines.list(request);
   return engines.router.all().map((route) => {
     const listed = perEndpoint.get(route.endpoint);
-    const engine = listed?.get(listedKey(route.upstreamDatabaseId, route.upstreamBranchId));
+    const engine = typeof listed === 'object' ? listed.get(listedKey(route.upstreamDatabaseId, route.upstreamBranchId)) : undefined;
     return {
       branch_id: route.branch_id,
       database_id: route.database_id,
       endpoint: route.endpoint,
       latest_epoch: num(engine?.latest_epoch),
       parent_branch_id: typeof engine?.parent_branch_id === 'string' ? engine.parent_branch_id : null,
-      // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not answer
-      state: engine ? String(engine.state) : listed ? 'missing' : 'unreachable',
+      // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not
+      // answer, "error" when it answered without its list (a refused token, for instance)
+      state: engine ? String(engine.state) : typeof listed === 'object' ? 'missing' : (listed ?? 'unreachable'),
     };
   });
 }

@@ -35,8 +35,12 @@ export function prepareQueryChecks(): void {
   compile(TypedVectorQuerySchema);
 }
 
-/** The query as the engine takes it, or a 400 naming the first member out of shape. */
-export function checkQuery(query: unknown): HybridQuery {
+/**
+ * The query as the engine takes it, or a 400 naming the first member out of
+ * shape, as a member of `dataVar` (`body.vector` over HTTP, `query.vector`
+ * for the embedded API, which has no body).
+ */
+export function checkQuery(query: unknown, dataVar = 'body'): HybridQuery {
   // found by a black-box review: a Date passed the schema as an object, and reached the engine as its text
   const tag = Object.prototype.toString.call(query);
   if (query !== null && typeof query === 'object' && !Array.isArray(query) && tag !== '[object Object]') {
@@ -44,22 +48,22 @@ export function checkQuery(query: unknown): HybridQuery {
   }
   // as the key is refused inside a query (the engine's invalid_query); the schema saw an unknown member
   if (query !== null && typeof query === 'object' && Object.hasOwn(query, '__proto__')) {
-    throw new BraidError('invalid_query', 'query.__proto__ is a key named __proto__, which a query cannot hold (a JavaScript object read back would take it as its prototype)');
+    throw new BraidError('invalid_query', `${dataVar}.__proto__ is a key named __proto__, which a query cannot hold (a JavaScript object read back would take it as its prototype)`);
   }
   // only a vector of floats crosses as a typed array; an Int32Array or a DataView is a member of the wrong type
   const vector = (query as { vector?: unknown } | null)?.vector;
   const typed = vector instanceof Float32Array || vector instanceof Float64Array;
   const valid = compile(typed ? TypedVectorQuerySchema : HybridQuerySchema);
-  if (!valid(query)) throw validationError(valid.errors);
+  if (!valid(query)) throw validationError(valid.errors, dataVar);
   return query as HybridQuery;
 }
 
 /** Runs a hybrid query. */
-export function runQuery(engine: Engine, query: HybridQuery, branch?: BranchRef): Promise<QueryResponse> {
+export function runQuery(engine: Engine, query: HybridQuery, branch?: BranchRef, dataVar?: string): Promise<QueryResponse> {
   // the binding's own promise, without an async layer around it: a refused
   // query still rejects rather than throws
   try {
-    checkQuery(query);
+    checkQuery(query, dataVar);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -78,8 +82,8 @@ export async function runQueryJson(engine: Engine, body: Buffer, branch?: Branch
 }
 
 /** Runs a hybrid query for its explain alone (planner candidates included). */
-export async function explainQuery(engine: Engine, query: HybridQuery, branch?: BranchRef): Promise<HybridExplain> {
-  const checked = checkQuery(query);
+export async function explainQuery(engine: Engine, query: HybridQuery, branch?: BranchRef, dataVar?: string): Promise<HybridExplain> {
+  const checked = checkQuery(query, dataVar);
   return (await engine.query({ ...checked, explain: true }, branch)).explain;
 }
 
