@@ -31,7 +31,7 @@ import { adminRoutes } from './routes/admin.js';
 import { consoleRoutes, isConsoleRequest } from './routes/console.js';
 import { idempotency } from './idempotency/index.js';
 import swagger from '@fastify/swagger';
-import { TokenSet, WWW_AUTHENTICATE, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
+import { TokenSet, WWW_AUTHENTICATE, authorizationOf, bearerToken, requireScope, routeScope, tokenId, type Scope } from './auth.js';
 import { checkRequestTarget, pathOf } from './request-target.js';
 
 export interface AppOptions {
@@ -205,7 +205,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (tokens && !isConsoleRequest(request)) {
       let auth: { token: string; scope: Scope };
       try {
-        auth = tokens.check(request.headers.authorization);
+        auth = tokens.check(authorizationOf(request.raw));
       } catch (err) {
         reply.header('www-authenticate', WWW_AUTHENTICATE);
         throw err;

@@ -16,6 +16,7 @@
  *   `timingSafeEqual`, against every configured token).
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import { Kind, type DocumentNode, type FragmentDefinitionNode, type OperationDefinitionNode, type SelectionSetNode } from 'graphql';
 import { BraidError } from './errors.js';
 
@@ -170,6 +171,25 @@ export class TokenSet {
     if (scope === undefined) throw new BraidError('unauthorized', 'bearer token is not valid');
     return { token, scope };
   }
+}
+
+/**
+ * The request's `Authorization` header. Node keeps the first of several and
+ * drops the rest; a proxy in front may read another, so a request that
+ * sends more than one (RFC 9110 allows one) is refused instead of judged
+ * by the first (found by a black-box review).
+ */
+export function authorizationOf(raw: IncomingMessage): string | undefined {
+  const header = raw.headers.authorization;
+  if (header === undefined) return undefined;
+  let count = 0;
+  const lines = raw.rawHeaders;
+  for (let i = 0; i < lines.length; i += 2) {
+    const name = lines[i]!;
+    if (name.length === 13 && name.toLowerCase() === 'authorization') count += 1;
+  }
+  if (count > 1) throw new BraidError('unauthorized', `the request has ${count} Authorization headers; send one`);
+  return header;
 }
 
 /** The token of an `Authorization: Bearer <token>` header. */

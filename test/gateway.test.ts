@@ -11,7 +11,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
 import { GatewayConfigError, gatewayConfig, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
-import { parseRawAnswer, request, spawnServer, startTestServer, tempDir, uploadThenRead, waitFor, type ChildServer, type HttpResult } from './helpers.js';
+import { parseRawAnswer, rawHttp, request, spawnServer, startTestServer, tempDir, uploadThenRead, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
 const OTHER = { authorization: 'Bearer other' };
@@ -307,6 +307,9 @@ describe('gateway in front of a real engine', () => {
       const res = await get(gateway.url, '/v1/ready', { authorization: header });
       expect(res.body, header).toEqual({ code: 'unauthorized', error: 'the Authorization header is not "Bearer <token>" (the Bearer scheme and one token without spaces)' });
     }
+    // two headers are refused, not judged by the first (found by a black-box review)
+    const twice = await rawHttp(gateway.url, 'GET /v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer good\r\nAuthorization: Bearer nope\r\n\r\n');
+    expect(parseRawAnswer(twice)).toEqual({ status: 401, body: { code: 'unauthorized', error: 'the request has 2 Authorization headers; send one' } });
   });
 
   it('answers a path that does not decode 400 invalid_request, in the error body every failure has', async () => {

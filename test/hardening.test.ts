@@ -9,7 +9,7 @@ import path from 'node:path';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
-import { CLI, ROOT, request, spawnServer, startTestServer, tempDir, type ChildServer, type TestServer } from './helpers.js';
+import { CLI, ROOT, parseRawAnswer, rawHttp, request, spawnServer, startTestServer, tempDir, type ChildServer, type TestServer } from './helpers.js';
 
 /** The WAL segment a branch is writing (the newest `wal-<generation>.log`). */
 function newestWal(dataDir: string): string {
@@ -477,6 +477,16 @@ describe('token scopes on the engine', () => {
     const branches = await s.get('/v1/branches', auth('rd'));
     expect(branches.body.branches.find((b: { branch_id: string }) => b.branch_id === 'main').state).not.toBe('archived');
     expect((await s.post('/v1/records/put', rec('c'), auth('nope'))).status).toBe(401);
+  });
+
+  // found by a black-box review: the first of two Authorization headers was used (and a proxy may read the other)
+  it('refuses a request with two Authorization headers, whichever comes first, and writes nothing', async () => {
+    const body = JSON.stringify(rec('two'));
+    for (const [first, second] of [['rd', 'adm'], ['adm', 'rd'], ['adm', 'adm']]) {
+      const answer = parseRawAnswer(await rawHttp(s.url, `POST /v1/records/put HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${first}\r\nContent-Type: application/json\r\nauthorization: Bearer ${second}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`));
+      expect(answer).toEqual({ status: 401, body: { code: 'unauthorized', error: 'the request has 2 Authorization headers; send one' } });
+    }
+    expect((await s.post('/v1/records/get', { table: 'scoped', tenant_id: 't', id: 'two' }, auth('adm'))).body.record).toBeNull();
   });
 
   it('GraphQL needs the scope of what the document does', async () => {

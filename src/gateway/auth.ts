@@ -9,7 +9,7 @@
  * (guessing tokens).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { TokenSet, WWW_AUTHENTICATE, requireScope, routeScope, type Scope } from '../auth.js';
+import { TokenSet, WWW_AUTHENTICATE, authorizationOf, requireScope, routeScope, type Scope } from '../auth.js';
 import { BraidError } from '../errors.js';
 import { checkBranchHeaders } from '../names.js';
 import { isConsoleRequest } from '../routes/console.js';
@@ -51,7 +51,7 @@ export function authenticateRequests(app: FastifyInstance, state: { readonly con
     }
     let auth: Authenticated;
     try {
-      auth = tokens.check(request.headers.authorization);
+      auth = tokens.check(authorizationOf(request.raw));
     } catch (err) {
       const entry = failures.get(request.ip) ?? { count: 0, until: now + config.authFailureWindowMs };
       entry.count += 1;
