@@ -12,6 +12,7 @@ import { BraidClient, DEFAULT_URL, RemoteBraidError, type PutBatchResult, type R
 import { Braid, type BranchRef, type BranchSummary, type HybridQuery, type QueryResponse, type RecordInput, type RecordKey } from '../engine.js';
 import { BraidError } from '../errors.js';
 import { QlSyntaxError } from '../ql/index.js';
+import { checkQuery } from '../services/queries.js';
 import { urlSetting } from '../settings.js';
 import { sendableToken } from '../auth.js';
 
@@ -77,7 +78,8 @@ function embeddedBackend(dataDir: string, branch: BranchRef): Backend {
       return { epoch: result.committed?.epoch ?? 0, record_count: result.committed?.record_count ?? records.length };
     },
     nativeQuery: (text) => db.nativeQuery(text, branch),
-    query: (query) => db.query(query, branch),
+    // the flag is --body: its members are named as the server names a body's (the embedded API says query.)
+    query: async (query) => db.query(checkQuery(query, 'body'), branch),
     snapshot: async (name) => withoutReplayed(await db.snapshot(name, branch)),
     restore: async (source, target, verify) => withoutReplayed(await db.restore(source, target, { verify })),
     branches: () => db.branches(),
