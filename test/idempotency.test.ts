@@ -1,7 +1,8 @@
 // Idempotency-Key over real HTTP: replay, conflicts, concurrency and restarts.
 import http from 'node:http';
+import { Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from './helpers.js';
+import { startTestServer, waitFor, type TestServer } from './helpers.js';
 
 let s: TestServer;
 const rec = (id: string, fields: Record<string, unknown> = {}) => ({ table: 'docs', tenant_id: 't1', id, fields });
@@ -130,6 +131,66 @@ describe('Idempotency-Key', () => {
       engine.put = put;
     }
   }, 20_000);
+
+  // found by a black-box review: a client that timed out while the server was stopped left its key
+  // claimed for good (the claim's listeners were added after the connection had closed), so every
+  // later request with the key waited forever; and a claim ended at the connection's close, while
+  // its write still ran, would let a retry run the write again
+  it('a client that leaves before or during its keyed write leaves the key to its retry, which replays', async () => {
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const engine = s.engine.engine;
+    const { receipt, put } = { receipt: engine.receipt.bind(engine), put: engine.put.bind(engine) };
+    let slowLookup = true;
+    let slowPut = false;
+    engine.receipt = async (key, branch) => {
+      if (slowLookup) await sleep(150);
+      return receipt(key, branch);
+    };
+    engine.put = async (records, branch, draft) => {
+      if (slowPut) await sleep(300);
+      return put(records, branch, draft);
+    };
+    // sends a keyed put on its own connection and closes it after `ms`, unanswered
+    const abandon = (id: string, key: string, ms: number) => {
+      const body = JSON.stringify({ record: rec(id, { n: 1 }) });
+      const { port } = new URL(s.url);
+      const socket = new Socket();
+      return new Promise<void>((resolve) => {
+        socket.connect(Number(port), '127.0.0.1', () => {
+          socket.write(`POST /v1/records/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: ${key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+          setTimeout(() => {
+            socket.destroy();
+            resolve();
+          }, ms);
+        });
+      });
+    };
+    // a retry that is never answered fails the test instead of hanging it
+    const answered = <T,>(p: Promise<T>) =>
+      Promise.race([p, sleep(10_000).then(() => Promise.reject(new Error('the retry was not answered within 10 s')))]);
+    const version = async (id: string) => (await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id })).body.record?.version_id;
+    try {
+      // gone while its receipt is looked up, so before the key is claimed
+      await abandon('gone-early', 'gone-early-key', 30);
+      await waitFor('the abandoned write', async () => (await version('gone-early')) === 1);
+      slowLookup = false;
+      const retry = await answered(s.post('/v1/records/put', JSON.stringify({ record: rec('gone-early', { n: 1 }) }), { 'idempotency-key': 'gone-early-key' }));
+      expect(retry.status).toBe(200);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+
+      // gone while its write runs: the retry waits for that write and replays it
+      slowPut = true;
+      await abandon('gone-mid', 'gone-mid-key', 100);
+      slowPut = false;
+      const mid = await answered(s.post('/v1/records/put', JSON.stringify({ record: rec('gone-mid', { n: 1 }) }), { 'idempotency-key': 'gone-mid-key' }));
+      expect(mid.status).toBe(200);
+      expect(mid.headers.get('idempotent-replayed')).toBe('true');
+      expect(await version('gone-mid')).toBe(1);
+    } finally {
+      engine.receipt = receipt;
+      engine.put = put;
+    }
+  }, 30_000);
 
   // found by a black-box review: with a key, the receipt was looked up in the header's branch (404)
   it('a keyed restore ignores a branch header, as an unkeyed one does, and replays whatever header a retry sends', async () => {

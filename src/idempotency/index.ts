@@ -107,6 +107,8 @@ export interface IdempotencyContext {
   partial?: boolean;
   /** A retry of a read whose response was too large to store: the digest it must match. */
   expect?: StoredDigest;
+  /** Called once the request's answer is decided (its onSend hooks ran): frees the key's claim if the client is gone. */
+  handled?: () => void;
 }
 
 declare module 'fastify' {
@@ -223,14 +225,30 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     let release!: () => void;
     const mine = new Promise<void>((resolve) => (release = resolve));
     inFlight.set(flightKey, mine);
-    request.idempotency = { scopedKey, bodyHash, branch, committed: false };
-    // runs on 'finish' and again on 'close': only ever removes this request's own claim
+    // The claim ends when the answer is sent ('finish'), or, for a client
+    // that has gone (no 'finish' will come), once the request's work is done
+    // and its receipt stored (onSend below): not at the connection's close,
+    // which can come while the write still runs, when a retry let in would
+    // run it again. The close may also have come already, during the awaits
+    // above (a client that timed out while the server was stopped): a
+    // listener added after it never ran, and the key stayed claimed, every
+    // later request with it waiting forever (found by a black-box review).
+    let gone = reply.raw.closed || reply.raw.destroyed;
+    let handled = false;
     const done = () => {
       if (inFlight.get(flightKey) === mine) inFlight.delete(flightKey);
       release();
     };
-    reply.raw.once('close', done);
     reply.raw.once('finish', done);
+    reply.raw.once('close', () => {
+      gone = true;
+      if (handled) done();
+    });
+    const onHandled = () => {
+      handled = true;
+      if (gone) done();
+    };
+    request.idempotency = { scopedKey, bodyHash, branch, committed: false, handled: onHandled };
     return undefined;
   };
   app.addHook('preHandler', (request, reply, done) => {
@@ -302,10 +320,11 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
   app.addHook('onSend', (request, reply, payload, done) => {
     const ctx = request.idempotency;
     if (!ctx || reply.statusCode < 200 || reply.statusCode >= 300) {
+      ctx?.handled?.();
       done(null, payload);
       return undefined;
     }
-    return store(request, reply, payload, ctx);
+    return store(request, reply, payload, ctx).finally(() => ctx.handled?.());
   });
 }
 
