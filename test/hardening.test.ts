@@ -169,11 +169,21 @@ describe('one data directory, one process', () => {
     // the first server still writes where it should
     const put2 = await request(`${first.url}/v1/records/put`, 'POST', { record: { table: 't', tenant_id: 'a', id: 'r2', fields: { n: 2 } } });
     expect(put2.status).toBe(200);
-    first.child.kill('SIGKILL');
-    await first.exited;
+    // found by a black-box review: with LOCK deleted (taken for stale), a second server locked a new
+    // one and its start-up clean-up replaced the first's open record file; what the first acknowledged
+    // after that was gone once its close checkpoint sealed the replaced file
+    rmSync(path.join(dir, 'LOCK'));
+    const third = await braid(['serve', '--port', '0', '--data-dir', dir]);
+    expect(third.code).not.toBe(0);
+    expect(third.stderr).toContain('data_dir_locked');
+    const put3 = await request(`${first.url}/v1/records/put`, 'POST', { record: { table: 't', tenant_id: 'a', id: 'r3', fields: { n: 3 } } });
+    expect(put3.status).toBe(200);
+    // a clean stop: its close checkpoint seals the record file
+    first.child.kill('SIGTERM');
+    expect(await first.exited).toBe(0);
     const again = await spawnServer(['serve', '--port', '0', '--data-dir', dir]);
     children.push(again);
-    for (const id of ['r1', 'r2']) {
+    for (const id of ['r1', 'r2', 'r3']) {
       const got = await request(`${again.url}/v1/records/get`, 'POST', { table: 't', tenant_id: 'a', id });
       expect(got.body.record?.id).toBe(id);
     }
