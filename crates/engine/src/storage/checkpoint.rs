@@ -1512,6 +1512,23 @@ pub fn check_tail(dir: &Path, checkpoint: Option<u32>) -> Result<()> {
             wal_name(gap[1])
         ));
     }
+    // A segment is created, header and all, durably before anything follows
+    // it (its image, the next segment): only the last one, with no image of
+    // its generation, can be short from a crash while it was created. One
+    // emptied otherwise had been taken for new, and the writes it held were
+    // gone without a word (found by a black-box review).
+    for (i, gen) in tail.iter().enumerate() {
+        let followed = i + 1 < tail.len() || checkpoint == Some(*gen);
+        let len = std::fs::metadata(dir.join(wal_name(*gen)))?.len();
+        if followed && len < crate::storage::wal::HEADER_LEN {
+            return refuse(format!(
+                "log segment {} is {len} bytes, shorter than its header, but a {} follows it, so it was complete \
+                 once",
+                wal_name(*gen),
+                if checkpoint == Some(*gen) { "checkpoint" } else { "later segment" }
+            ));
+        }
+    }
     Ok(())
 }
 
