@@ -9,6 +9,7 @@ import type { Braid } from './engine.js';
 import { openServerEngine } from './server-open.js';
 import { prepareQueryChecks } from './services/queries.js';
 import { logEngineEvents } from './engine-events.js';
+import { BraidError } from './errors.js';
 import type { ServerConfig } from './config.js';
 import { listenFailure } from './settings.js';
 
@@ -54,7 +55,17 @@ export async function startServer(config: ServerConfig, engine: Braid = openServ
       }
       engine.close();
       // the close's own checkpoint, after the app stopped reading events
-      logEngineEvents(app.log, engine.events());
+      const last = engine.events();
+      logEngineEvents(app.log, last);
+      // nothing is lost (the WAL replays at the next start), but the close
+      // did not do its work: the process exits 1 (src/signals.ts), as
+      // docs/operations.md says (found by a black-box review: a full disk's
+      // failed close checkpoint had exited 0)
+      const failed = last.filter((e) => e.event === 'checkpoint_failed' && e.trigger === 'close');
+      if (failed.length > 0) {
+        const where = failed.map((e) => `${e.database_id}/${e.branch_id}`).join(', ');
+        throw new BraidError('storage_failure', `the close checkpoint failed for ${where}; the next start replays the WAL`);
+      }
     })();
     return closing;
   };
