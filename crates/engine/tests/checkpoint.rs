@@ -340,6 +340,27 @@ fn sealed_record_files_are_opened_as_read_and_an_empty_one_is_not_sealed() {
     assert_eq!(get(&engine, "r0", None).unwrap()["meta"]["v"], 1);
 }
 
+/// A record file cut short answers a read with its name, the entry's offset
+/// and what is wrong (it said only "failed to fill whole buffer"; found by a
+/// black-box review).
+#[test]
+fn a_record_file_cut_short_is_named_with_the_offset() {
+    let _failpoints = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let branch = main_dir(dir.path());
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    let sealed = branch.join("records-00000000.dat");
+    let len = std::fs::metadata(&sealed).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&sealed).unwrap().set_len(len / 2).unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    let err = engine.get(None, None, &key("r19"), None).err().expect("the cut entry cannot be read");
+    assert!(err.message.contains("records-00000000.dat offset"), "{}", err.message);
+    assert!(err.message.contains("the file ends before it"), "{}", err.message);
+}
+
 /// A query asking for no fields (`return_fields: []`) answers ids, versions
 /// and scores from memory: with every record entry on disk damaged, it still
 /// answers, while the same query returning fields reads them and refuses.

@@ -333,7 +333,16 @@ impl RecordFiles {
         }
         let mut bytes = vec![0u8; loc.len as usize];
         match wait {
-            Wait::Block => self.file(loc.gen)?.read_exact_at(&mut bytes, loc.offset)?,
+            Wait::Block => self.file(loc.gen)?.read_exact_at(&mut bytes, loc.offset).map_err(|e| {
+                // a file cut short said only "failed to fill whole buffer" (found by a black-box review)
+                Error::storage(format!(
+                    "record at {} offset {} ({} bytes) cannot be read: {e}{}",
+                    file_name(loc.gen),
+                    loc.offset,
+                    loc.len,
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof { " (the file ends before it)" } else { "" }
+                ))
+            })?,
             Wait::Never => {
                 if loc.len as usize > NOW_MAX_BYTES {
                     return Ok(None);

@@ -275,9 +275,21 @@ fn read_image(path: &Path) -> Result<(Vec<u8>, u8)> {
         return Err(Error::storage(format!("{}: not a braid log", path.display())));
     }
     let version = bytes[8];
-    if !(1..=FORMAT_VERSION).contains(&version) {
+    if version > FORMAT_VERSION {
+        // the code errors.md gives a newer on-disk format, as the checkpoint's
+        // reader answers one (it was storage_failure; found by a black-box review)
+        return Err(Error::new(
+            crate::error::Code::FormatUnsupported,
+            format!(
+                "{}: log format version {version} is newer than this braid supports ({FORMAT_VERSION}); upgrade \
+                 braid",
+                path.display()
+            ),
+        ));
+    }
+    if version == 0 {
         return Err(Error::storage(format!(
-            "{}: log format version {version} is newer than this braid supports ({FORMAT_VERSION}); upgrade braid",
+            "{}: log header names format version 0: the header is damaged",
             path.display()
         )));
     }
@@ -826,6 +838,7 @@ mod tests {
         std::fs::write(&path, &newer).unwrap();
         let err = Wal::open(&path).err().unwrap();
         assert!(err.message.contains("newer"), "{}", err.message);
+        assert_eq!(err.code, crate::error::Code::FormatUnsupported);
         assert_eq!(std::fs::read(&path).unwrap(), newer);
     }
 
