@@ -356,7 +356,7 @@ fn a_record_file_cut_short_is_named_with_the_offset() {
     let len = std::fs::metadata(&sealed).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&sealed).unwrap().set_len(len / 2).unwrap();
     let engine = open_without_checkpoints(dir.path());
-    let err = engine.get(None, None, &key("r19"), None).err().expect("the cut entry cannot be read");
+    let err = engine.get(None, None, &key("r19"), None).expect_err("the cut entry cannot be read");
     assert!(err.message.contains("records-00000000.dat offset"), "{}", err.message);
     assert!(err.message.contains("the file ends before it"), "{}", err.message);
 }
