@@ -1929,6 +1929,12 @@ mod tests {
             assert_eq!(read.is_empty(), expected.is_empty());
         }
     }
+    /// The best score of a document in `clause`'s current block.
+    fn best_in_block(clause: &Clause, weight: &Bm25Weight) -> Score {
+        let docs = clause.block.docs().iter().zip(clause.block.freqs()).filter(|(&doc, _)| doc != TERMINATED);
+        docs.map(|(&doc, &tf)| weight.score(clause.fieldnorms.fieldnorm_id(doc), tf)).fold(0.0, f32::max)
+    }
+
     /// A block's bound is never below the best score of a document in it,
     /// also for a column few rows have, whose average length over its rows
     /// is several times the segment's over every document (where scoring
@@ -1979,13 +1985,7 @@ mod tests {
             for segment in searcher.segment_readers() {
                 let Some(mut clause) = Clause::open(segment, &term, &weight, average).unwrap() else { continue };
                 while clause.doc() != TERMINATED {
-                    let best = clause
-                        .block
-                        .docs()
-                        .iter()
-                        .zip(clause.block.freqs())
-                        .map(|(&doc, &tf)| weight.score(clause.fieldnorms.fieldnorm_id(doc), tf))
-                        .fold(0.0f32, f32::max);
+                    let best = best_in_block(&clause, &weight);
                     // tantivy's stored pair scored with this weight (a copy:
                     // the cursor keeps the first maximum it computed)
                     let pair = clause.block.clone().block_max_score(&clause.fieldnorms, &weight);
@@ -2019,14 +2019,7 @@ mod tests {
                             continue;
                         };
                         while clause.doc() != TERMINATED {
-                            let best = clause
-                                .block
-                                .docs()
-                                .iter()
-                                .zip(clause.block.freqs())
-                                .filter(|(&doc, _)| doc != TERMINATED)
-                                .map(|(&doc, &tf)| weight.score(clause.fieldnorms.fieldnorm_id(doc), tf))
-                                .fold(0.0f32, f32::max);
+                            let best = best_in_block(&clause, &weight);
                             let bound = clause.block_max();
                             assert!(bound >= best, "{column} {word} at average {average}: bound {bound} below {best}");
                             checked += 1;
