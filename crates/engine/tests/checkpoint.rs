@@ -864,7 +864,9 @@ fn a_log_that_does_not_continue_its_checkpoint_is_refused() {
     let _failpoints = FailScenario::setup();
     // "emptied": the segment after the checkpoint cut to 0 bytes, which had been taken for a new one and its
     // writes dropped without a word (found by a black-box review)
-    for damage in ["checkpoint", "segment", "emptied"] {
+    // "copied": the last segment copied under the next segment's name, which was replayed a second time
+    // (found by a black-box review: every record in it got a second version)
+    for damage in ["checkpoint", "segment", "emptied", "copied"] {
         let dir = tempfile::tempdir().unwrap();
         let engine = open_without_checkpoints(dir.path());
         engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
@@ -881,13 +883,16 @@ fn a_log_that_does_not_continue_its_checkpoint_is_refused() {
         assert!(removed.exists(), "{}", removed.display());
         if damage == "emptied" {
             std::fs::File::create(&removed).unwrap();
+        } else if damage == "copied" {
+            std::fs::copy(&removed, branch.join(checkpoint::wal_name(gen + 1))).unwrap();
         } else {
             std::fs::remove_file(&removed).unwrap();
         }
         let before = files(&branch, "");
         let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("the start must be refused");
         assert_eq!(err.code, Code::WalCorrupt, "{damage}: {}", err.message);
-        assert!(err.message.contains("acknowledged writes would be lost"), "{}", err.message);
+        let says = if damage == "copied" { "does not continue the log" } else { "acknowledged writes would be lost" };
+        assert!(err.message.contains(says), "{}", err.message);
         assert_eq!(files(&branch, ""), before, "{damage}: the refused start removed files");
     }
 }

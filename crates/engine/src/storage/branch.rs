@@ -219,6 +219,9 @@ impl Branch {
         // record versions in the segment left open: a checkpoint is due once
         // they reach `checkpoint_rows`
         let mut open_rows = 0;
+        // epochs only grow along the log: a commit that changes something
+        // takes a new one, a receipt alone keeps the one before it
+        let mut last_epoch = state.latest_epoch;
         for (i, gen) in segments.iter().enumerate() {
             let (wal, replay) = Wal::open(&dir.join(checkpoint::wal_name(*gen)))?;
             truncated += replay.truncated;
@@ -236,6 +239,27 @@ impl Branch {
                     })
                     .collect();
                 let decoded = decoded.into_iter().collect::<Result<Vec<Decoded>>>()?;
+                // a segment copied or put back from elsewhere would apply its
+                // writes a second time, out of place (found by a black-box
+                // review: a copy of the last segment under the next name was
+                // replayed, and every record it held got a second version)
+                for (d, (_, end)) in decoded.iter().zip(chunk) {
+                    let changes = !d.commit.rows.is_empty() || !d.commit.schemas.is_empty();
+                    if d.commit.epoch < last_epoch || (changes && d.commit.epoch == last_epoch) {
+                        return Err(Error::new(
+                            Code::WalCorrupt,
+                            format!(
+                                "{}: the commit at offset {end} has epoch {}, not after epoch {last_epoch} before it: \
+                                 the segment does not continue the log (a copy, or a file put back?); acknowledged \
+                                 writes would be applied out of place. Move it away, or restore a snapshot into a new \
+                                 branch (docs/operations.md)",
+                                dir.join(checkpoint::wal_name(*gen)).display(),
+                                d.commit.epoch
+                            ),
+                        ));
+                    }
+                    last_epoch = d.commit.epoch;
+                }
                 if i + 1 == segments.len() {
                     open_rows += decoded.iter().map(|d| d.commit.rows.len() as u64).sum::<u64>();
                 }

@@ -39,36 +39,38 @@ impl DirLock {
         options.read(true).write(true).create(true).truncate(false);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        // the directory first: a process it refuses creates no LOCK file
+        // (one deleted while its owner runs is not made again by a refusal)
+        let Ok(dir) = lock_directory(data) else { return Err(locked(data)) };
         let mut file = options.open(&path)?;
-        let dir = lock_directory(data);
-        let held = match dir {
-            Err(()) => Some(TryLockError::WouldBlock),
-            Ok(_) => file.try_lock().err(),
-        };
-        match held {
-            None => {}
-            Some(TryLockError::WouldBlock) => {
-                let mut owner = String::new();
-                let _ = file.read_to_string(&mut owner);
-                let owner = owner.trim();
-                let by = if owner.is_empty() { String::new() } else { format!(" (pid {owner})") };
-                return Err(Error::new(
-                    Code::DataDirLocked,
-                    format!(
-                        "data directory {} is in use by another braid process{by}; stop it first or use another \
-                         --data-dir",
-                        data.display()
-                    ),
-                ));
-            }
-            Some(TryLockError::Error(e)) => return Err(e.into()),
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(locked(data)),
+            Err(TryLockError::Error(e)) => return Err(e.into()),
         }
-        let dir = dir.unwrap_or(None);
         file.set_len(0)?;
         file.seek(SeekFrom::Start(0))?;
         file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
         Ok(DirLock { _file: file, _dir: dir })
     }
+}
+
+/// The refusal of a directory another process holds, naming its pid when
+/// its `LOCK` file says it (read only: a refusal creates nothing).
+fn locked(data: &Path) -> Error {
+    let mut owner = String::new();
+    if let Ok(mut file) = File::open(data.join(LOCK_FILE)) {
+        let _ = file.read_to_string(&mut owner);
+    }
+    let owner = owner.trim();
+    let by = if owner.is_empty() { String::new() } else { format!(" (pid {owner})") };
+    Error::new(
+        Code::DataDirLocked,
+        format!(
+            "data directory {} is in use by another braid process{by}; stop it first or use another --data-dir",
+            data.display()
+        ),
+    )
 }
 
 /// The directory `data` locked on its own descriptor: `Ok(None)` where that
@@ -115,6 +117,8 @@ mod tests {
         std::fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
         let err = DirLock::acquire(dir.path()).unwrap_err();
         assert_eq!(err.code, Code::DataDirLocked, "{}", err.message);
+        // and the refusal makes no LOCK file of its own
+        assert!(!dir.path().join(LOCK_FILE).exists());
         drop(first);
         DirLock::acquire(dir.path()).unwrap();
     }
