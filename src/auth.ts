@@ -19,6 +19,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { Kind, type DocumentNode, type FragmentDefinitionNode, type OperationDefinitionNode, type SelectionSetNode } from 'graphql';
 import { BraidError } from './errors.js';
+import { headerLines } from './request-target.js';
 
 export const SCOPES = ['read', 'write', 'admin'] as const;
 export type Scope = (typeof SCOPES)[number];
@@ -182,12 +183,7 @@ export class TokenSet {
 export function authorizationOf(raw: IncomingMessage): string | undefined {
   const header = raw.headers.authorization;
   if (header === undefined) return undefined;
-  let count = 0;
-  const lines = raw.rawHeaders;
-  for (let i = 0; i < lines.length; i += 2) {
-    const name = lines[i]!;
-    if (name.length === 13 && name.toLowerCase() === 'authorization') count += 1;
-  }
+  const count = headerLines(raw.rawHeaders, 'authorization');
   if (count > 1) throw new BraidError('unauthorized', `the request has ${count} Authorization headers; send one`);
   return header;
 }

@@ -20,10 +20,17 @@ export function pathOf(url: string): string {
   return url.split('?', 1)[0]!;
 }
 
-/** How many `Host` lines a request's raw headers (name, value, name, value, ...) hold. */
-function hostLines(rawHeaders: string[]): number {
+/**
+ * How many lines of header `name` (lower case) a request's raw headers
+ * (name, value, name, value, ...) hold: Node joins or drops repeats of a
+ * header, so only these tell that one was sent twice.
+ */
+export function headerLines(rawHeaders: string[], name: string): number {
   let count = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]!.toLowerCase() === 'host') count += 1;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const line = rawHeaders[i]!;
+    if (line.length === name.length && line.toLowerCase() === name) count += 1;
+  }
   return count;
 }
 
@@ -48,7 +55,7 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   }
   // and to one with more than one Host line: Node keeps the first and drops
   // the others, so which host was meant would be a guess
-  if (hostLines(request.raw.rawHeaders) > 1) {
+  if (headerLines(request.raw.rawHeaders, 'host') > 1) {
     throw new BraidError('invalid_request', 'the request carries more than one Host header; send one');
   }
   // Node decodes only `chunked` and passes any other transfer coding's

@@ -39,6 +39,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from './plugin.js';
 import { BraidError } from '../errors.js';
 import { parseRequestJson } from '../json.js';
+import { headerLines } from '../request-target.js';
 import type { BranchRef, Engine, RequestKey } from '../native/engine.js';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
@@ -182,7 +183,7 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     if (!IDEMPOTENT_ROUTES.has(route)) return;
     const key = Array.isArray(raw) ? raw[0]! : raw;
     // Node joins a header sent twice into one value ("a, b"), which would be a key neither request meant
-    if (request.raw.rawHeaders.filter((name, i) => i % 2 === 0 && name.toLowerCase() === IDEMPOTENCY_HEADER).length > 1) {
+    if (headerLines(request.raw.rawHeaders, IDEMPOTENCY_HEADER) > 1) {
       throw new BraidError('idempotency_key_invalid', 'Idempotency-Key was sent more than once');
     }
     if (!validKey(key)) {
