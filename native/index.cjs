@@ -838,4 +838,5 @@ module.exports = nativeBinding
 module.exports.NativeEngine = nativeBinding.NativeEngine
 module.exports.doctor = nativeBinding.doctor
 module.exports.errorCodes = nativeBinding.errorCodes
+module.exports.putBodyBranch = nativeBinding.putBodyBranch
 module.exports.releaseBuffer = nativeBinding.releaseBuffer

@@ -484,6 +484,13 @@ export interface PutBatchOutcome {
   includeWriteTiming: boolean
 }
 
+/**
+ * The branch a `/v1/records/put` wrapper body names, read without its
+ * record (`braid_engine::wire::put_names`): where a keyed put's receipt is
+ * looked up. `null` for a body that names none or is not a wrapper.
+ */
+export declare function putBodyBranch(body: Buffer): BranchRef | null
+
 export interface QueryResponse {
   explain: HybridExplain
   next_cursor: string | null

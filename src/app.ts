@@ -10,11 +10,11 @@ import { engineDocument } from './openapi.js';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Braid } from './engine.js';
-import type { BranchRef, Engine } from './native/engine.js';
+import { putBodyBranch, type BranchRef, type Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { labelKnownPath, routeLabel } from './route-label.js';
 import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
-import { headerBranch, resolveBranch } from './services/branch.js';
+import { headerBranch, resolveNamedBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv } from './validation.js';
@@ -80,9 +80,12 @@ export type App = FastifyInstance & { withTypeProvider: () => FastifyInstance };
 function receiptBranch(request: FastifyRequest): BranchRef {
   if (request.routeOptions.url === '/v1/admin/restore') return {};
   const headers = headerBranch(request.headers);
-  const body = request.body as { record?: unknown; database_id?: string; branch_id?: string } | undefined;
-  if (request.routeOptions.url === '/v1/records/put' && body && typeof body === 'object' && 'record' in body) {
-    return resolveBranch(headers, body);
+  // a put wrapper may name its branch (its body's bytes, which the engine
+  // reads; the header's branch alone had been searched, so a retry of a
+  // write to the named branch was judged by another branch's receipts)
+  if (request.routeOptions.url === '/v1/records/put' && Buffer.isBuffer(request.body)) {
+    const named = putBodyBranch(request.body);
+    if (named) return resolveNamedBranch(headers, named);
   }
   return headers;
 }

@@ -326,6 +326,15 @@ describe('request bodies read by the engine from their bytes', () => {
     expect((await native.get(undefined, key))!.fields).toEqual({ n: 1 });
   });
 
+  it('putBodyBranch reads the branch a put wrapper names without its record, null for any other body', () => {
+    const names = (body: string) => loadNative().putBodyBranch(Buffer.from(body));
+    expect(names('{"database_id":"d","record":{"fields":{"v":[1,2]}},"branch_id":"b"}')).toEqual({ databaseId: 'd', branchId: 'b' });
+    expect(names('{"record":{},"branch_id":"b"}')).toEqual({ branchId: 'b' });
+    for (const body of ['{"record":{}}', '{"table":"t","branch_id":"b"}', '{"record":{},"branch_id":7}', '[]', 'not json', '']) {
+      expect(names(body)).toBeNull();
+    }
+  });
+
   it('runs a /v1/query body from its bytes and answers JSON bytes, or null when the service must read the body', async () => {
     const query = { table: TABLE, tenant_id: TENANT, text: 'bytes', vector: [0, 0, 1], top_k: 5 };
     // scored by the index in every query compared (a freshness_penalty changes as the indexer catches up)

@@ -239,6 +239,37 @@ describe('Idempotency-Key', () => {
     expect(mainAgain.body).toEqual(onMain.body);
   });
 
+  // found by a black-box review: the receipt was looked up in the header's branch (main), so a
+  // first write to the named branch was 409 and a retry of one was judged by main's receipts
+  it('a put wrapper naming its branch is keyed in that branch, with or without the header', async () => {
+    await s.post('/v1/records/put', { record: rec('named-base') });
+    expect((await s.post('/v1/admin/snapshot', { target: 'named_base' })).status).toBe(200);
+    expect((await s.post('/v1/admin/restore', { source: 'named_base', target: 'named_b' })).status).toBe(200);
+    const key = { 'idempotency-key': 'named-key' };
+    const onMain = await s.post('/v1/records/put', { record: rec('named', { on: 'main' }) }, key);
+    expect(onMain.status).toBe(200);
+    const body = { branch_id: 'named_b', record: rec('named', { on: 'b' }) };
+    const first = await s.post('/v1/records/put', body, key);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    for (const headers of [key, { ...key, 'x-braid-branch': 'named_b' }]) {
+      const again = await s.post('/v1/records/put', body, headers);
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.body).toEqual(first.body);
+    }
+    const changed = await s.post('/v1/records/put', { ...body, record: rec('named', { on: 'c' }) }, key);
+    expect(changed.status).toBe(409);
+    expect(changed.body.code).toBe('idempotency_key_reused');
+    const mismatch = await s.post('/v1/records/put', body, { ...key, 'x-braid-branch': 'main' });
+    expect(mismatch.status).toBe(400);
+    expect(mismatch.body.code).toBe('branch_mismatch');
+    const get = (branch: string) => s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'named' }, { 'x-braid-branch': branch });
+    expect((await get('named_b')).body.record).toMatchObject({ version_id: 1, fields: { on: 'b' } });
+    expect((await get('main')).body.record).toMatchObject({ version_id: 1, fields: { on: 'main' } });
+    expect((await s.post('/v1/records/put', { ...body, branch_id: 'no_such_branch' }, { 'idempotency-key': 'named-missing' })).body.code).toBe('branch_not_found');
+  });
+
   it('a GraphQL answer with errors stores nothing: the corrected document runs with the same key', async () => {
     const key = { 'idempotency-key': 'gql-fix' };
     const wrong = await s.post('/v1/graphql', { query: 'mutation { put(table: "docs", tenant_id: "t1", id: "g", fields: {x: 5}) { epoch } }' }, key);

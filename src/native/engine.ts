@@ -118,6 +118,15 @@ export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Na
   return settleSync(() => loadNative().doctor(dataDir, options.salvage ?? false));
 }
 
+/**
+ * The branch a `/v1/records/put` body's wrapper names (`database_id`,
+ * `branch_id`), read by the engine without reading its record; null for a
+ * bare record, a wrapper naming none, or a body out of the wrapper's shape.
+ */
+export function putBodyBranch(body: Buffer): BranchRef | null {
+  return settleSync(() => loadNative().putBodyBranch(body));
+}
+
 /** One open data directory, as the binding serves it. Every promise runs off the JS thread. */
 export class Engine {
   readonly dataDir: string;

@@ -47,6 +47,11 @@ export function resolveBranch(headers: BranchRef, body: NamedBranch): BranchRef 
   };
 }
 
+/** resolveBranch for names the engine read from a body (a BranchRef, null where none). */
+export function resolveNamedBranch(headers: BranchRef, named: BranchRef): BranchRef {
+  return resolveBranch(headers, { database_id: named.databaseId ?? undefined, branch_id: named.branchId ?? undefined });
+}
+
 function pick(what: string, headerName: string, fromHeader: string | undefined, named: string | undefined): string | undefined {
   if (fromHeader !== undefined && named !== undefined && fromHeader !== named) {
     throw new BraidError('branch_mismatch', `body ${what} "${named}" disagrees with the request's ${headerName} header "${fromHeader}"`);

@@ -9,7 +9,7 @@
  * `changed` members are filled in by the commit.
  */
 import { checkFieldNames } from '../names.js';
-import { resolveBranch } from './branch.js';
+import { resolveNamedBranch } from './branch.js';
 import type { BranchRef, Engine, ReceiptDraft, RecordInput, RecordKey, RecordOutput, RequestKey, WriteResult } from '../native/engine.js';
 
 export interface WriteOptions {
@@ -62,7 +62,7 @@ export async function putJson(engine: Engine, body: Buffer, options?: WriteOptio
   const first = await engine.putJson(body, options?.branch, writeReceipt(options));
   if (first === null || !('named' in first)) return first;
   const { named } = first;
-  const branch = resolveBranch(options?.branch ?? {}, { database_id: named.databaseId ?? undefined, branch_id: named.branchId ?? undefined });
+  const branch = resolveNamedBranch(options?.branch ?? {}, named);
   const written = await engine.putJson(body, branch, writeReceipt(options), named);
   return written !== null && 'named' in written ? null : written;
 }

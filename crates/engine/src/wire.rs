@@ -107,6 +107,29 @@ pub fn put(bytes: &[u8]) -> Option<PutBody> {
     as_the_service_reads(&mut body.record).then_some(body)
 }
 
+/// The branch a `/v1/records/put` wrapper names (its `database_id` and
+/// `branch_id`), read without reading its record: a keyed put's receipt is
+/// looked up in the branch the write goes to, before the write reads the
+/// body. `None` for a bare record, a wrapper that names no branch, and a body
+/// out of the wrapper's shape (which the write refuses, storing no receipt).
+pub fn put_names(bytes: &[u8]) -> Option<(Option<String>, Option<String>)> {
+    if !is_object(bytes) {
+        return None;
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Names {
+        #[serde(rename = "record")]
+        _record: serde::de::IgnoredAny,
+        #[serde(default, deserialize_with = "present_string")]
+        database_id: Option<String>,
+        #[serde(default, deserialize_with = "present_string")]
+        branch_id: Option<String>,
+    }
+    let Names { database_id, branch_id, .. } = serde_json::from_slice(bytes).ok()?;
+    (database_id.is_some() || branch_id.is_some()).then_some((database_id, branch_id))
+}
+
 /// An optional member that, when present, is a string (`null` is refused,
 /// as the schema refuses it).
 fn present_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -383,6 +406,31 @@ mod tests {
             "",
         ] {
             assert!(put(body.as_bytes()).is_none(), "{body} must go the service's way");
+        }
+    }
+
+    #[test]
+    fn reads_the_branch_a_put_wrapper_names_without_its_record() {
+        let names = |body: &str| put_names(body.as_bytes());
+        assert_eq!(
+            names(r#"{"record":{"table":"t","fields":{"v":[1,2]}},"branch_id":"b"}"#),
+            Some((None, Some("b".to_string())))
+        );
+        assert_eq!(
+            names(r#"{"database_id":"d","record":{},"branch_id":"b"}"#),
+            Some((Some("d".to_string()), Some("b".to_string())))
+        );
+        for body in [
+            r#"{"record":{"table":"t","tenant_id":"a","id":"2"}}"#,
+            r#"{"table":"t","tenant_id":"a","id":"1","branch_id":"b"}"#,
+            r#"{"record":{},"branch_id":null}"#,
+            r#"{"record":{},"branch_id":"b","extra":1}"#,
+            r#"{"branch_id":"b"}"#,
+            r#"[{"record":{},"branch_id":"b"}]"#,
+            "not json",
+            "",
+        ] {
+            assert_eq!(names(body), None, "{body}");
         }
     }
 

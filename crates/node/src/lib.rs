@@ -96,6 +96,16 @@ pub fn release_buffer(env: &Env, buffer: Unknown<'_>) -> Result<()> {
     buffer.and_then(ArrayBuffer::detach).map_err(|e| Error::new(e.status, REFUSED))
 }
 
+/// The branch a `/v1/records/put` wrapper body names, read without its
+/// record (`braid_engine::wire::put_names`): where a keyed put's receipt is
+/// looked up. `null` for a body that names none or is not a wrapper.
+#[napi]
+pub fn put_body_branch(env: &Env, body: Buffer) -> Result<Option<BranchRef>> {
+    let names = guard("reading a put body's branch", || Ok(braid_engine::wire::put_names(&body)));
+    let names = names.map_err(|e| js_error(env, &e))?;
+    Ok(names.map(|(database_id, branch_id)| BranchRef { database_id, branch_id }))
+}
+
 /// Every stable error code of the engine with its HTTP status; the service
 /// builds its error table from this (src/errors.ts).
 #[napi]
