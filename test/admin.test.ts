@@ -1,4 +1,6 @@
 // Snapshots, restore into branches and branch listing over real HTTP.
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers.js';
 
@@ -157,6 +159,27 @@ describe('snapshot and restore', () => {
     const unknownBranch = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'a' }, { 'x-braid-branch': 'ghost' });
     expect(unknownBranch.status).toBe(404);
     expect(unknownBranch.body.code).toBe('branch_not_found');
+  });
+
+  // found by a black-box review: a backup copied in under a new name, and files under db/, were replaced
+  it('a snapshot or restore of a name whose directory the catalog does not hold is 409 and leaves it', async () => {
+    const copied = path.join(s.dataDir, 'snapshots', 'copied_in');
+    cpSync(path.join(s.dataDir, 'snapshots', 'fork_point'), copied, { recursive: true });
+    const before = readFileSync(path.join(copied, 'snapshot.json'), 'utf8');
+    const snap = await s.post('/v1/admin/snapshot', { target: 'copied_in' });
+    expect(snap.status).toBe(409);
+    expect(snap.body).toMatchObject({ code: 'snapshot_exists' });
+    expect(snap.body.error).toContain('snapshots/copied_in');
+    expect(readFileSync(path.join(copied, 'snapshot.json'), 'utf8')).toBe(before);
+    const foreign = path.join(s.dataDir, 'db', 'default', 'by_hand');
+    mkdirSync(foreign, { recursive: true });
+    writeFileSync(path.join(foreign, 'notes.txt'), 'mine');
+    const restore = await s.post('/v1/admin/restore', { source: 'fork_point', target: 'by_hand' });
+    expect(restore.status).toBe(409);
+    expect(restore.body.code).toBe('branch_exists');
+    expect(readFileSync(path.join(foreign, 'notes.txt'), 'utf8')).toBe('mine');
+    const names = (await s.get('/v1/branches')).body.branches.map((b: { branch_id: string }) => b.branch_id);
+    expect(names).not.toContain('by_hand');
   });
 
   it('everything survives a restart', async () => {

@@ -519,11 +519,11 @@ impl Engine {
         let final_dir = self.config.data_dir.join("snapshots").join(target);
         let tmp_dir = self.config.data_dir.join("snapshots").join(format!(".{target}.tmp"));
         let _ = std::fs::remove_dir_all(&tmp_dir);
-        if final_dir.exists() {
-            // left by a crash after the copy but before the catalog update
-            std::fs::remove_dir_all(&final_dir)?;
-        }
+        unnamed_dir_free(&final_dir, &format!("snapshots/{target}"), SNAPSHOTTING, Code::SnapshotExists)?;
         wal::create_private_dir(&tmp_dir)?;
+        // marks the directory as this snapshot's until the catalog names it
+        // (renamed with it): a start removes an unnamed one only with it
+        write_durable(&tmp_dir.join(SNAPSHOTTING), b"")?;
         // a checkpoint between two write groups holds exactly the commits up
         // to its epoch; its files are immutable, so linking them is a copy
         let info = handle.checkpoint(Some(&tmp_dir))?;
@@ -548,6 +548,7 @@ impl Engine {
             let _ = std::fs::remove_dir_all(&final_dir);
             return Err(e);
         }
+        let _ = std::fs::remove_file(final_dir.join(SNAPSHOTTING));
         Ok(SnapshotOutcome { meta, replayed: false })
     }
 
@@ -604,9 +605,7 @@ impl Engine {
         }
         let src = snapshot_dir(&self.config.data_dir, source)?;
         let dir = branch_dir(&self.config.data_dir, &db, target);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
+        unnamed_dir_free(&dir, &format!("db/{db}/{target}"), RESTORING, Code::BranchExists)?;
         wal::create_private_dir(&dir)?;
         // marks the directory as a restore's until the catalog names it: a
         // start removes a directory the catalog does not name only with it
@@ -618,7 +617,7 @@ impl Engine {
             for entry in std::fs::read_dir(&src)? {
                 let path = entry?.path();
                 match path.file_name().and_then(|n| n.to_str()) {
-                    Some("snapshot.json") => {}
+                    Some("snapshot.json" | SNAPSHOTTING) => {}
                     Some(WAL_FILE) => wal::copy_prefix(&path, &dir.join(WAL_FILE), std::fs::metadata(&path)?.len())?,
                     _ => files.push(path),
                 }
@@ -1030,10 +1029,34 @@ fn check_branch_dir(meta: &BranchMeta, dir: &Path) -> Result<()> {
 /// names the branch.
 const RESTORING: &str = ".restoring";
 
+/// The file that marks a snapshot directory as a snapshot's until the
+/// catalog names it.
+const SNAPSHOTTING: &str = ".snapshotting";
+
+/// Makes way for a snapshot or a restore's directory `dir`, which the
+/// catalog does not name: one holding `mark` was left by a snapshot or a
+/// restore that never finished (this engine's own) and is removed; any
+/// other is refused with `code`, not replaced. It is an operator's (found by
+/// a black-box review: a backup copied into `snapshots/` under a new name,
+/// and a directory of files under `db/`, were overwritten by a snapshot and a
+/// restore of that name).
+fn unnamed_dir_free(dir: &Path, shown: &str, mark: &str, code: Code) -> Result<()> {
+    if dir.join(mark).exists() {
+        std::fs::remove_dir_all(dir)?;
+    } else if std::fs::symlink_metadata(dir).is_ok() {
+        return Err(Error::new(
+            code,
+            format!("the data directory's {shown} exists and the catalog does not name it (put there by hand?): name it in catalog.json or move it away"),
+        ));
+    }
+    Ok(())
+}
+
 /// Removes what a snapshot or a restore killed part way left (found by a
 /// black-box test, which left four and then eleven behind): a snapshot's
-/// temporary directory (`snapshots/.<name>.tmp`), and a branch directory the
-/// catalog does not name that holds a restore's mark. Such a directory was
+/// temporary directory (`snapshots/.<name>.tmp`), and a snapshot or branch
+/// directory the catalog does not name that holds a snapshot's or a
+/// restore's mark. Such a directory was
 /// never acknowledged (the catalog is written last); nothing reads it, and
 /// its hard links kept alive files that retention had deleted from the
 /// branch they came from. Any other directory the catalog does not name is
@@ -1042,8 +1065,12 @@ const RESTORING: &str = ".restoring";
 /// operator's to judge.
 fn remove_unfinished(data: &Path, catalog: &Catalog) -> Result<()> {
     for (name, path) in subdirs(&data.join("snapshots"))? {
-        if name.starts_with('.') && name.ends_with(".tmp") && !catalog.snapshots.iter().any(|s| s.name == name) {
+        let named = catalog.snapshots.iter().any(|s| s.name == name);
+        if !named && ((name.starts_with('.') && name.ends_with(".tmp")) || path.join(SNAPSHOTTING).exists()) {
             std::fs::remove_dir_all(path)?;
+        } else if named {
+            // a snapshot that finished: its mark may outlive the catalog write
+            let _ = std::fs::remove_file(path.join(SNAPSHOTTING));
         }
     }
     for (database, path) in subdirs(&data.join("db"))? {

@@ -570,7 +570,13 @@ fn a_start_removes_what_a_killed_snapshot_or_restore_left() {
     // directory (its files linked from the snapshot) the catalog never named
     let data = dir.path();
     copy_dir(&data.join("snapshots").join("kept"), &data.join("snapshots").join(".half.tmp"));
+    assert!(!data.join("snapshots").join("kept").join(".snapshotting").exists(), "a finished snapshot keeps no mark");
     copy_dir(&data.join("snapshots").join("kept"), &data.join("snapshots").join("unnamed"));
+    // a snapshot marks its directory until the catalog names it, and the
+    // mark of one that finished may outlive the catalog write
+    copy_dir(&data.join("snapshots").join("kept"), &data.join("snapshots").join("renamed"));
+    std::fs::write(data.join("snapshots").join("renamed").join(".snapshotting"), b"").unwrap();
+    std::fs::write(data.join("snapshots").join("kept").join(".snapshotting"), b"").unwrap();
     copy_dir(&data.join("db").join("default").join("restored"), &data.join("db").join("default").join("unfinished"));
     copy_dir(&data.join("db").join("default").join("restored"), &data.join("db").join("other").join("unfinished"));
     // a restore marks its directory until the catalog names it
@@ -586,10 +592,39 @@ fn a_start_removes_what_a_killed_snapshot_or_restore_left() {
     assert_eq!(files(&data.join("db").join("default"), ""), vec!["main", "restored", "someones"]);
     assert!(files(&data.join("db").join("other"), "").is_empty());
     assert!(!data.join("db").join("default").join("restored").join(".restoring").exists());
+    assert!(!data.join("snapshots").join("kept").join(".snapshotting").exists());
     // what the catalog names is whole
     assert!(engine.get(None, Some("restored"), &key("r3"), None).unwrap().is_some());
     engine.restore("kept", "unfinished").unwrap();
     assert!(engine.get(None, Some("unfinished"), &key("r3"), None).unwrap().is_some());
+    // a directory the catalog does not name is not replaced by a snapshot or
+    // a restore of its name (found by a black-box review: a backup copied in
+    // under a new name was overwritten by a snapshot of that name)
+    std::fs::write(data.join("db").join("default").join("someones").join("mine"), b"x").unwrap();
+    let before = files(&data.join("snapshots").join("unnamed"), "");
+    let err = engine.snapshot(None, None, "unnamed").unwrap_err();
+    assert_eq!(err.code, Code::SnapshotExists, "{}", err.message);
+    assert!(
+        err.message.contains("snapshots/unnamed") && !err.message.contains(&data.display().to_string()),
+        "{}",
+        err.message
+    );
+    assert_eq!(files(&data.join("snapshots").join("unnamed"), ""), before);
+    let err = engine.restore("kept", "someones").unwrap_err();
+    assert_eq!(err.code, Code::BranchExists, "{}", err.message);
+    assert!(data.join("db").join("default").join("someones").join("mine").exists());
+    assert!(engine.snapshots().iter().all(|s| s.name != "unnamed"));
+    // once the catalog names it (as an operator would), it restores
+    drop(engine);
+    let catalog_path = data.join("catalog.json");
+    let mut catalog: serde_json::Value = serde_json::from_slice(&std::fs::read(&catalog_path).unwrap()).unwrap();
+    let mut copied = catalog["snapshots"][0].clone();
+    copied["name"] = "unnamed".into();
+    catalog["snapshots"].as_array_mut().unwrap().push(copied);
+    std::fs::write(&catalog_path, serde_json::to_vec(&catalog).unwrap()).unwrap();
+    let engine = open_without_checkpoints(data);
+    engine.restore("unnamed", "from_copy").unwrap();
+    assert!(engine.get(None, Some("from_copy"), &key("r3"), None).unwrap().is_some());
 }
 
 fn copy_dir(from: &Path, to: &Path) {
