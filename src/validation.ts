@@ -31,6 +31,11 @@ export function validationError(errors: ErrorObject[] | null | undefined, dataVa
     const field = (first.params as { missingProperty: string }).missingProperty;
     return new BraidError('invalid_request', `${where} is missing required field "${field}"`);
   }
+  if (first.keyword === 'const') {
+    // a union of literals fails each of them: name every value it takes
+    const allowed = errors!.filter((e) => e.keyword === 'const' && e.instancePath === first.instancePath).map((e) => JSON.stringify((e.params as { allowedValue: unknown }).allowedValue));
+    return new BraidError('invalid_request', `${where} must be ${allowed.length > 1 ? `one of ${allowed.join(', ')}` : allowed[0]}`);
+  }
   return new BraidError('invalid_request', `${where} ${first.message ?? 'is invalid'}`);
 }
 

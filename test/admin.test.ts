@@ -139,6 +139,9 @@ describe('snapshot and restore', () => {
     expect(listed.state).toBe('archived');
     await s.post('/v1/admin/branch-state', { branch_id: 'verified', state: 'active' });
     expect((await s.post('/v1/records/put', { record: rec('x'), branch_id: 'verified' })).status).toBe(200);
+    // a state it does not take names the ones it does
+    const bad = await s.post('/v1/admin/branch-state', { branch_id: 'verified', state: 'deleted' });
+    expect(bad.body).toEqual({ code: 'invalid_request', error: 'body.state must be one of "active", "archived"' });
   });
 
   it('bad names, duplicates and missing sources are clear errors', async () => {

@@ -282,7 +282,7 @@ describe('gateway in front of a real engine', () => {
       tokens: ['managed'],
       rate_limit: { max: 1000, window_ms: 1000 },
       databases: [
-        { database_id: 'default', branches: [{ branch_id: 'main', endpoint: engineUrl }, { branch_id: 'dev', endpoint: engineUrl }] },
+        { database_id: 'default', branches: [{ branch_id: 'main', endpoint: engineUrl }, { branch_id: 'dev', endpoint: engineUrl }, { branch_id: 'later', endpoint: engineUrl, upstream_branch_id: 'later_up' }] },
         { database_id: 'analytics', branches: [{ branch_id: 'main', endpoint: engineUrl, upstream_database_id: 'default', upstream_branch_id: 'dev' }] },
         { database_id: 'ghost', branches: [{ branch_id: 'main' }] },
       ],
@@ -317,6 +317,16 @@ describe('gateway in front of a real engine', () => {
       const res = await get(gateway.url, route, GOOD);
       expect(res.status, route).toBe(400);
       expect(res.body, route).toEqual({ code: 'invalid_request', error: expect.stringContaining('not a valid url component') });
+    }
+  });
+
+  // found by a black-box review: the gateway read the body as JSON first and answered invalid_json
+  it('answers a GraphQL body that is not JSON content with the engine\'s own code', async () => {
+    for (const type of ['application/graphql', 'text/plain']) {
+      const direct = await request(`${engineUrl}/v1/graphql`, 'POST', '{ tables { name } }', { 'content-type': type });
+      const through = await request(`${managed.url}/v1/graphql`, 'POST', '{ tables { name } }', { authorization: 'Bearer managed', 'content-type': type });
+      expect(direct.body.code, type).toBe('unsupported_media_type');
+      expect({ status: through.status, code: through.body.code }, type).toEqual({ status: direct.status, code: direct.body.code });
     }
   });
 
@@ -588,6 +598,7 @@ describe('gateway in front of a real engine', () => {
       branches: [
         { database_id: 'default', branch_id: 'main', endpoint: engineUrl, latest_epoch: expect.any(Number), parent_branch_id: null, state: 'active' },
         { database_id: 'default', branch_id: 'dev', endpoint: engineUrl, latest_epoch: devEpoch, parent_branch_id: 'main', state: 'active' },
+        { database_id: 'default', branch_id: 'later', endpoint: engineUrl, latest_epoch: 0, parent_branch_id: null, state: 'missing' },
         { database_id: 'analytics', branch_id: 'main', endpoint: engineUrl, latest_epoch: devEpoch, parent_branch_id: 'main', state: 'active' },
         { database_id: 'ghost', branch_id: 'main', endpoint: engineUrl, latest_epoch: 0, parent_branch_id: null, state: 'missing' },
       ],
@@ -694,6 +705,32 @@ describe('gateway in front of a real engine', () => {
     expect(none.body.code).toBe('branch_not_found');
   });
 
+  // found by a black-box review: the engine made a branch of the alias's own name, which no client could
+  // reach, and its verification passed on that branch
+  it('a restore into a catalog alias makes the branch the alias names, answered in the catalog name', async () => {
+    const M = { authorization: 'Bearer managed' };
+    expect((await post(managed.url, '/v1/records/put', record('for-alias', { n: 2 }), M)).status).toBe(200);
+    expect((await post(managed.url, '/v1/admin/snapshot', { target: 'gw_alias_snap' }, M)).status).toBe(200);
+    const body = { source: 'gw_alias_snap', target: 'later', verify_record: key('for-alias') };
+    const keyed = { ...M, 'idempotency-key': 'alias-restore' };
+    const restored = await post(managed.url, '/v1/admin/restore', body, keyed);
+    expect(restored.status).toBe(200);
+    expect(restored.body).toMatchObject({ restored: true, target: 'later', verification: { status: 'passed' } });
+    expect(Number(restored.headers.get('content-length'))).toBe(Buffer.byteLength(JSON.stringify(restored.body)));
+    const again = await post(managed.url, '/v1/admin/restore', body, keyed);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body).toEqual(restored.body);
+    const got = await post(managed.url, '/v1/records/get', key('for-alias'), { ...M, 'x-braid-branch': 'later' });
+    expect(got.status).toBe(200);
+    expect(got.body.record.fields).toEqual({ n: 2 });
+    const onEngine = ((await get(engineUrl, '/v1/branches')).body.branches as Array<{ branch_id: string }>).map((b) => b.branch_id);
+    expect(onEngine).toContain('later_up');
+    expect(onEngine).not.toContain('later');
+    const twice = await post(managed.url, '/v1/admin/restore', { source: 'gw_alias_snap', target: 'later' }, M);
+    expect(twice.status).toBe(409);
+    expect(twice.body.code).toBe('branch_exists');
+  });
+
   // found by a black-box test: passed on to the engine, GraphQL `branches` listed every branch the engine
   // holds by its own names and address, those a `discover_branches: false` catalog hides included
   it('answers GraphQL branches from its catalog, as GET /v1/branches', async () => {
@@ -747,6 +784,8 @@ describe('gateway in front of a real engine', () => {
   });
 
   it('answers 502 and not ready while the engine is down, and recovers when it restarts on the same port', async () => {
+    const listedUp = (await get(gateway.url, '/v1/branches', GOOD)).body.branches as Array<Record<string, unknown>>;
+    expect(listedUp).toContainEqual(expect.objectContaining({ branch_id: 'dev', parent_branch_id: 'main', state: 'active' }));
     await stopChild(engine, 'SIGKILL');
     const down = await post(gateway.url, '/v1/records/get', key('a'), GOOD);
     expect(down.status).toBe(502);
@@ -762,6 +801,8 @@ describe('gateway in front of a real engine', () => {
     const branches = await get(gateway.url, '/v1/branches', GOOD);
     expect(branches.status).toBe(200);
     expect(branches.body.branches[0].state).toBe('unreachable');
+    // each with the parent its engine last listed, not as a root (found by a black-box review)
+    expect(branches.body.branches).toEqual(listedUp.map((b) => ({ ...b, latest_epoch: 0, state: 'unreachable' })));
 
     engine = await spawn(['serve', '--port', enginePort, '--data-dir', dataDir]);
     expect(engine.url).toBe(engineUrl);

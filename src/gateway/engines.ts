@@ -106,6 +106,18 @@ export class Engines {
     }
   }
 
+  /**
+   * Each branch's parent as its engine last listed it (a parent never
+   * changes), by endpoint and engine names: what `GET /v1/branches` says of
+   * it while its engine does not answer.
+   */
+  private readonly parents = new Map<string, string | null>();
+
+  /** The parent of `route`'s branch as its engine last listed it; null when never listed. */
+  lastParent(route: Route): string | null {
+    return this.parents.get(`${route.endpoint}\n${listedKey(route.upstreamDatabaseId, route.upstreamBranchId)}`) ?? null;
+  }
+
   /** Each engine's `GET /v1/branches`, asked with the request's credentials; teaches the router. */
   async list(request: FastifyRequest): Promise<Listing> {
     const perEndpoint: Listing = new Map();
@@ -121,6 +133,7 @@ export class Engines {
             (b): b is ListedBranch => isObject(b) && typeof b.database_id === 'string' && typeof b.branch_id === 'string',
           );
           listed = new Map(branches.map((b) => [listedKey(b.database_id, b.branch_id), b]));
+          for (const [key, b] of listed) if (typeof b.parent_branch_id === 'string' || b.parent_branch_id === null) this.parents.set(`${endpoint}\n${key}`, b.parent_branch_id);
           this.router.learn(endpoint, branches);
         } else {
           request.log.warn({ engine: endpoint, status: res.status }, 'engine answered GET /v1/branches without its branch list');

@@ -141,7 +141,9 @@ export async function catalogBranches(engines: Engines, request: FastifyRequest)
       database_id: route.database_id,
       endpoint: route.endpoint,
       latest_epoch: num(engine?.latest_epoch),
-      parent_branch_id: typeof engine?.parent_branch_id === 'string' ? engine.parent_branch_id : null,
+      // while the engine does not answer, the parent it last listed (found by a black-box review: every
+      // branch read as a root then)
+      parent_branch_id: engine ? (typeof engine.parent_branch_id === 'string' ? engine.parent_branch_id : null) : engines.lastParent(route),
       // the engine's state; "missing" when the engine has no such branch, "unreachable" when it did not
       // answer, "error" when it answered without its list (a refused token, for instance)
       state: engine ? String(engine.state) : typeof listed === 'object' ? 'missing' : (listed ?? 'unreachable'),

@@ -29,6 +29,7 @@ import { clientGone } from '../http-errors.js';
 const PUT_PATH = '/v1/records/put';
 const GRAPHQL_PATH = '/v1/graphql';
 const SNAPSHOT_PATH = '/v1/admin/snapshot';
+const RESTORE_PATH = '/v1/admin/restore';
 
 /**
  * A snapshot's answer names the branch it copied, as its engine knows it; a
@@ -48,6 +49,51 @@ function inCatalogNames(payload: Buffer, route: Route): Buffer {
   return Buffer.from(JSON.stringify({ ...body, database_id: route.database_id, branch_id: route.branch_id }));
 }
 
+/** A restore's target as the client named it and as its engine knows it. */
+interface RestoreAlias {
+  catalog: string;
+  upstream: string;
+}
+
+/**
+ * A restore's body as the engine of `route` takes it. Its `target` names the
+ * branch the client will read through this gateway: one the catalog lists
+ * under another name on that engine (an alias) is restored under the
+ * engine's name, so that the alias reaches it, and the answer names it as
+ * the client did; one the catalog serves from another engine is 409
+ * `branch_exists`. Found by a black-box review: the engine made a branch of
+ * the alias's own name, which no client could reach, and its verification
+ * "passed" on it.
+ */
+function routeRestore(engines: Engines, route: Route, bytes: Buffer): { body: Buffer; alias?: RestoreAlias } {
+  let body: unknown;
+  try {
+    body = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return { body: bytes };
+  }
+  if (!isObject(body) || typeof body.target !== 'string') return { body: bytes };
+  const listed = engines.router.catalogRoute(route.database_id, body.target);
+  if (!listed) return { body: bytes };
+  if (listed.endpoint !== route.endpoint) {
+    throw new BraidError('branch_exists', `branch ${route.database_id}/${body.target} is in the gateway's catalog, on another engine than this restore's`);
+  }
+  if (listed.upstreamBranchId === body.target) return { body: bytes };
+  return { body: Buffer.from(JSON.stringify({ ...body, target: listed.upstreamBranchId })), alias: { catalog: body.target, upstream: listed.upstreamBranchId } };
+}
+
+/** A restore's answer naming its target as the client did. */
+function restoredAs(payload: Buffer, alias: RestoreAlias): Buffer {
+  let body: unknown;
+  try {
+    body = JSON.parse(payload.toString('utf8'));
+  } catch {
+    return payload;
+  }
+  if (!isObject(body) || body.target !== alias.upstream) return payload;
+  return Buffer.from(JSON.stringify({ ...body, target: alias.catalog }));
+}
+
 /**
  * A GraphQL request body as the gateway reads it: the scope it needs, and
  * its document when it parses. A body that is not JSON is `400 invalid_json`
@@ -55,7 +101,11 @@ function inCatalogNames(payload: Buffer, route: Route): Buffer {
  * (the engine parses it with the same parser and rejects it without running
  * anything).
  */
-function readGraphql(bytes: Buffer): { scope: Scope; body?: Record<string, unknown>; document?: DocumentNode } {
+function readGraphql(bytes: Buffer, contentType: string | undefined): { scope: Scope; body?: Record<string, unknown>; document?: DocumentNode } {
+  // a body that is not JSON content runs nothing at the engine, which
+  // answers it unsupported_media_type, as it does direct (the gateway had
+  // answered invalid_json; found by a black-box review)
+  if ((contentType ?? '').split(';')[0]!.trim().toLowerCase() !== 'application/json') return { scope: 'read' };
   // the engine's own parser (it takes a leading BOM, as JSON.parse does
   // not): a body the gateway read otherwise could run there unchecked
   const body = parseRequestJson(bytes);
@@ -125,11 +175,12 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     /** GraphQL `branches` fields answered here, to put into the engine's answer. */
     let branches: Record<string, unknown> | undefined;
     const buffered = Buffer.isBuffer(request.body) ? request.body : undefined;
+    let alias: RestoreAlias | undefined;
     if (request.method === 'POST' && pathname === PUT_PATH) {
       ({ route, body } = await routePut(engines, request, buffered ?? await readBody(raw, limit), limit));
     } else if (request.method === 'POST' && pathname === GRAPHQL_PATH) {
       const bytes = buffered ?? await readBody(raw, limit);
-      const read = readGraphql(bytes);
+      const read = readGraphql(bytes, request.headers['content-type']);
       requireScope(authOf(request)!.scope, read.scope, 'this GraphQL operation');
       if (read.body && read.document && asksForBranches(read.document)) {
         const answer = await answerBranches(engines, request, read.body, read.document);
@@ -138,6 +189,10 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
       }
       route = await engines.route(request);
       body = bytes;
+    } else if (request.method === 'POST' && pathname === RESTORE_PATH) {
+      const bytes = buffered ?? await readBody(raw, limit);
+      route = await engines.route(request);
+      ({ body, alias } = routeRestore(engines, route, bytes));
     } else {
       route = await engines.route(request);
       body = buffered;
@@ -179,8 +234,9 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
         throw upstreamFailure(route.endpoint, err);
       }
     }
-    const renamed = Buffer.isBuffer(payload) && res.statusCode === 200 && ((request.method === 'POST' && pathname === SNAPSHOT_PATH) || branches !== undefined);
+    const renamed = Buffer.isBuffer(payload) && res.statusCode === 200 && ((request.method === 'POST' && pathname === SNAPSHOT_PATH) || branches !== undefined || alias !== undefined);
     if (renamed && branches) payload = mergeBranches(payload as Buffer, branches);
+    else if (renamed && alias) payload = restoredAs(payload as Buffer, alias);
     else if (renamed) payload = inCatalogNames(payload as Buffer, route);
     if (res.statusCode >= 500) request.log.error({ engine: route.endpoint, status: res.statusCode, code: engineCode(payload) }, 'engine answered with a server error');
     reply.status(res.statusCode);

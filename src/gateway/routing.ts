@@ -80,6 +80,11 @@ export class Router {
     return route;
   }
 
+  /** The catalog's own branch `branchId` of database `databaseId`, not one learned from the engines. */
+  catalogRoute(databaseId: string, branchId: string): Route | undefined {
+    return this.routes.get(databaseId)?.get(branchId);
+  }
+
   /** Replaces what `endpoint` reported before with `reported`. */
   learn(endpoint: string, reported: ReportedBranch[]): void {
     for (const branches of this.discovered.values()) {

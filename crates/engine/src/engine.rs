@@ -124,7 +124,7 @@ impl Catalog {
         match self.requests.iter().find(|r| r.request.key == key.key && r.created_ms >= cutoff) {
             None => Ok(Seen::New),
             Some(r) if r.request.body_hash == key.body_hash => Ok(Seen::Done(r.created.clone())),
-            Some(_) => bail!(IdempotencyKeyReused, "idempotency key was already used with a different request body"),
+            Some(_) => bail!(IdempotencyKeyReused, "Idempotency-Key was already used with a different request body"),
         }
     }
 

@@ -87,7 +87,7 @@ impl<'a> Stage<'a> {
             Some(r) if r.created_ms >= cutoff && r.body_hash == draft.body_hash => Ok(Some(Staged::Replay(r.clone()))),
             Some(r) if r.created_ms >= cutoff => Err(Error::new(
                 Code::IdempotencyKeyReused,
-                "idempotency key was already used with a different request body",
+                "Idempotency-Key was already used with a different request body",
             )),
             _ => Ok(None),
         }
