@@ -232,6 +232,28 @@ describe('POST /v1/graphql: search', () => {
     expect(second.search.results[0]!.record_id).not.toBe(first.search.results[0]!.record_id);
   });
 
+  // found by a black-box review: the typed field writes scalar_eq in the table's column order, and no cursor of
+  // another order paged it
+  it('a cursor pages the same query written with its filters in another order, on every route', async () => {
+    const row = (id: string, emb: number[]) => ({ table: 'docs', tenant_id: 't9', id, fields: { title: 'paged', lang: 'de', year: 2030, emb } });
+    expect((await server.post('/v1/records/put-batch', { records: [row('p1', [1, 0, 0]), row('p2', [0, 1, 0]), row('p3', [0, 0, 1])] })).status).toBe(200);
+    const first = await server.post('/v1/query', { table: 'docs', tenant_id: 't9', top_k: 1, scalar_eq: { year: 2030, lang: 'de' }, vector: [1, 0, 0] });
+    expect(first.status).toBe(200);
+    const cursor = first.body.next_cursor;
+    expect(cursor).toBeTypeOf('string');
+    const typed = await server.post('/v1/graphql', {
+      query: 'query($c: String) { docs_search(tenant_id: "t9", top_k: 1, scalar_eq: { lang: "de", year: 2030 }, vector: [1, 0, 0], cursor: $c) { next_cursor } }',
+      variables: { c: cursor },
+    });
+    expect(typed.body.errors).toBeUndefined();
+    const ql = await server.post('/v1/nativeql', { query: `SEARCH docs TENANT 't9' NEAR [1, 0, 0] IN emb WHERE lang = 'de' AND year = 2030 LIMIT 1 CURSOR '${cursor}'` });
+    expect(ql.status).toBe(200);
+    const json = await server.post('/v1/query', { table: 'docs', tenant_id: 't9', top_k: 1, scalar_eq: { lang: 'de', year: 2030 }, vector_field: 'emb', vector: [1, 0, 0], cursor });
+    expect(json.status).toBe(200);
+    expect(ql.body.results).toEqual(json.body.results);
+    expect(json.body.results.map((r: { record_id: string }) => r.record_id)).toEqual(['p2']);
+  });
+
   it('per-table fields expose typed columns and typed scalar_eq', async () => {
     const data = await client.request<{
       docs_search: { results: { record_id: string; fields: { title: string; lang: string; year: number; emb: number[]; links: string[] } }[] };

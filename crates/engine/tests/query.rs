@@ -588,6 +588,55 @@ fn cursors_are_tamper_evident_and_bound_to_their_query() {
     assert!(ids(&page2).iter().all(|id| !ids(&first).contains(id)));
 }
 
+/// One query written another way pages with the other's cursor: filters in
+/// another order, the default vector column named, a text_field without
+/// text, weights under rrf (found by a black-box review: the typed GraphQL
+/// field writes scalar_eq in the table's column order, and no cursor of
+/// another order paged it).
+#[test]
+fn a_cursor_pages_the_same_query_however_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let rows = (0..30).map(|i| {
+        let fields = json!({"kind": "k", "year": 2024, "body": format!("row {i}"), "v": [1.0, i as f64 / 30.0]});
+        rec("docs", "t", &format!("c{i:02}"), fields)
+    });
+    engine.put(None, None, rows.collect(), None).unwrap();
+    let parse = |v: Value| serde_json::from_value::<HybridQuery>(v).unwrap();
+    let base = json!({"table": "docs", "tenant_id": "t", "top_k": 7, "scalar_eq": {"kind": "k", "year": 2024}, "vector": [1.0, 0.5]});
+    let first = engine.query(None, None, &parse(base.clone())).unwrap();
+    let cursor = first.next_cursor.clone().unwrap();
+    let mut rewrites = vec![
+        json!({"scalar_eq": {"year": 2024, "kind": "k"}}),
+        json!({"vector_field": "v"}),
+        json!({"text_field": "body"}),
+        json!({"fusion": "rrf", "fusion_weights": {"lexical": 2.0, "vector": 0.5}}),
+    ];
+    rewrites.push(
+        json!({"scalar_eq": {"year": 2024, "kind": "k"}, "vector_field": "v", "fusion_weights": {"vector": 3.0}}),
+    );
+    let mut expected: Option<Vec<String>> = None;
+    for rewrite in rewrites {
+        let mut next = base.clone();
+        next.as_object_mut().unwrap().extend(rewrite.as_object().unwrap().clone());
+        next["cursor"] = json!(cursor);
+        let page = engine.query(None, None, &parse(next.clone())).unwrap_or_else(|e| panic!("{next}: {}", e.message));
+        assert!(ids(&page).iter().all(|id| !ids(&first).contains(id)), "{next}");
+        assert_eq!(expected.get_or_insert_with(|| ids(&page)), &ids(&page), "{next}");
+    }
+    // what changes the ranking is still another query
+    for other in [json!({"scalar_eq": {"kind": "k"}}), json!({"fusion": "relative_score"}), json!({"text": "row"})] {
+        let mut next = base.clone();
+        next.as_object_mut().unwrap().extend(other.as_object().unwrap().clone());
+        next["cursor"] = json!(cursor);
+        assert_eq!(
+            engine.query(None, None, &parse(next.clone())).unwrap_err().code,
+            Code::CursorQueryMismatch,
+            "{next}"
+        );
+    }
+}
+
 #[test]
 fn graph_neighbourhood_scores_fall_with_hops() {
     let dir = tempfile::tempdir().unwrap();

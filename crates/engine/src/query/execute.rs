@@ -101,7 +101,6 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
     if let Some(fault) = crate::faults::injected("query::run") {
         bail!(StorageFailure, "{}", fault.error("query::run"));
     }
-    let fingerprint = q.fingerprint();
     let pinned = match &q.cursor {
         None => None,
         Some(c) => {
@@ -109,22 +108,28 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
             if payload.b != ctx.branch_key {
                 bail!(InvalidCursor, "the cursor belongs to branch {}", payload.b);
             }
-            if payload.h != fingerprint && payload.h != q.legacy_fingerprint() {
-                bail!(CursorQueryMismatch, "the cursor was issued for a different query");
-            }
             if now_ms().saturating_sub(payload.t) > CURSOR_TTL_MS {
                 bail!(CursorExpired, "the cursor is older than {} minutes", CURSOR_TTL_MS / 60_000);
             }
             Some(payload)
         }
     };
-    let (plan, epoch, schema_epoch, horizon) = {
+    let (plan, fingerprint, epoch, schema_epoch, horizon) = {
         let state = ctx.branch.state.read();
         let mut analyzer = text::analyzer();
         let plan = validate(q, &state, &mut analyzer)?;
+        let fingerprint = q.canonical_fingerprint(&plan);
+        // cursors of earlier releases (a cursor lives an hour) carry the
+        // fingerprint of the query as written
+        if pinned
+            .as_ref()
+            .is_some_and(|p| p.h != fingerprint && p.h != q.fingerprint() && p.h != q.legacy_fingerprint())
+        {
+            bail!(CursorQueryMismatch, "the cursor was issued for a different query");
+        }
         let horizon = ctx.branch.horizon(&state);
         let epoch = read_epoch(q, &state, horizon, pinned.as_ref().map(|p| p.e))?;
-        (plan, epoch, state.schema_epoch, horizon)
+        (plan, fingerprint, epoch, state.schema_epoch, horizon)
     };
     let validate_ms = ms(started);
     let cache_key = format!("{}|{}|{}", ctx.branch_key, fingerprint, epoch);

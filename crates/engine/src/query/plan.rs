@@ -168,6 +168,38 @@ impl HybridQuery {
     /// with every default spelled out, so a client that fills in `top_k: 10`
     /// or `fusion: "rrf"` on page 2 asks the same query as page 1 did.
     pub fn fingerprint(&self) -> String {
+        self.spelled_out().digest()
+    }
+
+    /// Identifies the query for its cursors and its cached list once it is
+    /// validated: [`HybridQuery::fingerprint`]'s query with what the table
+    /// decides spelled out and what does not change the ranking left out,
+    /// so that every way of writing one query pages the others (found by a
+    /// black-box review: the typed GraphQL field writes `scalar_eq` in the
+    /// table's column order, and no cursor of another order paged it):
+    /// `scalar_eq` by column (an AND of equalities), the vector column the
+    /// query reads (its default named or not), no `vector_field` without a
+    /// vector nor `text_field` without text, and no `fusion_weights` under
+    /// `rrf`, which takes none.
+    pub(super) fn canonical_fingerprint(&self, plan: &Plan) -> String {
+        let mut q = self.spelled_out();
+        if let Some(filters) = q.scalar_eq.take() {
+            let mut sorted: Vec<(String, Value)> = filters.into_iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            q.scalar_eq = Some(sorted.into_iter().collect());
+        }
+        q.vector_field = plan.vector.as_ref().map(|(column, ..)| column.clone());
+        if q.text.is_none() {
+            q.text_field = None;
+        }
+        if plan.fusion == FusionMethod::Rrf {
+            q.fusion_weights = Some(Weights::default());
+        }
+        q.digest()
+    }
+
+    /// The query with every default spelled out.
+    fn spelled_out(&self) -> HybridQuery {
         let mut q = self.clone();
         let top_k = *q.top_k.get_or_insert(DEFAULT_TOP_K);
         q.candidate_budget.get_or_insert(top_k.saturating_mul(10).max(100));
@@ -182,7 +214,7 @@ impl HybridQuery {
         if q.scalar_eq.as_ref().is_some_and(Map::is_empty) {
             q.scalar_eq = None;
         }
-        q.digest()
+        q
     }
 
     /// The fingerprint of cursors issued before defaults were spelled out
