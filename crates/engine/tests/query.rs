@@ -1029,6 +1029,8 @@ fn the_explain_names_only_paths_that_ran_and_streams_that_produced_candidates() 
     let resp = engine.query(None, None, &query).unwrap();
     assert_eq!(ids(&resp), vec!["a"]);
     assert_eq!(resp.explain.selected_strategy.as_deref(), Some("vector_exact"));
+    // nor did it look for a text list in the cache (found by a black-box review)
+    assert_eq!((resp.explain.lexical_cache_hits, resp.explain.lexical_cache_misses), (0, 0));
 
     let mut query = q("d", "t");
     query.text = Some("fire".into());

@@ -192,7 +192,8 @@ pub fn execute(ctx: &QueryContext<'_>, q: &HybridQuery) -> Result<QueryResponse>
         ex.phase("cursor_cache_lookup", lookup_started);
     }
     ex.phase_timings.insert(0, explain::PhaseTiming { elapsed_ms: validate_ms, phase: "validate".into() });
-    if plan.terms.is_some() {
+    // a text without a word to search ("!!!") runs no text path: neither a hit nor a miss
+    if plan.terms.as_ref().is_some_and(|terms| !terms.is_empty()) {
         ex.lexical_cache_hits = cache_hit as u64;
         ex.lexical_cache_misses = !cache_hit as u64;
     }
