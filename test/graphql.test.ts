@@ -254,6 +254,12 @@ describe('POST /v1/graphql: search', () => {
     expect(json.body.results.map((r: { record_id: string }) => r.record_id)).toEqual(['p2']);
   });
 
+  it('a query argument of the wrong shape is named as the field\'s argument, not a body member', async () => {
+    const res = await server.post('/v1/graphql', { query: '{ found: search(table: "docs", tenant_id: "t1", scalar_eq: 5) { next_cursor } }' });
+    expect(res.body.errors[0].extensions.code).toBe('invalid_request');
+    expect(res.body.errors[0].message).toMatch(/^search\.scalar_eq /);
+  });
+
   it('per-table fields expose typed columns and typed scalar_eq', async () => {
     const data = await client.request<{
       docs_search: { results: { record_id: string; fields: { title: string; lang: string; year: number; emb: number[]; links: string[] } }[] };

@@ -309,7 +309,8 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
       type: resultType,
       description: `Hybrid search over table ${t.name}, rows with typed fields.`,
       args: searchArgs({ withTable: false, scalarEq }),
-      resolve: (_src, args: Args, ctx) => ctx.read(() => runQuery(ctx.engine, toHybridQuery(args, t.name), ctx.branch)),
+      // a refusal names the field's argument (`docs_search.scalar_eq`), not a body member
+      resolve: (_src, args: Args, ctx, info) => ctx.read(() => runQuery(ctx.engine, toHybridQuery(args, t.name), ctx.branch, info.fieldName)),
     },
     [`${t.name}_record`]: {
       type: recordType,
@@ -340,7 +341,7 @@ const queryFields: Record<string, Field> = {
     type: SearchResult,
     description: 'Hybrid query: text, vector, scalar equality, graph seed and time in one ranked page.',
     args: searchArgs({ withTable: true }),
-    resolve: (_src, args: Args, ctx) => ctx.read(() => runQuery(ctx.engine, toHybridQuery(args), ctx.branch)),
+    resolve: (_src, args: Args, ctx, info) => ctx.read(() => runQuery(ctx.engine, toHybridQuery(args), ctx.branch, info.fieldName)),
   },
   tables: {
     type: nn(list(TableType)),
