@@ -260,6 +260,19 @@ describe('POST /v1/graphql: search', () => {
     expect(res.body.errors[0].message).toMatch(/^search\.scalar_eq /);
   });
 
+  // found by a black-box review: GraphQL could not represent the [] and the read failed with internal_error
+  it('a typed column reads an [] written before the column had a type as null', async () => {
+    const put = (id: string, fields: Record<string, unknown>) => server.post('/v1/records/put', { record: { table: 'late', tenant_id: 't1', id, fields } });
+    expect((await put('a', { s: [], n: [], b: [], v: [] })).status).toBe(200);
+    expect((await put('b', { s: 'str', n: 5, b: true, v: [1, 2] })).status).toBe(200);
+    const res = await server.post('/v1/graphql', { query: '{ late_record(tenant_id: "t1", id: "a") { fields { s n b v } } late_search(tenant_id: "t1") { results { record_id fields { s n b v } } } }' });
+    expect(res.body.errors).toBeUndefined();
+    expect(res.body.data.late_record.fields).toEqual({ s: null, n: null, b: null, v: [] });
+    expect(res.body.data.late_search.results).toContainEqual({ record_id: 'a', fields: { s: null, n: null, b: null, v: [] } });
+    const untyped = await server.post('/v1/graphql', { query: '{ record(table: "late", tenant_id: "t1", id: "a") { fields } }' });
+    expect(untyped.body.data.record.fields).toEqual({ s: [], n: [], b: [], v: [] });
+  });
+
   it('per-table fields expose typed columns and typed scalar_eq', async () => {
     const data = await client.request<{
       docs_search: { results: { record_id: string; fields: { title: string; lang: string; year: number; emb: number[]; links: string[] } }[] };

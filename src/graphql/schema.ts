@@ -240,6 +240,22 @@ function columnType(c: TableSchema['columns'][string]): GraphQLOutputType {
   }
 }
 
+/**
+ * A typed column's value in a record. `[]`, like `null`, types nothing: a
+ * record written before its column had a type may hold it in what is now a
+ * string, number or bool column, which reads it as no value (null), as the
+ * column's description says of one a record does not carry (found by a
+ * black-box review: GraphQL could not represent it, and the read failed with
+ * internal_error). REST and the untyped fields answer it as written.
+ */
+function columnValue(name: string, c: TableSchema['columns'][string]): (fields: Record<string, unknown>) => unknown {
+  const single = c.type === 'string' || c.type === 'text' || c.type === 'number' || c.type === 'bool';
+  return (fields) => {
+    const value = fields[name] ?? null;
+    return single && Array.isArray(value) && value.length === 0 ? null : value;
+  };
+}
+
 function scalarInputType(c: TableSchema['columns'][string]): GraphQLInputType | undefined {
   if (!c.scalar) return undefined;
   if (c.type === 'string' || c.type === 'text') return GraphQLString;
@@ -262,7 +278,7 @@ function tableFields(t: TableSchema): GraphQLFieldConfigMap<unknown, GraphQLCont
         {
           type: columnType(c),
           description: `${c.type}${c.dim ? `(${c.dim}, ${c.metric})` : ''}${c.text ? ', text-indexed' : ''}${c.scalar ? ', scalar' : ''}`,
-          resolve: (fields: Record<string, unknown>) => fields[name] ?? null,
+          resolve: columnValue(name, c),
         },
       ]),
     ),
