@@ -268,6 +268,19 @@ describe('Idempotency-Key', () => {
     expect((await get('named_b')).body.record).toMatchObject({ version_id: 1, fields: { on: 'b' } });
     expect((await get('main')).body.record).toMatchObject({ version_id: 1, fields: { on: 'main' } });
     expect((await s.post('/v1/records/put', { ...body, branch_id: 'no_such_branch' }, { 'idempotency-key': 'named-missing' })).body.code).toBe('branch_not_found');
+    // read as the parser reads the body: a member given twice is its last value, a BOM is skipped (found by a recheck)
+    const record = JSON.stringify(rec('named-odd'));
+    for (const [key, odd] of [['named-dup', `{"branch_id":"main","record":${record},"branch_id":"named_b"}`], ['named-bom', `\uFEFF{"branch_id":"named_b","record":${record}}`]] as const) {
+      expect((await s.post('/v1/records/put', { record: rec(`${key}-main`) }, { 'idempotency-key': key })).status).toBe(200);
+      const once = await s.post('/v1/records/put', odd, { 'idempotency-key': key });
+      expect(once.status, key).toBe(200);
+      expect(once.headers.get('idempotent-replayed'), key).toBeNull();
+      const twice = await s.post('/v1/records/put', odd, { 'idempotency-key': key });
+      expect(twice.headers.get('idempotent-replayed'), key).toBe('true');
+      expect(twice.body, key).toEqual(once.body);
+    }
+    const odd = await s.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'named-odd' }, { 'x-braid-branch': 'named_b' });
+    expect(odd.body.record.version_id).toBe(2);
   });
 
   it('a GraphQL answer with errors stores nothing: the corrected document runs with the same key', async () => {

@@ -110,24 +110,56 @@ pub fn put(bytes: &[u8]) -> Option<PutBody> {
 /// The branch a `/v1/records/put` wrapper names (its `database_id` and
 /// `branch_id`), read without reading its record: a keyed put's receipt is
 /// looked up in the branch the write goes to, before the write reads the
-/// body. `None` for a bare record, a wrapper that names no branch, and a body
-/// out of the wrapper's shape (which the write refuses, storing no receipt).
+/// body. Read as the service's parser reads the body: a leading BOM is
+/// skipped and a member given twice is its last value (a recheck found both
+/// taken for no wrapper, and the header's branch searched). `None` for a bare
+/// record, a wrapper that names no branch, and a body out of the wrapper's
+/// shape (which the write refuses, storing no receipt).
 pub fn put_names(bytes: &[u8]) -> Option<(Option<String>, Option<String>)> {
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    struct Names {
+        record: bool,
+        database_id: Option<String>,
+        branch_id: Option<String>,
+    }
+    struct NamesVisitor;
+    impl<'de> Visitor<'de> for NamesVisitor {
+        type Value = Names;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a put wrapper")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names, A::Error> {
+            let mut names = Names { record: false, database_id: None, branch_id: None };
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                match key.as_ref() {
+                    "record" => {
+                        map.next_value::<IgnoredAny>()?;
+                        names.record = true;
+                    }
+                    "database_id" => names.database_id = Some(map.next_value()?),
+                    "branch_id" => names.branch_id = Some(map.next_value()?),
+                    other => {
+                        return Err(serde::de::Error::unknown_field(other, &["record", "database_id", "branch_id"]))
+                    }
+                }
+            }
+            Ok(names)
+        }
+    }
+    impl<'de> Deserialize<'de> for Names {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Names, D::Error> {
+            d.deserialize_map(NamesVisitor)
+        }
+    }
+
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     if !is_object(bytes) {
         return None;
     }
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Names {
-        #[serde(rename = "record")]
-        _record: serde::de::IgnoredAny,
-        #[serde(default, deserialize_with = "present_string")]
-        database_id: Option<String>,
-        #[serde(default, deserialize_with = "present_string")]
-        branch_id: Option<String>,
-    }
-    let Names { database_id, branch_id, .. } = serde_json::from_slice(bytes).ok()?;
-    (database_id.is_some() || branch_id.is_some()).then_some((database_id, branch_id))
+    let names: Names = serde_json::from_slice(bytes).ok()?;
+    let named = names.database_id.is_some() || names.branch_id.is_some();
+    (names.record && named).then_some((names.database_id, names.branch_id))
 }
 
 /// An optional member that, when present, is a string (`null` is refused,
@@ -419,6 +451,12 @@ mod tests {
         assert_eq!(
             names(r#"{"database_id":"d","record":{},"branch_id":"b"}"#),
             Some((Some("d".to_string()), Some("b".to_string())))
+        );
+        // read as the service's parser reads it: a BOM skipped, a member given twice its last value
+        assert_eq!(names("\u{feff}{\"record\":{},\"branch_id\":\"b\"}"), Some((None, Some("b".to_string()))));
+        assert_eq!(
+            names(r#"{"branch_id":"main","record":{},"branch_id":"b","record":{"id":"2"}}"#),
+            Some((None, Some("b".to_string())))
         );
         for body in [
             r#"{"record":{"table":"t","tenant_id":"a","id":"2"}}"#,
