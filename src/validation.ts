@@ -18,9 +18,28 @@ export const ajv = new Ajv({
   validateSchema: false,
 });
 
+/** The Ajv error a refusal reports: an unknown member first, else the first. */
+function reported(errors: ErrorObject[] | null | undefined): ErrorObject | undefined {
+  return errors?.find((e) => e.keyword === 'additionalProperties') ?? errors?.[0];
+}
+
+/**
+ * validationError for a body holding records, whose refusal of one of them
+ * carries its position (`index`), as the engine's refusals of a record's
+ * values do: `indexOf` reads it from the failing member's path (put-batch's
+ * `/records/<i>`; a put's record is 0). Found by a black-box review: a
+ * record out of shape was refused without its index.
+ */
+export function recordsValidationError(errors: ErrorObject[] | null | undefined, indexOf: (instancePath: string) => number | undefined): BraidError {
+  const refused = validationError(errors);
+  const first = reported(errors);
+  const index = first && indexOf(first.instancePath);
+  return index === undefined ? refused : new BraidError(refused.code, refused.message, index);
+}
+
 /** Turns the first Ajv error into a BraidError with a stable code. */
 export function validationError(errors: ErrorObject[] | null | undefined, dataVar = 'body'): BraidError {
-  const first = errors?.find((e) => e.keyword === 'additionalProperties') ?? errors?.[0];
+  const first = reported(errors);
   if (!first) return new BraidError('invalid_request', `${dataVar} is invalid`);
   const where = `${dataVar}${first.instancePath.replaceAll('/', '.')}`;
   if (first.keyword === 'additionalProperties') {

@@ -473,6 +473,14 @@ describe('POST /v1/graphql: errors', () => {
       ],
     });
     expect(res.errors?.[0]).toMatchObject({ path: ['put_batch'], extensions: { code: 'invalid_name', index: 1 } });
+    // fields that are not an object, null included (it had been stored as no fields), name theirs too (found by a black-box review)
+    for (const fields of [5, null]) {
+      const bad = await lenient.rawRequest(PUT_BATCH, { records: [{ table: 'docs', tenant_id: 't1', id: 'ok' }, { table: 'docs', tenant_id: 't1', id: 'nf', fields }] });
+      expect(bad.errors?.[0], String(fields)).toMatchObject({ path: ['put_batch'], extensions: { code: 'invalid_record', index: 1 } });
+    }
+    const single = await server.post('/v1/graphql', { query: 'mutation { put(record: { table: "docs", tenant_id: "t1", id: "nf", fields: null }) { epoch } }' });
+    expect(single.body.errors[0].extensions).toMatchObject({ code: 'invalid_record', index: 0 });
+    expect((await server.post('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'nf' })).body.record).toBeNull();
   });
 
   it('validation errors are graphql_validation_failed with locations, in a 200 body', async () => {

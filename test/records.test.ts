@@ -202,6 +202,27 @@ describe('put-batch (route 9)', () => {
     expect(r.body.index).toBe(1);
   });
 
+  // found by a black-box review: a record out of shape was refused without its index
+  it('a record out of shape is refused with its index too, in a batch and as a single write', async () => {
+    const before = (await s.get('/v1/metrics/public-safe')).body.latest_epoch;
+    const cases: Array<[string, unknown, string, number | undefined]> = [
+      ['/v1/records/put-batch', { records: [rec('shape0'), { ...rec('shape1'), extra: 1 }] }, 'unknown_field', 1],
+      ['/v1/records/put-batch', { records: [rec('shape0'), rec('shape1'), null] }, 'invalid_request', 2],
+      ['/v1/records/put-batch', { records: [{ table: 'docs', tenant_id: 't1', fields: {} }] }, 'invalid_request', 0],
+      ['/v1/records/put-batch', { records: [rec('shape0')], include_write_timing: 'yes' }, 'invalid_request', undefined],
+      ['/v1/records/put', { record: { ...rec('shape0'), fields: [] } }, 'invalid_request', 0],
+      ['/v1/records/put', { ...rec('shape0'), id: 5 }, 'invalid_request', 0],
+      ['/v1/records/put', { record: rec('shape0'), branch_id: 5 }, 'invalid_request', undefined],
+      ['/v1/insert', { ...rec('shape0'), extra: 1 }, 'unknown_field', 0],
+    ];
+    for (const [route, body, code, index] of cases) {
+      const r = await s.post(route, body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body, JSON.stringify(body)).toEqual(index === undefined ? { code, error: expect.any(String) } : { code, error: expect.any(String), index });
+    }
+    expect((await s.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+  });
+
   it('the same key twice in one batch: the last wins, version grows by two', async () => {
     const r = await s.post('/v1/records/put-batch', { records: [rec('dup', { n: 1 }), rec('dup', { n: 2 })] });
     expect(r.status).toBe(200);

@@ -199,14 +199,20 @@ function tableOut(t: TableSchema) {
   return { name: t.name, columns: Object.entries(t.columns).map(([name, c]) => ({ name, ...c })) };
 }
 
-function asFields(value: unknown, what: string): Record<string, unknown> | undefined {
-  if (value === null || value === undefined) return undefined;
-  if (typeof value !== 'object' || Array.isArray(value)) throw new BraidError('invalid_record', `${what} must be an object`);
+/**
+ * A record's `fields` argument: absent is none, as over REST, and anything
+ * but an object (`null` included, which REST refuses too; it had been
+ * stored as no fields) is refused naming the record by its index in the
+ * batch (a single put's is 0), as the engine's refusals of its values are.
+ */
+function asFields(value: unknown, what: string, index: number): Record<string, unknown> | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new BraidError('invalid_record', `${what} must be an object`, index);
   return value as Record<string, unknown>;
 }
 
-function recordInput(value: Args, what: string) {
-  const fields = asFields(value.fields, `${what}.fields`);
+function recordInput(value: Args, what: string, index: number) {
+  const fields = asFields(value.fields, `${what}.fields`, index);
   return { table: value.table as string, tenant_id: value.tenant_id as string, id: value.id as string, ...(fields ? { fields } : {}) };
 }
 
@@ -376,14 +382,14 @@ const mutationFields: Record<string, Field> = {
     description: 'Full replacement write of one record; resolves once it is durable.',
     args: { record: { type: nn(RecordInputType) } },
     resolve: async (_src, args: Args, ctx, info) =>
-      committed(wrote(ctx, await putRecords(ctx.engine, [recordInput(args.record as Args, 'record')], writeOptions(ctx, info)))),
+      committed(wrote(ctx, await putRecords(ctx.engine, [recordInput(args.record as Args, 'record', 0)], writeOptions(ctx, info)))),
   },
   put_batch: {
     type: WriteResultType,
     description: 'Atomic write of many records at one epoch.',
     args: { records: { type: nn(list(RecordInputType)) } },
     resolve: async (_src, args: Args, ctx, info) => {
-      const records = (args.records as Args[]).map((r, i) => recordInput(r, `records[${i}]`));
+      const records = (args.records as Args[]).map((r, i) => recordInput(r, `records[${i}]`, i));
       return committed(wrote(ctx, await putRecords(ctx.engine, records, writeOptions(ctx, info))));
     },
   },

@@ -1,6 +1,7 @@
 /** Record routes: put (11), insert (5, deprecated), put-batch (9), get (14). */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { ErrorObject } from 'ajv';
 import { RecordInput, type RecordGetRequest, errorResponses, idemErrorResponses } from '../schemas/common.js';
 import {
   EpochResponse,
@@ -13,7 +14,7 @@ import {
   type PutBatchRequest as PutBatchRequestT,
   type PutBody as PutBodyT,
 } from '../schemas/records.js';
-import { compile, validationError } from '../validation.js';
+import { compile, recordsValidationError, validationError } from '../validation.js';
 import type { BranchRef, Engine, RequestKey, WriteResult } from '../native/engine.js';
 import { replay, writeKeyOf } from '../idempotency/index.js';
 import { keepBodyBytes, ownsBody, sendJson, withBody } from './body-bytes.js';
@@ -29,7 +30,9 @@ function putValidator() {
   return (data: unknown) => {
     const isWrapper = typeof data === 'object' && data !== null && 'record' in data;
     const fn = isWrapper ? wrapperValidator : bareValidator;
-    return fn(data) ? { value: data } : { error: validationError(fn.errors) };
+    // a refusal of the record is the batch of one's record 0
+    const indexOf = (path: string) => (!isWrapper || path === '/record' || path.startsWith('/record/') ? 0 : undefined);
+    return fn(data) ? { value: data } : { error: recordsValidationError(fn.errors, indexOf) };
   };
 }
 
@@ -47,6 +50,12 @@ const PUT_BATCH_REPLY: Readonly<Record<string, unknown>> = Object.freeze({ epoch
 
 const putBatchValidator = compile(PutBatchRequest);
 
+/** The record a put-batch refusal's path is in (`/records/<i>...`). */
+function batchIndex(path: string): number | undefined {
+  const match = /^\/records\/(\d+)(?:\/|$)/.exec(path);
+  return match ? Number(match[1]) : undefined;
+}
+
 /**
  * A put-batch body the engine could not read as it is (see putBatchJson),
  * read the way every other route reads its body: the JSON parser, the
@@ -54,7 +63,7 @@ const putBatchValidator = compile(PutBatchRequest);
  */
 async function putBatchChecked(engine: Engine, bytes: Buffer, options: WriteOptions) {
   const body = parseRequestJson(bytes);
-  if (!putBatchValidator(body)) throw validationError(putBatchValidator.errors);
+  if (!putBatchValidator(body)) throw recordsValidationError(putBatchValidator.errors, batchIndex);
   const { records, include_write_timing } = body as PutBatchRequestT;
   return { result: await putRecords(engine, records, options), includeWriteTiming: include_write_timing ?? false };
 }
@@ -103,6 +112,8 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       body: RecordInput,
       response: { 200: EpochResponse, ...idemErrorResponses },
     },
+    // the body is the record: a refusal of it is the batch of one's record 0
+    schemaErrorFormatter: (errors) => recordsValidationError(errors as ErrorObject[], () => 0),
     // every answer says so, a replay of a keyed insert (answered before the
     // handler runs) and a refusal included
     onRequest: (_request, reply, done) => {
@@ -161,7 +172,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
       const body = request.body as unknown;
       if (!Buffer.isBuffer(body)) {
         putBatchValidator(body);
-        throw validationError(putBatchValidator.errors);
+        throw recordsValidationError(putBatchValidator.errors, batchIndex);
       }
       // the body is read once: a body of its own is freed as the records are read
       const read = await putBatchJson(engine, body, options, ownsBody(request));
