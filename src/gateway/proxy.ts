@@ -68,7 +68,8 @@ interface RestoreAlias {
 function routeRestore(engines: Engines, route: Route, bytes: Buffer): { body: Buffer; alias?: RestoreAlias } {
   let body: unknown;
   try {
-    body = JSON.parse(bytes.toString('utf8'));
+    // the engine's parser (a leading BOM had let a body past the rewrite; found by a recheck)
+    body = parseRequestJson(bytes);
   } catch {
     return { body: bytes };
   }
@@ -77,6 +78,10 @@ function routeRestore(engines: Engines, route: Route, bytes: Buffer): { body: Bu
   if (!listed) return { body: bytes };
   if (listed.endpoint !== route.endpoint) {
     throw new BraidError('branch_exists', `branch ${route.database_id}/${body.target} is in the gateway's catalog, on another engine than this restore's`);
+  }
+  // the engine makes the branch in the snapshot's database, taken through this request's
+  if (listed.upstreamDatabaseId !== route.upstreamDatabaseId) {
+    throw new BraidError('branch_exists', `branch ${route.database_id}/${body.target} is in the gateway's catalog as ${listed.upstreamDatabaseId}/${listed.upstreamBranchId}, in another database than this restore's`);
   }
   if (listed.upstreamBranchId === body.target) return { body: bytes };
   return { body: Buffer.from(JSON.stringify({ ...body, target: listed.upstreamBranchId })), alias: { catalog: body.target, upstream: listed.upstreamBranchId } };
