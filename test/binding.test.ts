@@ -599,6 +599,34 @@ describe('the embedded API over the binding', () => {
     expect(declared).toBeInstanceOf(BraidError);
   });
 
+  // found by a black-box review: a Map was stored as {}, new Boolean(false) as {}, an Int32Array as an object of indexes
+  it('an object JSON would store as something else is refused, naming it; data, class instances and valid dates are read', async () => {
+    class Point {
+      constructor(readonly x: number, readonly y: number) {}
+    }
+    const refused: Array<[unknown, string]> = [
+      [new Map([['a', 1]]), 'a Map'],
+      [new Set([1]), 'a Set'],
+      [new Boolean(false), 'a Boolean object'],
+      [new Number(5), 'a Number object'],
+      [new String('hi'), 'a String object'],
+      [/x/, 'a RegExp'],
+      [new Error('boom'), 'an Error'],
+      [new Date(Number.NaN), 'an invalid Date'],
+      [new Int32Array([1, 2]), 'a typed array other than Float32Array or Float64Array'],
+      [new ArrayBuffer(8), 'an ArrayBuffer'],
+    ];
+    for (const [value, what] of refused) {
+      const err = await db.put({ table: 'notdata', tenant_id: TENANT, id: 'x', fields: { nested: { v: value } } }).catch((e: unknown) => e);
+      expect(err, what).toMatchObject({ code: 'invalid_record', status: 400, index: 0 });
+      expect((err as Error).message, what).toContain(`fields.nested.v is ${what}`);
+    }
+    expect(await db.get({ table: 'notdata', tenant_id: TENANT, id: 'x' }).catch(() => null)).toBeNull();
+    const fields = { point: new Point(1, 2), when: new Date(0), bare: Object.assign(Object.create(null), { a: 1 }), v: new Float32Array([0.5, 1]) };
+    await db.put({ table: 'notdata', tenant_id: TENANT, id: 'ok', fields });
+    expect((await db.get({ table: 'notdata', tenant_id: TENANT, id: 'ok' }))!.fields).toEqual({ point: { x: 1, y: 2 }, when: '1970-01-01T00:00:00.000Z', bare: { a: 1 }, v: [0.5, 1] });
+  });
+
   it('every record a batch refuses carries its index: values that cannot be read and records of the wrong shape', async () => {
     const good = (id: string) => ({ table: 'indexed', tenant_id: TENANT, id, fields: { t: 'ok' } });
     const bad = [

@@ -8,10 +8,12 @@
 //! enumerable string keys are read. Where it would silently change a value
 //! the reader refuses instead: `NaN` and `Infinity` (which it prints as
 //! `null`), a `BigInt` (which it throws on), nesting deeper than 128
-//! levels (serde_json's own limit), and a string holding a lone UTF-16
+//! levels (serde_json's own limit), a string holding a lone UTF-16
 //! surrogate (which is not Unicode: UTF-8 would hold it as U+FFFD, so two ids
-//! or tenants could become one). A `Float32Array` or `Float64Array`
-//! reads as a list of its numbers.
+//! or tenants could become one), and an object that is not data (a `Map`,
+//! `Set`, boxed primitive, `RegExp`, `Error`, invalid `Date`, or a typed
+//! array other than these two). A `Float32Array` or `Float64Array` reads as
+//! a list of its numbers.
 
 use std::ffi::CStr;
 use std::ptr;
@@ -52,6 +54,9 @@ pub enum Reason {
     /// A `__proto__` key, which a JavaScript object read back could only
     /// hold as its prototype (the HTTP API refuses it in bodies too).
     ProtoKey,
+    /// An object JSON would silently turn into something else (a `Map` into
+    /// `{}`, an invalid `Date` into `null`): what it is.
+    NotData(&'static str),
 }
 
 impl ReadError {
@@ -75,6 +80,9 @@ impl ReadError {
             Reason::ProtoKey => {
                 format!("{at} is a key named __proto__, which cannot be read back as a field (rename it)")
             }
+            Reason::NotData(what) => format!(
+                "{at} is {what}, which JSON would silently store as something else (pass plain data: objects, arrays, strings, numbers, booleans)"
+            ),
         }
     }
 }
@@ -201,6 +209,9 @@ unsafe fn read_at(
             if depth >= MAX_DEPTH {
                 return Err(fail(path, Reason::TooDeep));
             }
+            if let Some(what) = unsafe { not_data(env, value, path)? } {
+                return Err(fail(path, Reason::NotData(what)));
+            }
             if let Some(replaced) = unsafe { to_json(env, value, path)? } {
                 return unsafe { read_at(env, replaced, depth, path, budget) };
             }
@@ -274,6 +285,106 @@ pub unsafe fn property_has_lone_surrogate(env: sys::napi_env, object: sys::napi_
 }
 
 /// `value.toJSON()` when `value` has one, as JSON.stringify calls it.
+/// What an object is when `JSON.stringify` would silently store it as
+/// something else (found by a black-box review: a `Map` was stored as `{}`,
+/// `new Boolean(false)` as `{}`, an `Int32Array` as an object of indexes, an
+/// invalid `Date` as `null`); `None` for data: a plain object (its prototype
+/// `Object.prototype` or none), an array, a valid `Date`, a `Float32Array`
+/// or `Float64Array`, or an instance of a class of the caller's (read as its
+/// own enumerable members, as JSON reads it). Plain objects cost two napi
+/// calls; only others are compared with the built-in classes.
+unsafe fn not_data(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<Option<&'static str>> {
+    let mut is = false;
+    ok(unsafe { sys::napi_is_date(env, value, &mut is) }, path)?;
+    if is {
+        let mut time = 0.0;
+        ok(unsafe { sys::napi_get_date_value(env, value, &mut time) }, path)?;
+        return Ok(time.is_nan().then_some("an invalid Date"));
+    }
+    let null_or = |proto: sys::napi_value| -> Read<bool> {
+        let mut ty = 0;
+        ok(unsafe { sys::napi_typeof(env, proto, &mut ty) }, path)?;
+        Ok(ty == sys::ValueType::napi_null)
+    };
+    let mut proto = ptr::null_mut();
+    ok(unsafe { sys::napi_get_prototype(env, value, &mut proto) }, path)?;
+    if null_or(proto)? {
+        return Ok(None);
+    }
+    let mut above = ptr::null_mut();
+    ok(unsafe { sys::napi_get_prototype(env, proto, &mut above) }, path)?;
+    if null_or(above)? {
+        return Ok(None);
+    }
+    ok(unsafe { sys::napi_is_array(env, value, &mut is) }, path)?;
+    if is {
+        return Ok(None);
+    }
+    ok(unsafe { sys::napi_is_typedarray(env, value, &mut is) }, path)?;
+    if is {
+        let (mut kind, mut len) = (0, 0usize);
+        let (mut data, mut buffer, mut offset) = (ptr::null_mut(), ptr::null_mut(), 0usize);
+        ok(
+            unsafe {
+                sys::napi_get_typedarray_info(env, value, &mut kind, &mut len, &mut data, &mut buffer, &mut offset)
+            },
+            path,
+        )?;
+        let float = matches!(kind, sys::TypedarrayType::float32_array | sys::TypedarrayType::float64_array);
+        return Ok((!float).then_some("a typed array other than Float32Array or Float64Array"));
+    }
+    ok(unsafe { sys::napi_is_arraybuffer(env, value, &mut is) }, path)?;
+    if is {
+        return Ok(Some("an ArrayBuffer"));
+    }
+    ok(unsafe { sys::napi_is_dataview(env, value, &mut is) }, path)?;
+    if is {
+        return Ok(Some("a DataView"));
+    }
+    ok(unsafe { sys::napi_is_error(env, value, &mut is) }, path)?;
+    if is {
+        return Ok(Some("an Error"));
+    }
+    ok(unsafe { sys::napi_is_promise(env, value, &mut is) }, path)?;
+    if is {
+        return Ok(Some("a Promise"));
+    }
+    let mut global = ptr::null_mut();
+    ok(unsafe { sys::napi_get_global(env, &mut global) }, path)?;
+    const BUILT_IN: [(&CStr, &str); 8] = [
+        (c"Map", "a Map"),
+        (c"Set", "a Set"),
+        (c"WeakMap", "a WeakMap"),
+        (c"WeakSet", "a WeakSet"),
+        (c"RegExp", "a RegExp"),
+        (c"Boolean", "a Boolean object"),
+        (c"Number", "a Number object"),
+        (c"String", "a String object"),
+    ];
+    for (name, what) in BUILT_IN {
+        let mut class = ptr::null_mut();
+        let mut ty = 0;
+        let found = unsafe { sys::napi_get_named_property(env, global, name.as_ptr(), &mut class) }
+            == sys::Status::napi_ok
+            && unsafe { sys::napi_typeof(env, class, &mut ty) } == sys::Status::napi_ok
+            && ty == sys::ValueType::napi_function;
+        if !found {
+            continue;
+        }
+        let status = unsafe { sys::napi_instanceof(env, value, class, &mut is) };
+        if status != sys::Status::napi_ok {
+            // leave no pending exception behind: the caller reports the failure
+            let mut exception = ptr::null_mut();
+            unsafe { sys::napi_get_and_clear_last_exception(env, &mut exception) };
+            return Err(fail(path, Reason::Unreadable));
+        }
+        if is {
+            return Ok(Some(what));
+        }
+    }
+    Ok(None)
+}
+
 unsafe fn to_json(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<Option<sys::napi_value>> {
     let mut has = false;
     ok(unsafe { sys::napi_has_named_property(env, value, c"toJSON".as_ptr(), &mut has) }, path)?;
@@ -364,9 +475,9 @@ unsafe fn object(
     Ok(out)
 }
 
-/// A `Float32Array` or `Float64Array` as the list of its numbers; other
-/// typed arrays as JSON.stringify sees them (an object of indexes), which
-/// the engine then refuses where it wants a vector.
+/// A `Float32Array` or `Float64Array` as the list of its numbers (other
+/// typed arrays are refused before, by `not_data`; were one read here, it
+/// would be what JSON.stringify sees, an object of indexes).
 unsafe fn typed_array(
     env: sys::napi_env,
     value: sys::napi_value,
