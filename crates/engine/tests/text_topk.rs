@@ -545,7 +545,7 @@ fn paging_past_the_text_depth_returns_the_unpaged_ranking_also_after_a_restart()
         // pages of 7 with the default depth of 100: the list is widened as pages pass it
         let q = text_query("water light stone", 7);
         let first = engine.query(None, None, &q).unwrap();
-        assert_eq!(first.explain.early_stop_reason.as_deref(), Some("candidate_budget"));
+        assert_eq!(first.explain.early_stop_reason.as_deref(), Some("page_depth"));
         assert!(first.explain.text_candidates <= 100, "first page ranked {} rows", first.explain.text_candidates);
         let paged = page_through(&engine, &q, None, &mut |_| {});
         let got: Vec<String> = paged.iter().take(want.len()).cloned().collect();

@@ -565,7 +565,11 @@ fn search_text(
         *truncated = true;
     }
     if *truncated {
-        ex.early_stop_reason = Some("candidate_budget".into());
+        // a text-only list is ranked to the depth its page needs, not to the
+        // budget (execute.rs): say which cut it (found by a black-box
+        // review: "candidate_budget" was reported with 8 rows of a 100 budget)
+        let text_only = plan.vector.is_none() && plan.graph.is_none();
+        ex.early_stop_reason = Some(if text_only { "page_depth" } else { "candidate_budget" }.into());
     }
     ex.text_candidates = hits.len() as u64;
     if opened {
