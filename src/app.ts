@@ -13,7 +13,7 @@ import type { Braid } from './engine.js';
 import { putBodyBranch, type BranchRef, type Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { labelKnownPath, routeLabel } from './route-label.js';
-import { clientErrorHandler, frameworkErrors, httpError, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
+import { clientErrorHandler, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
 import { headerBranch, resolveNamedBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
@@ -151,6 +151,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   };
   app.server.on('listening', endpoint);
   const state: ServiceState = { engine, config, requests: 0, closing: false, endpoint };
+  // answers written with no request of fastify's (src/http-errors.ts) are requests answered too
+  onRawAnswer(app.server, () => {
+    state.requests += 1;
+  });
   // without tokens (development) the engine accepts any request, as the spec allows
   const tokens = config.authTokens.length > 0 ? new TokenSet(config.authTokens) : undefined;
   app.decorate('braid', state);

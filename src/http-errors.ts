@@ -66,11 +66,17 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
       ? new BraidError('headers_too_large', 'the request headers are larger than the server accepts (16 KiB)')
       : new BraidError('invalid_request', `the request is not valid HTTP/1.1 (${err.code ?? 'parse error'})`);
   let answered = false;
+  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  // a request still arriving on the connection is counted with this status
+  // when its response closes unanswered (unansweredStatus); any other
+  // refusal is an answer of its own, counted here
+  const ownAnswer = !(inFlight && !inFlight.writableFinished && !inFlight.req.complete);
   const answer = () => {
     if (answered) return;
     answered = true;
     refusedSockets.set(socket, braidErr.status);
     if (socket.writable) socket.write(rawAnswer(braidErr));
+    if (ownAnswer) answeredRaw((socket as Socket & { server?: object }).server, 'UNKNOWN', braidErr.status);
     socket.destroy(err);
   };
   // bytes that do not parse behind a request still being answered (a put
@@ -79,12 +85,32 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   // by a black-box review: a committed put answered 400). Not when the
   // request in flight is itself incomplete (timed out, or its client closed
   // mid-body): the refusal is about that one, which will never be answered.
-  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (!timedOut && inFlight && !inFlight.writableFinished && inFlight.req.complete) {
     inFlight.once('finish', answer).once('close', answer);
     return;
   }
   answer();
+}
+
+/** Listeners of each server to the answers written with no request of fastify's (rawAnswer), which its hooks never see. */
+const rawAnswerListeners = new WeakMap<object, Array<(method: string, status: number) => void>>();
+
+/**
+ * Calls `listener` with each answer `server` writes to a connection with no
+ * request of fastify's to count it by: a request that did not parse, headers
+ * past the limit, a `CONNECT`, an `Expect` it cannot meet (found by a
+ * black-box review: a 431 and a 400 for bytes that were not HTTP were
+ * answered and never counted). The method is `UNKNOWN` where the request
+ * line did not parse.
+ */
+export function onRawAnswer(server: object, listener: (method: string, status: number) => void): void {
+  const listeners = rawAnswerListeners.get(server) ?? [];
+  listeners.push(listener);
+  rawAnswerListeners.set(server, listeners);
+}
+
+function answeredRaw(server: object | undefined, method: string, status: number): void {
+  for (const listener of (server && rawAnswerListeners.get(server)) || []) listener(method, status);
 }
 
 /** Whether a request's client closed its connection before the request was answered. */
@@ -125,7 +151,9 @@ export function refuseConnect(server: Server): void {
   server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
     // a client that resets meanwhile is no error of the server's
     socket.on('error', () => undefined);
-    socket.end(rawAnswer(new BraidError('invalid_request', 'CONNECT is not served: Braid is not a proxy (use GET or POST on a /v1 route)')));
+    const err = new BraidError('invalid_request', 'CONNECT is not served: Braid is not a proxy (use GET or POST on a /v1 route)');
+    socket.end(rawAnswer(err));
+    answeredRaw(server, 'CONNECT', err.status);
   });
 }
 
@@ -142,6 +170,7 @@ export function refuseExpectation(server: Server): void {
     const body = JSON.stringify(errorBody(err));
     response.writeHead(err.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
     response.end(body);
+    answeredRaw(server, request.method ?? 'UNKNOWN', err.status);
   });
 }
 

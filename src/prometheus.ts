@@ -17,7 +17,7 @@
  *   event-loop lag, CPU), prefixed `braid_`.
  */
 import { routeLabel } from './route-label.js';
-import { unansweredStatus } from './http-errors.js';
+import { onRawAnswer, unansweredStatus } from './http-errors.js';
 import client from 'prom-client';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Engine, EngineHistogram, EngineMetrics } from './native/engine.js';
@@ -87,6 +87,8 @@ export function instrumentHttp(app: FastifyInstance, registry: client.Registry, 
     requests.observe(request.method, routeOf(request), reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
+  // answered with no request of fastify's (unparseable, 431, CONNECT, Expect): no route, no clock
+  onRawAnswer(app.server, (method, status) => requests.observe(method, 'unmatched', status, 0));
 }
 
 /** One (method, route, status)'s count and latency histogram. */

@@ -4,7 +4,7 @@
 // including what the engine counts itself (WAL, fsyncs, group commits,
 // checkpoints, index lag, vector graphs, memory estimates).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, waitFor, type TestServer } from './helpers.js';
+import { rawHttp, startTestServer, waitFor, type TestServer } from './helpers.js';
 
 let s: TestServer;
 
@@ -89,6 +89,28 @@ describe('GET /metrics', () => {
     expect(sample(after.text, 'braid_branch_records', main)).toBe(4);
     // every branch has its own series
     expect(sample(after.text, 'braid_branch_records', { database: 'default', branch: 'metrics_copy' })).toBe(4);
+  });
+
+  // found by a black-box review: answered before fastify had a request, these were never counted
+  it('counts answers written with no request: bytes that are not HTTP, headers past the limit, CONNECT, an Expect it cannot meet', async () => {
+    const total = (text: string) => text.split('\n').filter((l) => l.startsWith('braid_http_requests_total{')).reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+    const requests = async () => (await s.get('/v1/metrics/public-safe')).body.requests as number;
+    const probes: Array<[string, string, string]> = [
+      ['HELLO WORLD\r\n\r\n', 'UNKNOWN', '400'],
+      [`GET /v1/ready HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 'UNKNOWN', '431'],
+      ['CONNECT x:80 HTTP/1.1\r\nHost: x:80\r\n\r\n', 'CONNECT', '400'],
+      ['POST /v1/records/get HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\n{}', 'POST', '417'],
+    ];
+    for (const [bytes, method, status] of probes) {
+      const before = await scrape(s);
+      const seen = await requests();
+      expect(await rawHttp(s.url, bytes)).toContain(` ${status} `);
+      const after = await scrape(s);
+      // the first scrape and the public-safe read are counted too
+      expect(total(after.text) - total(before.text), status).toBe(3);
+      expect(sample(after.text, 'braid_http_requests_total', { method, route: 'unmatched', status }), status).toBeGreaterThanOrEqual(1);
+      expect((await requests()) - seen, status).toBe(3);
+    }
   });
 
   it('needs a token when the engine requires tokens', async () => {
