@@ -8,6 +8,7 @@ import { BraidError, ERROR_STATUS, statusOf } from '../src/errors.js';
 import { Braid } from '../src/engine.js';
 import { loadNative, type NativeEngine } from '../src/native/index.js';
 import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import vm from 'node:vm';
 import { tempDir } from './helpers.js';
 
 const TABLE = 'docs';
@@ -615,6 +616,10 @@ describe('the embedded API over the binding', () => {
       [new Date(Number.NaN), 'an invalid Date'],
       [new Int32Array([1, 2]), 'a typed array other than Float32Array or Float64Array'],
       [new ArrayBuffer(8), 'an ArrayBuffer'],
+      // made in another realm (a vm context, as test runners use), found by a recheck
+      [vm.runInNewContext('new Map([[1, 2]])'), 'a Map'],
+      [vm.runInNewContext('new Boolean(false)'), 'a Boolean object'],
+      [vm.runInNewContext('new String("ab")'), 'a String object'],
     ];
     for (const [value, what] of refused) {
       const err = await db.put({ table: 'notdata', tenant_id: TENANT, id: 'x', fields: { nested: { v: value } } }).catch((e: unknown) => e);

@@ -349,30 +349,30 @@ unsafe fn not_data(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> 
     if is {
         return Ok(Some("a Promise"));
     }
-    let mut global = ptr::null_mut();
-    ok(unsafe { sys::napi_get_global(env, &mut global) }, path)?;
-    const BUILT_IN: [(&CStr, &str); 8] = [
-        (c"Map", "a Map"),
-        (c"Set", "a Set"),
-        (c"WeakMap", "a WeakMap"),
-        (c"WeakSet", "a WeakSet"),
-        (c"RegExp", "a RegExp"),
-        (c"Boolean", "a Boolean object"),
-        (c"Number", "a Number object"),
-        (c"String", "a String object"),
+    // Node's own type checks (util.types), which hold across realms: a Map
+    // made in a `vm` context is not an instance of this realm's Map (found by
+    // a recheck: it was stored as {})
+    const KINDS: [(&CStr, &str); 10] = [
+        (c"isMap", "a Map"),
+        (c"isSet", "a Set"),
+        (c"isWeakMap", "a WeakMap"),
+        (c"isWeakSet", "a WeakSet"),
+        (c"isRegExp", "a RegExp"),
+        (c"isBooleanObject", "a Boolean object"),
+        (c"isNumberObject", "a Number object"),
+        (c"isStringObject", "a String object"),
+        (c"isBigIntObject", "a BigInt object"),
+        (c"isSymbolObject", "a Symbol object"),
     ];
-    for (name, what) in BUILT_IN {
-        let mut class = ptr::null_mut();
-        let mut ty = 0;
-        let found = unsafe { sys::napi_get_named_property(env, global, name.as_ptr(), &mut class) }
+    let types = unsafe { util_types(env) }.ok_or_else(|| fail(path, Reason::Unreadable))?;
+    for (check, what) in KINDS {
+        let mut function = ptr::null_mut();
+        let mut out = ptr::null_mut();
+        let called = unsafe { sys::napi_get_named_property(env, types, check.as_ptr(), &mut function) }
             == sys::Status::napi_ok
-            && unsafe { sys::napi_typeof(env, class, &mut ty) } == sys::Status::napi_ok
-            && ty == sys::ValueType::napi_function;
-        if !found {
-            continue;
-        }
-        let status = unsafe { sys::napi_instanceof(env, value, class, &mut is) };
-        if status != sys::Status::napi_ok {
+            && unsafe { sys::napi_call_function(env, types, function, 1, &value, &mut out) } == sys::Status::napi_ok
+            && unsafe { sys::napi_get_value_bool(env, out, &mut is) } == sys::Status::napi_ok;
+        if !called {
             // leave no pending exception behind: the caller reports the failure
             let mut exception = ptr::null_mut();
             unsafe { sys::napi_get_and_clear_last_exception(env, &mut exception) };
@@ -383,6 +383,32 @@ unsafe fn not_data(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> 
         }
     }
     Ok(None)
+}
+
+/// `require('node:util').types`, through `process.getBuiltinModule` (Node
+/// 20.16 and later); `None` (no exception left pending) where it fails.
+unsafe fn util_types(env: sys::napi_env) -> Option<sys::napi_value> {
+    let step = |status: sys::napi_status| -> Option<()> {
+        if status == sys::Status::napi_ok {
+            return Some(());
+        }
+        let mut exception = ptr::null_mut();
+        unsafe { sys::napi_get_and_clear_last_exception(env, &mut exception) };
+        None
+    };
+    let mut global = ptr::null_mut();
+    step(unsafe { sys::napi_get_global(env, &mut global) })?;
+    let mut process = ptr::null_mut();
+    step(unsafe { sys::napi_get_named_property(env, global, c"process".as_ptr(), &mut process) })?;
+    let mut load = ptr::null_mut();
+    step(unsafe { sys::napi_get_named_property(env, process, c"getBuiltinModule".as_ptr(), &mut load) })?;
+    let mut name = ptr::null_mut();
+    step(unsafe { sys::napi_create_string_utf8(env, c"node:util".as_ptr(), 9, &mut name) })?;
+    let mut util = ptr::null_mut();
+    step(unsafe { sys::napi_call_function(env, process, load, 1, &name, &mut util) })?;
+    let mut types = ptr::null_mut();
+    step(unsafe { sys::napi_get_named_property(env, util, c"types".as_ptr(), &mut types) })?;
+    Some(types)
 }
 
 unsafe fn to_json(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> Read<Option<sys::napi_value>> {
