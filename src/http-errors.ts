@@ -152,8 +152,25 @@ export function refuseConnect(server: Server): void {
     // a client that resets meanwhile is no error of the server's
     socket.on('error', () => undefined);
     const err = new BraidError('invalid_request', 'CONNECT is not served: Braid is not a proxy (use GET or POST on a /v1 route)');
-    socket.end(rawAnswer(err));
-    answeredRaw(server, 'CONNECT', err.status);
+    const answer = () => {
+      socket.end(rawAnswer(err));
+      answeredRaw(server, 'CONNECT', err.status);
+    };
+    // a request pipelined before it is answered first, as HTTP/1.1 answers
+    // in order (found by a recheck: a committed put's client read this 400
+    // as its answer, and the put was never answered)
+    const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
+    if (inFlight && !inFlight.writableFinished) {
+      let answered = false;
+      const once = () => {
+        if (answered) return;
+        answered = true;
+        answer();
+      };
+      inFlight.once('finish', once).once('close', once);
+      return;
+    }
+    answer();
   });
 }
 
