@@ -55,9 +55,10 @@ export function createRegistry(prefix: string): client.Registry {
  * Counts and times every request of `app` (its hooks must not be
  * encapsulated): `<prefix>http_requests_total`,
  * `<prefix>http_request_duration_seconds` and `<prefix>http_requests_in_flight`.
- * `routeOf` names the route with a bounded label.
+ * `routeOf` names the route with a bounded label, `noRoute` the answers
+ * written before there is a request to route (src/http-errors.ts, onRawAnswer).
  */
-export function instrumentHttp(app: FastifyInstance, registry: client.Registry, prefix: string, routeOf: (request: FastifyRequest) => string): void {
+export function instrumentHttp(app: FastifyInstance, registry: client.Registry, prefix: string, routeOf: (request: FastifyRequest) => string, noRoute = 'unmatched'): void {
   const registers = [registry];
   const requests = new RequestSeries(registry, prefix);
   // read at scrape time: no gauge update per request
@@ -88,7 +89,7 @@ export function instrumentHttp(app: FastifyInstance, registry: client.Registry, 
     done();
   });
   // answered with no request of fastify's (unparseable, 431, CONNECT, Expect): no route, no clock
-  onRawAnswer(app.server, (method, status) => requests.observe(method, 'unmatched', status, 0));
+  onRawAnswer(app.server, (method, status) => requests.observe(method, noRoute, status, 0));
 }
 
 /** One (method, route, status)'s count and latency histogram. */

@@ -32,7 +32,7 @@ export function routeOf(request: FastifyRequest): string {
 /** Instruments `app`'s requests; call it first, so refused requests (401, 403, 429) are counted too. */
 export function gatewayMetrics(app: FastifyInstance, engines: Engines): GatewayMetrics {
   const registry = createRegistry(PREFIX);
-  instrumentHttp(app, registry, PREFIX, routeOf);
+  instrumentHttp(app, registry, PREFIX, routeOf, 'other');
   const upstreamDuration = new client.Histogram({
     name: `${PREFIX}upstream_request_duration_seconds`,
     help: 'Proxied requests: time until the engine answered with its status line and headers, by engine and status',
