@@ -518,7 +518,14 @@ impl Engine {
         }
         let final_dir = self.config.data_dir.join("snapshots").join(target);
         let tmp_dir = self.config.data_dir.join("snapshots").join(format!(".{target}.tmp"));
-        let _ = std::fs::remove_dir_all(&tmp_dir);
+        // the name is this engine's own (a snapshot's name never starts with
+        // a dot): whatever is there, a file included, is a leftover (a
+        // stray file there had made every snapshot of the name a 503)
+        match std::fs::symlink_metadata(&tmp_dir) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&tmp_dir)?,
+            Ok(_) => std::fs::remove_file(&tmp_dir)?,
+            Err(_) => {}
+        }
         unnamed_dir_free(&final_dir, &format!("snapshots/{target}"), SNAPSHOTTING, Code::SnapshotExists)?;
         wal::create_private_dir(&tmp_dir)?;
         // marks the directory as this snapshot's until the catalog names it
