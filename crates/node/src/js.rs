@@ -333,21 +333,19 @@ unsafe fn not_data(env: sys::napi_env, value: sys::napi_value, path: &[Seg]) -> 
         let float = matches!(kind, sys::TypedarrayType::float32_array | sys::TypedarrayType::float64_array);
         return Ok((!float).then_some("a typed array other than Float32Array or Float64Array"));
     }
-    ok(unsafe { sys::napi_is_arraybuffer(env, value, &mut is) }, path)?;
-    if is {
-        return Ok(Some("an ArrayBuffer"));
-    }
-    ok(unsafe { sys::napi_is_dataview(env, value, &mut is) }, path)?;
-    if is {
-        return Ok(Some("a DataView"));
-    }
-    ok(unsafe { sys::napi_is_error(env, value, &mut is) }, path)?;
-    if is {
-        return Ok(Some("an Error"));
-    }
-    ok(unsafe { sys::napi_is_promise(env, value, &mut is) }, path)?;
-    if is {
-        return Ok(Some("a Promise"));
+    // V8's own type checks, which napi has
+    type Check<'a> = &'a dyn Fn(&mut bool) -> sys::napi_status;
+    let napi_checks: [(Check, &str); 4] = [
+        (&|is| unsafe { sys::napi_is_arraybuffer(env, value, is) }, "an ArrayBuffer"),
+        (&|is| unsafe { sys::napi_is_dataview(env, value, is) }, "a DataView"),
+        (&|is| unsafe { sys::napi_is_error(env, value, is) }, "an Error"),
+        (&|is| unsafe { sys::napi_is_promise(env, value, is) }, "a Promise"),
+    ];
+    for (check, what) in napi_checks {
+        ok(check(&mut is), path)?;
+        if is {
+            return Ok(Some(what));
+        }
     }
     // Node's own type checks (util.types), which hold across realms: a Map
     // made in a `vm` context is not an instance of this realm's Map (found by
