@@ -18,29 +18,30 @@ import { openServerEngine } from './server-open.js';
 import type { RunningServer } from './server.js';
 import { LOG_LEVELS, MAX_WINDOW_MS } from './settings.js';
 import { exitOnSignals } from './signals.js';
+import { print } from './cli/output.js';
 
 export { formatQueryTable } from './cli/format.js';
 
 const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string };
 
 function printDoctorReport(report: DoctorReport): void {
-  console.log(`data directory: ${report.data_dir}`);
+  print(`data directory: ${report.data_dir}`);
   for (const log of report.logs) {
     const { end } = log;
     let state: string;
     if (end.kind === 'clean') state = 'clean';
     else if (end.kind === 'torn_tail') state = `torn tail of ${end.bytes} bytes at offset ${end.offset} (cut at the next start; a write torn by a crash was never acknowledged, unless the file was cut short afterwards)`;
     else state = `CORRUPT: frame ${end.seq} at offset ${end.offset} is damaged; ${end.frames_after} valid frame(s) follow from offset ${end.resumes_at}`;
-    console.log(`${log.owner}: ${log.frames} frames, ${log.bytes} bytes, format ${log.format_version}: ${state}`);
+    print(`${log.owner}: ${log.frames} frames, ${log.bytes} bytes, format ${log.format_version}: ${state}`);
     if (log.action === 'salvaged') {
-      console.log(`  salvaged: cut at offset ${end.kind === 'corrupt' ? end.offset : log.good_end}; the original is kept at ${log.backup}`);
+      print(`  salvaged: cut at offset ${end.kind === 'corrupt' ? end.offset : log.good_end}; the original is kept at ${log.backup}`);
     }
   }
-  for (const problem of report.problems) console.log(`PROBLEM: ${problem}`);
+  for (const problem of report.problems) print(`PROBLEM: ${problem}`);
   if (report.logs.some((l) => l.end.kind === 'corrupt' && l.action !== 'salvaged')) {
-    console.log('corrupt logs refuse to open. `braid doctor --salvage` keeps the frames before the damage and drops the rest (a copy of each file is kept).');
+    print('corrupt logs refuse to open. `braid doctor --salvage` keeps the frames before the damage and drops the rest (a copy of each file is kept).');
   }
-  console.log(report.healthy ? 'healthy' : 'not healthy');
+  print(report.healthy ? 'healthy' : 'not healthy');
 }
 
 /** The commands that run against a server (--url) or a data directory (--data-dir), by group. */
@@ -112,7 +113,7 @@ export function buildCli(): Command {
       const gateway = await startGateway(config);
       exitOnSignals(gateway);
       const engines = [...new Set(config.catalog.databases.flatMap((db) => db.branches.map((b) => b.endpoint)))];
-      console.log(`braid gateway listening on ${gateway.url} (engines: ${engines.join(', ')})`);
+      print(`braid gateway listening on ${gateway.url} (engines: ${engines.join(', ')})`);
     }));
 
   addClientCommands(program);
@@ -125,7 +126,7 @@ export function buildCli(): Command {
     .option('--json', 'print the report as JSON')
     .action(run(async (opts: { dataDir: string; salvage?: boolean; json?: boolean }) => {
       const report = doctor(path.resolve(opts.dataDir), { salvage: opts.salvage ?? false });
-      if (opts.json) console.log(JSON.stringify(report, null, 2));
+      if (opts.json) print(JSON.stringify(report, null, 2));
       else printDoctorReport(report);
       if (!report.healthy) process.exitCode = 1;
     }));
@@ -133,7 +134,7 @@ export function buildCli(): Command {
   program
     .command('version')
     .description('print the version')
-    .action(() => console.log(pkg.version));
+    .action(() => print(pkg.version));
 
   return program;
 }

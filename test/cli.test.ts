@@ -1,7 +1,7 @@
 // The `braid` client commands (snapshot, restore, branches, query, import, version), run as child
 // processes of bin/braid.js against (a) a server in this process and (b) a data directory.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -476,6 +476,22 @@ describe('against a data directory (--data-dir)', () => {
     const r2 = await braid(['doctor', '--data-dir', other]);
     expect(r2.code).toBe(1);
     expect(r2.stderr).toMatch(/^braid: invalid_request: .* is not a Braid data directory/);
+  });
+
+  // found by a black-box review: console.log dropped the write error, and the command exited 0
+  it('output that cannot be written is a failure: a message on stderr and exit status 1', async () => {
+    const data = path.join(work, 'output-fails');
+    Braid.open({ dataDir: data }).close();
+    for (const args of [['doctor', '--data-dir', data], ['branches', '--data-dir', data, '--json']]) {
+      const full = openSync('/dev/full', 'w');
+      const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, stdio: ['ignore', full, 'pipe'] });
+      closeSync(full);
+      let stderr = '';
+      child.stderr.on('data', (d) => (stderr += d));
+      const code = await new Promise((resolve) => child.on('close', resolve));
+      expect(code, args.join(' ')).toBe(1);
+      expect(stderr, args.join(' ')).toMatch(/^braid: output_failed: the output could not be written to stdout \(.*ENOSPC/);
+    }
   });
 
   // found by a black-box test: doctor called healthy a directory the next start refuses, or would have

@@ -4,6 +4,7 @@ import type { RecordKey } from '../engine.js';
 import { BraidError } from '../errors.js';
 import { connectionOptions, run, withBackend, type ConnectionFlags } from './backend.js';
 import { renderTable } from './format.js';
+import { print } from './output.js';
 
 type JsonFlag = { json?: boolean };
 
@@ -28,7 +29,7 @@ function addSnapshotCommand(program: Command): void {
     .action(
       run(async (name: string, opts: ConnectionFlags & JsonFlag, command: Command) => {
         const info = await withBackend(opts, command, (backend) => backend.snapshot(name));
-        console.log(opts.json ? JSON.stringify(info) : `snapshot ${info.target} of ${info.database_id}/${info.branch_id} at epoch ${info.epoch}`);
+        print(opts.json ? JSON.stringify(info) : `snapshot ${info.target} of ${info.database_id}/${info.branch_id} at epoch ${info.epoch}`);
       }),
     );
 }
@@ -47,13 +48,13 @@ function addRestoreCommand(program: Command): void {
       run(async (source: string, target: string, opts: ConnectionFlags & JsonFlag & { verify?: string }, command: Command) => {
         const verify = opts.verify === undefined ? undefined : parseRecordKey(opts.verify);
         const result = await withBackend(opts, command, (backend) => backend.restore(source, target, verify));
-        if (opts.json) console.log(JSON.stringify(result));
+        if (opts.json) print(JSON.stringify(result));
         else {
-          console.log(`restored snapshot ${result.source} into branch ${result.target} at epoch ${result.epoch}`);
+          print(`restored snapshot ${result.source} into branch ${result.target} at epoch ${result.epoch}`);
           const v = result.verification;
           if (v) {
             const version = v.record ? ` (version ${v.record.version_id})` : ' (record not found)';
-            console.log(`verify ${v.request.table}/${v.request.tenant_id}/${v.request.id}: ${v.status}${version}`);
+            print(`verify ${v.request.table}/${v.request.tenant_id}/${v.request.id}: ${v.status}${version}`);
           }
         }
         if (result.verification?.status === 'failed') process.exitCode = 1;
@@ -72,11 +73,11 @@ function addBranchesCommand(program: Command): void {
       run(async (opts: ConnectionFlags & JsonFlag, command: Command) => {
         const list = await withBackend(opts, command, (backend) => backend.branches());
         if (opts.json) {
-          console.log(JSON.stringify(list));
+          print(JSON.stringify(list));
           return;
         }
         const rows = list.map((b) => [b.database_id, b.branch_id, b.parent_branch_id ?? '-', b.state, String(b.latest_epoch), b.endpoint]);
-        console.log(renderTable(['database', 'branch', 'parent', 'state', 'latest_epoch', 'endpoint'], rows, [false, false, false, false, true, false]));
+        print(renderTable(['database', 'branch', 'parent', 'state', 'latest_epoch', 'endpoint'], rows, [false, false, false, false, true, false]));
       }),
     );
 }

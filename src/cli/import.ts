@@ -8,6 +8,7 @@ import { BraidError } from '../errors.js';
 import { connectionOptions, integerOption, run, unreadable, withBackend, type Backend, type ConnectionFlags } from './backend.js';
 import { constants as osConstants } from 'node:os';
 import { STOP_SIGNALS } from '../signals.js';
+import { print } from './output.js';
 
 interface ImportFlags extends ConnectionFlags {
   batch: number;
@@ -243,14 +244,14 @@ async function importRecords(backend: Backend, table: string, file: string | und
 
 function printImportSummary(summary: ImportSummary): void {
   const rate = summary.seconds > 0 ? Math.round(summary.imported / summary.seconds) : summary.imported;
-  console.log(`records imported: ${summary.imported}`);
-  console.log(`batches: ${summary.batches}`);
-  console.log(`seconds: ${summary.seconds.toFixed(3)}`);
-  console.log(`records/s: ${rate}`);
+  print(`records imported: ${summary.imported}`);
+  print(`batches: ${summary.batches}`);
+  print(`seconds: ${summary.seconds.toFixed(3)}`);
+  print(`records/s: ${rate}`);
   const first = summary.firstFailure;
-  console.log(`failures: ${summary.failures}${first ? ` (first bad record: line ${first.line}: ${first.reason})` : ''}`);
+  print(`failures: ${summary.failures}${first ? ` (first bad record: line ${first.line}: ${first.reason})` : ''}`);
   const stop = summary.interrupted;
-  if (stop) console.log(`interrupted by ${stop.signal} after line ${stop.line}: every line up to it is written or reported; go on from line ${stop.line + 1}`);
+  if (stop) print(`interrupted by ${stop.signal} after line ${stop.line}: every line up to it is written or reported; go on from line ${stop.line + 1}`);
 }
 
 export function addImportCommand(program: Command): void {

@@ -5,6 +5,7 @@ import type { HybridQuery } from '../engine.js';
 import { BraidError, parserMessage } from '../errors.js';
 import { connectionOptions, integerOption, run, unreadable, withBackend, type ConnectionFlags } from './backend.js';
 import { formatQueryTable } from './format.js';
+import { print } from './output.js';
 
 interface QuerySource {
   body?: string;
@@ -67,7 +68,7 @@ export function addQueryCommand(program: Command): void {
         if (given !== 1) throw new BraidError('invalid_request', 'give the query once: as a native QL argument, with --body <json> or with --body-file <file>');
         const body = text === undefined ? await readQueryBody(opts) : undefined;
         const response = await withBackend(opts, command, (backend) => (text !== undefined ? backend.nativeQuery(text) : backend.query(body!)));
-        console.log(opts.json ? JSON.stringify(response) : formatQueryTable(response, opts.width));
+        print(opts.json ? JSON.stringify(response) : formatQueryTable(response, opts.width));
       }),
     );
 }
