@@ -19,6 +19,8 @@ export interface ClientOptions {
   token?: string;
   /** Branch every call addresses unless the call names another. */
   branch?: BranchRef;
+  /** Longest wait for a whole answer, in ms; a server that accepts and never answers is `upstream_unreachable` after it. None by default. */
+  timeoutMs?: number;
 }
 
 export type SnapshotResult = Static<typeof SnapshotResponse>;
@@ -49,11 +51,13 @@ export class BraidClient {
   readonly url: string;
   private readonly token: string | undefined;
   private readonly branch: BranchRef;
+  private readonly timeoutMs: number | undefined;
 
   constructor(options: ClientOptions) {
     this.url = options.url.replace(/\/+$/, '');
     this.token = options.token;
     this.branch = options.branch ?? {};
+    this.timeoutMs = options.timeoutMs;
   }
 
   private async request<T>(method: 'GET' | 'POST', route: string, body?: unknown, ref?: BranchRef): Promise<T> {
@@ -64,15 +68,24 @@ export class BraidClient {
     if (databaseId) headers['x-braid-database'] = databaseId;
     if (branchId) headers['x-braid-branch'] = branchId;
     if (body !== undefined) headers['content-type'] = 'application/json';
+    const signal = this.timeoutMs === undefined ? undefined : AbortSignal.timeout(this.timeoutMs);
+    // a server that accepts and never answers had held the caller forever (found by a black-box review)
+    const timedOut = (err: unknown) =>
+      (err as Error).name === 'TimeoutError' ? new BraidError('upstream_unreachable', `${this.url} did not answer ${method} ${route} within ${this.timeoutMs} ms`) : undefined;
     let res: Response;
     try {
-      res = await fetch(this.url + route, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      res = await fetch(this.url + route, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
     } catch (err) {
       const cause = (err as Error & { cause?: { code?: string; message?: string } }).cause;
       const why = cause?.code ?? cause?.message ?? (err as Error).message;
-      throw new BraidError('upstream_unreachable', `cannot reach ${this.url}: ${why}`);
+      throw timedOut(err) ?? new BraidError('upstream_unreachable', `cannot reach ${this.url}: ${why}`);
     }
-    const text = await res.text();
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (err) {
+      throw timedOut(err) ?? err;
+    }
     let parsed: unknown;
     try {
       parsed = text ? JSON.parse(text) : null;

@@ -478,6 +478,27 @@ describe('against a data directory (--data-dir)', () => {
     expect(r2.stderr).toMatch(/^braid: invalid_request: .* is not a Braid data directory/);
   });
 
+  // found by a black-box review: a server that accepted and never answered held the command forever
+  it('a server that never answers is upstream_unreachable after --timeout-ms, and the value is checked', async () => {
+    const silent = createServer(() => undefined);
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+      const r = await braid(['branches', '--url', url, '--timeout-ms', '300']);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(`braid: upstream_unreachable: ${url} did not answer GET /v1/branches within 300 ms\n`);
+      const env = await braid(['query', "SEARCH docs TENANT 't' LIMIT 1", '--url', url], undefined, { BRAID_TIMEOUT_MS: '200' });
+      expect(env.stderr).toBe(`braid: upstream_unreachable: ${url} did not answer POST /v1/nativeql within 200 ms\n`);
+      for (const bad of ['0', '2147483648', '1.5']) {
+        const refused = await braid(['branches', '--url', url, '--timeout-ms', bad]);
+        expect(refused.code, bad).toBe(1);
+        expect(refused.stderr, bad).toMatch(/^braid: invalid_request: .*--timeout-ms/);
+      }
+    } finally {
+      silent.close();
+    }
+  });
+
   // found by a black-box review: console.log dropped the write error, and the command exited 0
   it('output that cannot be written is a failure: a message on stderr and exit status 1', async () => {
     const data = path.join(work, 'output-fails');
@@ -487,7 +508,7 @@ describe('against a data directory (--data-dir)', () => {
       const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, stdio: ['ignore', full, 'pipe'] });
       closeSync(full);
       let stderr = '';
-      child.stderr.on('data', (d) => (stderr += d));
+      child.stderr!.on('data', (d) => (stderr += d));
       const code = await new Promise((resolve) => child.on('close', resolve));
       expect(code, args.join(' ')).toBe(1);
       expect(stderr, args.join(' ')).toMatch(/^braid: output_failed: the output could not be written to stdout \(.*ENOSPC/);

@@ -32,6 +32,7 @@ export interface Backend {
 export interface ConnectionFlags {
   url?: string;
   token?: string;
+  timeoutMs?: number;
   dataDir?: string;
   database?: string;
   branch?: string;
@@ -104,7 +105,7 @@ function connect(flags: ConnectionFlags, command: Command): Backend {
   urlSetting(url, command.getOptionValueSource('url') === 'env' ? 'BRAID_URL' : '--url', 'invalid_request');
   // a token a header cannot carry had been reported as an unreachable server
   if (flags.token !== undefined) sendableToken(flags.token, command.getOptionValueSource('token') === 'env' ? 'BRAID_TOKEN' : '--token', 'invalid_request');
-  return httpBackend(new BraidClient({ url, token: flags.token, branch }));
+  return httpBackend(new BraidClient({ url, token: flags.token, branch, timeoutMs: flags.timeoutMs }));
 }
 
 /** Runs `body` against the backend the flags name, and closes it after. */
@@ -122,6 +123,12 @@ export function connectionOptions(command: Command, addressesBranch: boolean): C
   command
     .addOption(new Option('--url <url>', 'URL of a running engine or gateway').env('BRAID_URL').default(DEFAULT_URL))
     .addOption(new Option('--token <token>', 'bearer token for the server').env('BRAID_TOKEN'))
+    .addOption(
+      new Option('--timeout-ms <ms>', 'longest wait for each answer of the server, then upstream_unreachable')
+        .env('BRAID_TIMEOUT_MS')
+        .argParser(integerOption(1, 2 ** 31 - 1))
+        .default(120_000),
+    )
     .addOption(new Option('--data-dir <dir>', 'open this data directory in-process instead (only while no server holds it)'));
   if (addressesBranch) {
     command
@@ -172,10 +179,11 @@ function caret(query: string | undefined, line: number | undefined, column: numb
 }
 
 /** An option value that must be an integer of at least `min` (commander reports the error). */
-export function integerOption(min: number): (value: string) => number {
+export function integerOption(min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
   return (value: string) => {
     const n = Number(value);
     if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`expected ${min === 0 ? 'a non-negative' : 'a positive'} integer, got ${value}`);
+    if (n > max) throw new InvalidArgumentError(`expected at most ${max}, got ${value}`);
     return n;
   };
 }
