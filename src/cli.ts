@@ -4,7 +4,8 @@
  * server or open a data directory in-process, in src/cli/. docs/cli.md.
  */
 import { Command, Option } from 'commander';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import path from 'node:path';
 import { resolveServerConfig, type ServerFlags } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
@@ -16,7 +17,7 @@ import { addImportCommand } from './cli/import.js';
 import { PACKAGE_ROOT } from './package-root.js';
 import { openServerEngine } from './server-open.js';
 import type { RunningServer } from './server.js';
-import { LOG_LEVELS, MAX_WINDOW_MS } from './settings.js';
+import { LOG_LEVELS, MAX_WINDOW_MS, listenFailure } from './settings.js';
 import { exitOnSignals } from './signals.js';
 import { print } from './cli/output.js';
 
@@ -51,6 +52,21 @@ function addClientCommands(program: Command): void {
   addImportCommand(program);
 }
 
+/** Listens on the address and lets it go again: invalid_config, as the server's own listen would be, when it cannot. */
+async function probeAddress(host: string, port: number): Promise<void> {
+  const probe = createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', reject);
+      probe.listen({ host, port, exclusive: true }, () => resolve());
+    });
+  } catch (err) {
+    throw listenFailure(err, host, port);
+  } finally {
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+  }
+}
+
 export function buildCli(): Command {
   const program = new Command();
   program.name('braid').description('Braid: a self-hosted hybrid record database').version(pkg.version, '-V, --version');
@@ -78,6 +94,11 @@ export function buildCli(): Command {
       const config = resolveServerConfig(opts, process.env);
       // files the index libraries create (tantivy, the vector graphs) are owner-only too
       process.umask(0o077);
+      // a data directory this start would create is created only once the
+      // address is known to be free (found by a black-box review: a port in
+      // use left a new data directory behind its invalid_config); an existing
+      // one opens at once, overlapping the server's loading (a restart's time)
+      if (!existsSync(config.dataDir)) await probeAddress(config.host, config.port);
       // the data directory opens on a thread of its own while the server's
       // code loads (lazily, so the client commands start fast)
       const engine = openServerEngine(config);

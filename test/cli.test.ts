@@ -642,6 +642,18 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       expect(r.stderr, what).toContain(cases[i]![2]);
     });
     expect(existsSync(dataDir)).toBe(false);
+    // an address in use too (found by a black-box review: the refusal left a new data directory behind)
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = String((taken.address() as AddressInfo).port);
+      const r = await refusedStart(['serve', '--data-dir', dataDir, '--port', port]);
+      expect(r.code, r.stdout).toBe(1);
+      expect(r.stderr).toMatch(new RegExp(`^braid: invalid_config: cannot listen on host "127\\.0\\.0\\.1" port ${port}: .*EADDRINUSE`));
+      expect(existsSync(dataDir)).toBe(false);
+    } finally {
+      taken.close();
+    }
   });
 
   it('braid gateway refuses each bad variable or flag with the same prefix', async () => {
