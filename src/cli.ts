@@ -4,12 +4,13 @@
  * server or open a data directory in-process, in src/cli/. docs/cli.md.
  */
 import { Command, Option } from 'commander';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { resolveServerConfig, type ServerFlags } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
 import { doctor, type DoctorReport } from './engine.js';
+import { BraidError } from './errors.js';
 import { run } from './cli/backend.js';
 import { addAdminCommands } from './cli/admin.js';
 import { addQueryCommand } from './cli/query.js';
@@ -50,6 +51,28 @@ function addClientCommands(program: Command): void {
   addAdminCommands(program);
   addQueryCommand(program);
   addImportCommand(program);
+}
+
+/** What a data directory Braid made holds; a directory with other files and none of these is not one. */
+const BRAID_ENTRIES = new Set(['catalog.json', 'db', 'snapshots', 'secret', 'LOCK']);
+
+/**
+ * Refuses a data directory that holds files and none of Braid's (found by a
+ * black-box review: `serve --data-dir` on a mistyped path filled it with
+ * Braid's files, where `doctor` refuses such a directory). An empty one, or
+ * a volume's root (dotfiles, `lost+found`), is a new data directory.
+ */
+function checkDataDir(dir: string): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(dir);
+  } catch (err) {
+    throw new BraidError('invalid_config', `the data directory ${dir} cannot be read as a directory: ${(err as Error).message}`);
+  }
+  const others = entries.filter((name) => !name.startsWith('.') && name !== 'lost+found');
+  if (others.length > 0 && !others.some((name) => BRAID_ENTRIES.has(name))) {
+    throw new BraidError('invalid_config', `the data directory ${dir} holds other files (${others.slice(0, 3).join(', ')}${others.length > 3 ? ', ...' : ''}) and is not a Braid data directory (no catalog.json, no db/): give an empty or new directory, or one Braid wrote`);
+  }
 }
 
 /** Listens on the address and lets it go again: invalid_config, as the server's own listen would be, when it cannot. */
@@ -99,6 +122,7 @@ export function buildCli(): Command {
       // use left a new data directory behind its invalid_config); an existing
       // one opens at once, overlapping the server's loading (a restart's time)
       if (!existsSync(config.dataDir)) await probeAddress(config.host, config.port);
+      else checkDataDir(config.dataDir);
       // the data directory opens on a thread of its own while the server's
       // code loads (lazily, so the client commands start fast)
       const engine = openServerEngine(config);

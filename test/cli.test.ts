@@ -1,7 +1,7 @@
 // The `braid` client commands (snapshot, restore, branches, query, import, version), run as child
 // processes of bin/braid.js against (a) a server in this process and (b) a data directory.
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -654,6 +654,15 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
     } finally {
       taken.close();
     }
+    // a directory of other files is not made a data directory (found by a black-box review)
+    const notes = path.join(work, 'serve-not-braid');
+    mkdirSync(notes, { recursive: true });
+    writeFileSync(path.join(notes, 'notes.txt'), 'mine');
+    const r = await refusedStart(['serve', '--data-dir', notes], { BRAID_PORT: '0' });
+    expect(r.code, r.stdout).toBe(1);
+    expect(r.stderr).toContain('braid: invalid_config: the data directory');
+    expect(r.stderr).toContain('holds other files (notes.txt) and is not a Braid data directory');
+    expect(readdirSync(notes)).toEqual(['notes.txt']);
   });
 
   it('braid gateway refuses each bad variable or flag with the same prefix', async () => {
