@@ -342,7 +342,10 @@ fn sealed_record_files_are_opened_as_read_and_an_empty_one_is_not_sealed() {
 
 /// A record file cut short answers a read with its name, the entry's offset
 /// and what is wrong (it said only "failed to fill whole buffer"; found by a
-/// black-box review).
+/// black-box review). A file sealed with its length is refused at start
+/// (`a_sealed_record_file_cut_short_is_refused_and_named`); this one was
+/// sealed before the length was written (0 in the header), so the read is
+/// what finds it.
 #[test]
 fn a_record_file_cut_short_is_named_with_the_offset() {
     let _failpoints = FailScenario::setup();
@@ -353,8 +356,10 @@ fn a_record_file_cut_short_is_named_with_the_offset() {
     engine.checkpoint(None, None).unwrap();
     drop(engine);
     let sealed = branch.join("records-00000000.dat");
-    let len = std::fs::metadata(&sealed).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&sealed).unwrap().set_len(len / 2).unwrap();
+    let mut bytes = std::fs::read(&sealed).unwrap();
+    bytes[9..16].fill(0);
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&sealed, &bytes).unwrap();
     let engine = open_without_checkpoints(dir.path());
     let err = engine.get(None, None, &key("r19"), None).expect_err("the cut entry cannot be read");
     assert!(err.message.contains("records-00000000.dat offset"), "{}", err.message);
@@ -970,6 +975,46 @@ fn a_missing_catalog_or_branch_directory_is_refused() {
     let engine = open_without_checkpoints(data);
     assert!(engine.get(None, Some("b2"), &key("r3"), None).unwrap().is_some());
     assert!(engine.get(None, None, &key("r3"), None).unwrap().is_some());
+}
+
+/// A sealed record file cut short is refused at start and named by doctor
+/// (found by a black-box review: both passed it, the server came up ready,
+/// and reads of the rows past its end failed with storage_failure); one of
+/// its full length still opens.
+#[test]
+fn a_sealed_record_file_cut_short_is_refused_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    let branch = main_dir(dir.path());
+    let sealed = branch.join("records-00000000.dat");
+    let good = std::fs::read(&sealed).unwrap();
+    let mut stamped = [0u8; 8];
+    stamped[..7].copy_from_slice(&good[9..16]);
+    assert_eq!(u64::from_le_bytes(stamped), good.len() as u64, "the checkpoint wrote the sealed length");
+    assert!(braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+
+    for cut in [good.len() - 1, 1000, 10] {
+        std::fs::write(&sealed, &good[..cut]).unwrap();
+        let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("the start must be refused");
+        assert_eq!(err.code, Code::WalCorrupt, "{}", err.message);
+        assert!(err.message.contains("records-00000000.dat"), "{}", err.message);
+        let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+        assert!(!report.healthy);
+        assert!(report.problems.iter().any(|p| p.contains("records-00000000.dat")), "{:?}", report.problems);
+    }
+    // whole again (or sealed before the length was written: 0 there), it opens and reads every row
+    std::fs::write(&sealed, &good).unwrap();
+    let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
+    assert_eq!(get(&engine, "r49", None).unwrap()["n"], 49);
+    drop(engine);
+    let mut unstamped = good.clone();
+    unstamped[9..16].fill(0);
+    std::fs::write(&sealed, &unstamped).unwrap();
+    let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
+    assert_eq!(get(&engine, "r0", None).unwrap()["n"], 0);
 }
 
 /// Found by a black-box test: a vector file zeroed in place was served as

@@ -269,6 +269,7 @@ impl Log {
         let (record_file, sealed_gen) = {
             let mut st = state.write();
             st.records.flush()?;
+            st.records.stamp_length()?;
             (st.records.open_file(), st.records.open_gen())
         };
         crate::faults::check("checkpoint::records")?;
