@@ -53,26 +53,28 @@ function addClientCommands(program: Command): void {
   addImportCommand(program);
 }
 
-/** What a data directory Braid made holds; a directory with other files and none of these is not one. */
-const BRAID_ENTRIES = new Set(['catalog.json', 'db', 'snapshots', 'secret', 'LOCK']);
-
 /**
- * Refuses a data directory that holds files and none of Braid's (found by a
- * black-box review: `serve --data-dir` on a mistyped path filled it with
- * Braid's files, where `doctor` refuses such a directory). An empty one, or
- * a volume's root (dotfiles, `lost+found`), is a new data directory.
+ * Whether `dir` is a data directory Braid wrote (it holds `catalog.json` or
+ * `db/`, as `braid doctor` tells one), which opens at once; false for one to
+ * make: none there yet, or an empty one (dotfiles and `lost+found` aside, a
+ * volume's root). A directory holding anything else is refused (found by a
+ * black-box review: a mistyped `--data-dir` was filled with Braid's files,
+ * and a file of the user's named `secret` overwritten).
  */
-function checkDataDir(dir: string): void {
+function isDataDir(dir: string): boolean {
+  if (!existsSync(dir)) return false;
   let entries: string[];
   try {
     entries = readdirSync(dir);
   } catch (err) {
     throw new BraidError('invalid_config', `the data directory ${dir} cannot be read as a directory: ${(err as Error).message}`);
   }
+  if (entries.includes('catalog.json') || entries.includes('db')) return true;
   const others = entries.filter((name) => !name.startsWith('.') && name !== 'lost+found');
-  if (others.length > 0 && !others.some((name) => BRAID_ENTRIES.has(name))) {
+  if (others.length > 0) {
     throw new BraidError('invalid_config', `the data directory ${dir} holds other files (${others.slice(0, 3).join(', ')}${others.length > 3 ? ', ...' : ''}) and is not a Braid data directory (no catalog.json, no db/): give an empty or new directory, or one Braid wrote`);
   }
+  return false;
 }
 
 /** Listens on the address and lets it go again: invalid_config, as the server's own listen would be, when it cannot. */
@@ -117,12 +119,11 @@ export function buildCli(): Command {
       const config = resolveServerConfig(opts, process.env);
       // files the index libraries create (tantivy, the vector graphs) are owner-only too
       process.umask(0o077);
-      // a data directory this start would create is created only once the
+      // a data directory this start would make is made only once the
       // address is known to be free (found by a black-box review: a port in
-      // use left a new data directory behind its invalid_config); an existing
-      // one opens at once, overlapping the server's loading (a restart's time)
-      if (!existsSync(config.dataDir)) await probeAddress(config.host, config.port);
-      else checkDataDir(config.dataDir);
+      // use left a new data directory behind its invalid_config); one Braid
+      // wrote opens at once, overlapping the server's loading (a restart's time)
+      if (!isDataDir(config.dataDir)) await probeAddress(config.host, config.port);
       // the data directory opens on a thread of its own while the server's
       // code loads (lazily, so the client commands start fast)
       const engine = openServerEngine(config);

@@ -654,15 +654,30 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
     } finally {
       taken.close();
     }
-    // a directory of other files is not made a data directory (found by a black-box review)
-    const notes = path.join(work, 'serve-not-braid');
-    mkdirSync(notes, { recursive: true });
-    writeFileSync(path.join(notes, 'notes.txt'), 'mine');
-    const r = await refusedStart(['serve', '--data-dir', notes], { BRAID_PORT: '0' });
-    expect(r.code, r.stdout).toBe(1);
-    expect(r.stderr).toContain('braid: invalid_config: the data directory');
-    expect(r.stderr).toContain('holds other files (notes.txt) and is not a Braid data directory');
-    expect(readdirSync(notes)).toEqual(['notes.txt']);
+    // a directory of other files is not made a data directory, even one holding a file named as Braid's (found by a black-box review)
+    for (const [name, files] of [['serve-not-braid', ['notes.txt']], ['serve-secret', ['secret']]] as const) {
+      const notes = path.join(work, name);
+      mkdirSync(notes, { recursive: true });
+      for (const file of files) writeFileSync(path.join(notes, file), 'mine');
+      const r = await refusedStart(['serve', '--data-dir', notes], { BRAID_PORT: '0' });
+      expect(r.code, r.stdout).toBe(1);
+      expect(r.stderr).toContain('braid: invalid_config: the data directory');
+      expect(r.stderr).toContain(`holds other files (${files.join(', ')}) and is not a Braid data directory`);
+      expect(readdirSync(notes)).toEqual([...files]);
+      expect(readFileSync(path.join(notes, files[0]), 'utf8')).toBe('mine');
+    }
+    // an empty one is made a data directory only once its address is free
+    const empty = path.join(work, 'serve-empty');
+    mkdirSync(path.join(empty, '.keep'), { recursive: true });
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    try {
+      const r = await refusedStart(['serve', '--data-dir', empty, '--port', String((busy.address() as AddressInfo).port)]);
+      expect(r.stderr).toMatch(/^braid: invalid_config: cannot listen/);
+      expect(readdirSync(empty)).toEqual(['.keep']);
+    } finally {
+      busy.close();
+    }
   });
 
   it('braid gateway refuses each bad variable or flag with the same prefix', async () => {

@@ -1,15 +1,17 @@
 /**
  * What the CLI prints on stdout. Node's `console.log` drops write errors,
- * so output that never reached its file or pipe (a full disk, a closed
- * stdout, a reader that went away) had been lost with exit status 0 (found
- * by a black-box review): a failed write says so on stderr, once, and the
- * command exits 1.
+ * so output that never reached its file (a full disk, an I/O error) had been
+ * lost with exit status 0 (found by a black-box review): a failed write says
+ * so on stderr, once, and the command exits 1. A pipe whose reader closed it
+ * (`| head -1`) is not a failure: the rest is dropped quietly.
  */
 let failed = false;
 
-function outputFailed(err: Error): void {
+function outputFailed(err: NodeJS.ErrnoException): void {
   if (failed) return;
   failed = true;
+  // a reader that closed the pipe (`| head -1`) took what it wanted: no failure, as for any Unix tool
+  if (err.code === 'EPIPE') return;
   process.exitCode = 1;
   process.stderr.write(`braid: output_failed: the output could not be written to stdout (${err.message})\n`);
 }
@@ -27,6 +29,6 @@ export function print(text: string): void {
       if (err) outputFailed(err);
     });
   } catch (err) {
-    outputFailed(err as Error);
+    outputFailed(err as NodeJS.ErrnoException);
   }
 }
