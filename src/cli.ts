@@ -10,6 +10,7 @@ import path from 'node:path';
 import { resolveServerConfig, type ServerFlags } from './config.js';
 import type { GatewayFlags } from './gateway/config.js';
 import { doctor, type DoctorReport } from './engine.js';
+import { holdsBraidData } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { run } from './cli/backend.js';
 import { addAdminCommands } from './cli/admin.js';
@@ -69,7 +70,7 @@ function isDataDir(dir: string): boolean {
   } catch (err) {
     throw new BraidError('invalid_config', `the data directory ${dir} cannot be read as a directory: ${(err as Error).message}`);
   }
-  if (entries.includes('catalog.json') || entries.includes('db')) return true;
+  if (holdsBraidData(dir)) return true;
   const others = entries.filter((name) => !name.startsWith('.') && name !== 'lost+found');
   if (others.length > 0) {
     throw new BraidError('invalid_config', `the data directory ${dir} holds other files (${others.slice(0, 3).join(', ')}${others.length > 3 ? ', ...' : ''}) and is not a Braid data directory (no catalog.json, no db/): give an empty or new directory, or one Braid wrote`);

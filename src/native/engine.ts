@@ -102,6 +102,11 @@ function writeResult(result: Native.WriteResult): WriteResult {
  * each corrupt log at its first damaged frame after copying it aside; salvage
  * needs the directory unlocked (no server running on it).
  */
+/** Whether the directory `dataDir` is one Braid wrote: it holds `catalog.json` or `db/` (`braid doctor`, `braid serve`). */
+export function holdsBraidData(dataDir: string): boolean {
+  return existsSync(path.join(dataDir, 'catalog.json')) || existsSync(path.join(dataDir, 'db'));
+}
+
 export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Native.DoctorReport {
   // a mistyped path has no logs to check: that is not a healthy data directory
   let stat: Stats | undefined;
@@ -112,7 +117,7 @@ export function doctor(dataDir: string, options: { salvage?: boolean } = {}): Na
   }
   if (!stat.isDirectory()) throw new BraidError('invalid_request', `${dataDir} is not a directory`);
   // nor is a directory Braid never wrote (doctor on /etc had called it healthy)
-  if (!existsSync(path.join(dataDir, 'catalog.json')) && !existsSync(path.join(dataDir, 'db'))) {
+  if (!holdsBraidData(dataDir)) {
     throw new BraidError('invalid_request', `${dataDir} is not a Braid data directory (it has no catalog.json and no db/)`);
   }
   return settleSync(() => loadNative().doctor(dataDir, options.salvage ?? false));
