@@ -4,7 +4,7 @@
  * server or open a data directory in-process, in src/cli/. docs/cli.md.
  */
 import { Command, Option } from 'commander';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { resolveServerConfig, type ServerFlags } from './config.js';
@@ -63,7 +63,10 @@ function addClientCommands(program: Command): void {
  * and a file of the user's named `secret` overwritten).
  */
 function isDataDir(dir: string): boolean {
-  if (!existsSync(dir)) return false;
+  if (!existsSync(dir)) {
+    checkMakeable(dir);
+    return false;
+  }
   let entries: string[];
   try {
     entries = readdirSync(dir);
@@ -76,6 +79,19 @@ function isDataDir(dir: string): boolean {
     throw new BraidError('invalid_config', `the data directory ${dir} holds other files (${others.slice(0, 3).join(', ')}${others.length > 3 ? ', ...' : ''}) and is not a Braid data directory (no catalog.json, no db/): give an empty or new directory, or one Braid wrote`);
   }
   return false;
+}
+
+/**
+ * Refuses a data directory that cannot be made because a path above it is a
+ * file (`--data-dir notes.txt/data`), which the engine would report only as
+ * the operating system's "File exists".
+ */
+function checkMakeable(dir: string): void {
+  let above = path.dirname(path.resolve(dir));
+  while (!existsSync(above) && path.dirname(above) !== above) above = path.dirname(above);
+  if (existsSync(above) && !statSync(above).isDirectory()) {
+    throw new BraidError('invalid_config', `the data directory ${dir} cannot be made: ${above} is a file, not a directory`);
+  }
 }
 
 /** Listens on the address and lets it go again: invalid_config, as the server's own listen would be, when it cannot. */

@@ -666,6 +666,13 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       expect(readdirSync(notes)).toEqual([...files]);
       expect(readFileSync(path.join(notes, files[0]), 'utf8')).toBe('mine');
     }
+    // a path under a file names the file (the engine had said only "File exists")
+    const file = path.join(work, 'serve-under-file');
+    writeFileSync(file, 'mine');
+    const under = await refusedStart(['serve', '--data-dir', path.join(file, 'data', 'more')], { BRAID_PORT: '0' });
+    expect(under.code, under.stdout).toBe(1);
+    expect(under.stderr).toContain(`braid: invalid_config: the data directory ${path.join(file, 'data', 'more')} cannot be made: ${file} is a file, not a directory`);
+    expect(readFileSync(file, 'utf8')).toBe('mine');
     // an empty one is made a data directory only once its address is free
     const empty = path.join(work, 'serve-empty');
     mkdirSync(path.join(empty, '.keep'), { recursive: true });
