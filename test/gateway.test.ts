@@ -62,6 +62,9 @@ describe('gateway configuration (pure)', () => {
     const flagged = resolveGatewayConfig({ config: file, rateLimit: 3 }, { BRAID_RATE_LIMIT: '5', BRAID_RATE_WINDOW_MS: '2000' });
     expect(flagged.rateLimitMax).toBe(3);
     expect(flagged.rateWindowMs).toBe(2000);
+    // a file saved with a byte order mark reads the same
+    writeFileSync(file, `\uFEFF${JSON.stringify({ tokens: ['from-file'], rate_limit: { max: 7 } })}`);
+    expect(resolveGatewayConfig({ config: file }, {}).rateLimitMax).toBe(7);
   });
 
   it('refuses to start without tokens, with an unknown key or a bad catalog', () => {

@@ -280,7 +280,8 @@ export function readConfigFile(file: string): Record<string, unknown> {
   }
   let parsed: unknown;
   try {
-    parsed = JSON.parse(text);
+    // a byte order mark, as some editors save JSON, is not JSON.parse's (request bodies take one too)
+    parsed = JSON.parse(text.startsWith('\uFEFF') ? text.slice(1) : text);
   } catch (err) {
     fail(`gateway config ${file} is not valid JSON: ${(err as Error).message}`);
   }
