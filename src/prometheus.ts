@@ -221,7 +221,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     purged: gauge('braid_branch_retention_purged_versions', 'Record versions retention removed from the branch (memory, indexes and disk)'),
     memory: gauge(
       'braid_branch_memory_bytes',
-      'Estimated heap bytes of the branch state by structure (rows, keys, vectors, vector_graphs, receipts): element counts x sizes, not measured; vector_graphs counts the vector copies in the HNSW graphs, not their links',
+      'Estimated heap bytes of the branch state by structure (rows, keys, vectors, vector_graphs, receipts): element counts x sizes, not measured; vector_graphs counts the nodes and neighbour lists of the HNSW graphs (they hold no vectors)',
       ['structure'],
     ),
   };

@@ -45,7 +45,7 @@ const hybridQueryFields = {
       { additionalProperties: false, description: 'extension: relative weights of the signals in score fusion' },
     ),
   ),
-  candidate_budget: Type.Optional(Type.Integer({ description: 'extension: vector candidates, 1..10000' })),
+  candidate_budget: Type.Optional(Type.Integer({ description: 'extension: candidates each ranked access path (text, vector, graph) contributes to fusion, 1..10000' })),
   graph_depth: Type.Optional(Type.Integer({ description: 'extension: graph hops, 1..8, default 2' })),
   return_fields: Type.Optional(
     Type.Array(Type.String(), { description: 'extension: the fields each result carries (default every field; [] none; at most 1000)' }),
