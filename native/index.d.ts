@@ -450,6 +450,11 @@ export interface OpenOptions {
   /** Most columns per table (default 1,024), a whole number of at least 1. */
   maxColumns?: number
   receiptRetentionMs?: number
+  /**
+   * Bytes a branch's idempotency receipts may hold in memory before a keyed read stores its answer's
+   * digest instead of the answer (default 64 MiB), a whole number.
+   */
+  receiptMemoryBytes?: number
   /** Epochs of history kept readable by temporal queries; unlimited when unset. */
   historyEpochs?: number
   textCommitIntervalMs?: number
@@ -503,6 +508,11 @@ export interface ReceiptDraft {
   body_hash: string
   status: number
   body: unknown
+  /**
+   * Stored instead of `body` once the branch's receipts hold their
+   * memory budget (a keyed read's digest of its answer).
+   */
+  digest?: unknown
 }
 
 /** A record to write: a full replacement of the record's fields. */

@@ -19,6 +19,8 @@ export interface ServerConfig {
   /** Most columns a table may have (declared and inferred). */
   maxColumns: number;
   receiptRetentionMs: number;
+  /** Bytes a branch's receipts may hold before a keyed read stores its answer's digest (engine default when unset). */
+  receiptMemoryBytes: number | undefined;
   historyEpochs: number | undefined;
   /** WAL bytes per branch after which a checkpoint is taken (engine default when unset). */
   checkpointBytes: number | undefined;
@@ -44,6 +46,7 @@ export const DEFAULTS: ServerConfig = {
   maxVectorDim: 4096,
   maxColumns: 1024,
   receiptRetentionMs: 24 * 60 * 60 * 1000,
+  receiptMemoryBytes: undefined,
   historyEpochs: undefined,
   checkpointBytes: undefined,
   checkpointRows: undefined,
@@ -96,6 +99,7 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     maxVectorDim: numberSetting(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM', 1, LIMIT_MAX) ?? base.maxVectorDim,
     maxColumns: numberSetting(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS', 1, LIMIT_MAX) ?? base.maxColumns,
     receiptRetentionMs: numberSetting(env.BRAID_RECEIPT_RETENTION_MS, 'BRAID_RECEIPT_RETENTION_MS', 0, MAX_WHOLE) ?? base.receiptRetentionMs,
+    receiptMemoryBytes: numberSetting(env.BRAID_RECEIPT_MEMORY_BYTES, 'BRAID_RECEIPT_MEMORY_BYTES', 0, MAX_WHOLE) ?? base.receiptMemoryBytes,
     historyEpochs: read.historyEpochs(env.BRAID_HISTORY_EPOCHS, 'BRAID_HISTORY_EPOCHS') ?? base.historyEpochs,
     checkpointBytes: read.checkpointBytes(env.BRAID_CHECKPOINT_BYTES, 'BRAID_CHECKPOINT_BYTES') ?? base.checkpointBytes,
     checkpointRows: read.checkpointRows(env.BRAID_CHECKPOINT_ROWS, 'BRAID_CHECKPOINT_ROWS') ?? base.checkpointRows,

@@ -92,7 +92,7 @@ function describe(value: unknown): string {
 
 /** The numeric open options (Native.OpenOptions), whose values the binding checks further. */
 const NUMBER_OPTIONS = [
-  'maxVectorDim', 'maxBatch', 'maxColumns', 'receiptRetentionMs', 'historyEpochs',
+  'maxVectorDim', 'maxBatch', 'maxColumns', 'receiptRetentionMs', 'receiptMemoryBytes', 'historyEpochs',
   'textCommitIntervalMs', 'checkpointBytes', 'checkpointRows', 'checkpointIntervalMs',
 ] as const;
 

@@ -14,6 +14,7 @@ export function openServerEngine(config: ServerConfig): Braid {
     maxVectorDim: config.maxVectorDim,
     maxColumns: config.maxColumns,
     receiptRetentionMs: config.receiptRetentionMs,
+    receiptMemoryBytes: config.receiptMemoryBytes,
     historyEpochs: config.historyEpochs,
     checkpointBytes: config.checkpointBytes,
     checkpointRows: config.checkpointRows,

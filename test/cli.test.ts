@@ -623,6 +623,7 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       [{ BRAID_BODY_LIMIT_BYTES: '0' }, [], 'BRAID_BODY_LIMIT_BYTES must be a whole number from 1 to 1073741824 in decimal digits, got "0"'],
       [{ BRAID_LOG_LEVEL: 'loud' }, [], 'BRAID_LOG_LEVEL must be one of silent, fatal, error, warn, info, debug, trace, got "loud"'],
       [{ BRAID_HISTORY_EPOCHS: '1e30' }, [], 'BRAID_HISTORY_EPOCHS must be a whole number from 0 to 9007199254740991 in decimal digits, got "1e30"'],
+      [{ BRAID_RECEIPT_MEMORY_BYTES: '64MiB' }, [], 'BRAID_RECEIPT_MEMORY_BYTES must be a whole number from 0 to 9007199254740991 in decimal digits, got "64MiB"'],
       [{ BRAID_CHECKPOINT_ROWS: '99999999999999999999' }, [], 'BRAID_CHECKPOINT_ROWS must be a whole number from 1 to 9007199254740991 in decimal digits, got "99999999999999999999"'],
       [{}, ['--checkpoint-bytes', '0'], '--checkpoint-bytes must be a whole number from 1 to 9007199254740991 in decimal digits, got "0"'],
       [{ BRAID_AUTH_TOKENS: 'x:superuser' }, [], 'BRAID_AUTH_TOKENS[0] ends in ":" and a scope that is not one of read, write, admin'],

@@ -376,6 +376,46 @@ describe('Idempotency-Key', () => {
     expect(other.body.code).toBe('idempotency_key_reused');
   });
 
+  // found by a black-box review: each keyed read kept its answer (up to 1 MiB) in memory for a day, so 200
+  // keyed queries held 600 MB; past the branch's receipt budget a read stores its answer's digest
+  it('keyed reads past the receipts memory budget store digests: replayed while the answer holds, 409 once it changed', async () => {
+    const small = await startTestServer({ engine: { receiptMemoryBytes: 20_000 } });
+    try {
+      const records = Array.from({ length: 20 }, (_, i) => ({ table: 'budget', tenant_id: 't1', id: `b-${i}`, fields: { body: `budget record ${i} `.padEnd(300, 'x') } }));
+      expect((await small.post('/v1/records/put-batch', { records })).status).toBe(200);
+      const q = { table: 'budget', tenant_id: 't1', top_k: 20 };
+      const answers = [];
+      for (let i = 0; i < 6; i++) {
+        const first = await small.post('/v1/query', q, { 'idempotency-key': `budget-${i}` });
+        expect(first.status).toBe(200);
+        expect(JSON.stringify(first.body).length).toBeGreaterThan(6_000);
+        answers.push(first.body);
+      }
+      const memory = await small.get('/metrics');
+      const receipts = Number(/braid_branch_memory_bytes\{[^}]*structure="receipts"[^}]*\} (\d+)/.exec(memory.body as string)?.[1]);
+      expect(receipts).toBeGreaterThan(12_000);
+      expect(receipts).toBeLessThan(20_000 + 8_000);
+      // the answer changes: reads stored whole replay their first answer, digests of it are 409
+      await small.post('/v1/records/put', { record: { ...records[0], fields: { body: 'changed' } } });
+      const codes = [];
+      for (let i = 0; i < 6; i++) {
+        const again = await small.post('/v1/query', q, { 'idempotency-key': `budget-${i}` });
+        if (again.status === 200) {
+          expect(again.headers.get('idempotent-replayed')).toBe('true');
+          expect(JSON.stringify(again.body)).toBe(JSON.stringify(answers[i]));
+        }
+        codes.push(again.status === 200 ? 'whole' : again.body.code);
+      }
+      // the first answers (as many as the budget holds, at least one) whole, then digests only
+      const whole = codes.filter((c) => c === 'whole').length;
+      expect(whole).toBeGreaterThanOrEqual(1);
+      expect(whole).toBeLessThanOrEqual(Math.ceil(20_000 / JSON.stringify(answers[0]).length));
+      expect(codes).toEqual([...Array(whole).fill('whole'), ...Array(6 - whole).fill('idempotency_response_too_large')]);
+    } finally {
+      await small.destroy();
+    }
+  });
+
   // found by a black-box test: on the routes whose bodies the engine reads,
   // the key was looked up before the body was parsed
   it('a body that is not JSON is invalid_json before anything its key answers', async () => {

@@ -26,8 +26,9 @@
  *   `idempotency_key_reused`, as for any key already used.
  * - Keys are 1-255 printable ASCII characters; others are 400.
  * - A keyed read's response is stored whole up to 1 MiB
- *   ({@link MAX_STORED_RESPONSE_BYTES}). Past that only its SHA-256 is
- *   stored: a retry runs the read again and answers it (replayed) when it
+ *   ({@link MAX_STORED_RESPONSE_BYTES}), while the branch's receipts hold
+ *   less than their memory budget (`BRAID_RECEIPT_MEMORY_BYTES`). Past
+ *   either only its SHA-256 is stored: a retry runs the read again and answers it (replayed) when it
  *   hashes the same, else 409 `idempotency_response_too_large` (the data
  *   changed since; send a new key). The digest leaves out `explain` and
  *   `next_cursor` members, which describe a run (measured timings, a fresh
@@ -47,6 +48,13 @@ export const REPLAY_HEADER = 'idempotent-replayed';
 export const MAX_KEY_LENGTH = 255;
 /** The largest response a keyed read stores whole; larger ones are stored as a digest. */
 export const MAX_STORED_RESPONSE_BYTES = 1 << 20;
+/**
+ * A keyed read's answer longer than this is sent to the engine with its
+ * digest, which the engine stores instead once the branch's receipts hold
+ * their memory budget (`BRAID_RECEIPT_MEMORY_BYTES`); shorter ones are
+ * stored whole, as small as a write's receipt.
+ */
+const DIGEST_ALTERNATIVE_MIN_BYTES = 1024;
 /** Marks a receipt body that holds the digest of a response too large to store. */
 const DIGEST_MARK = '$braid_response_digest';
 
@@ -304,13 +312,12 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
     const failed = route === GRAPHQL_ROUTE && hasErrors(answer);
     if (failed && !ctx.partial) return payload;
     ctx.committed = true;
-    const body: unknown = failed
-      ? { [PARTIAL_MARK]: true }
-      : tooLarge
-        ? ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes } satisfies StoredDigest)
-        : answer;
+    const digest = (): StoredDigest => ({ [DIGEST_MARK]: true, sha256: answerDigest(text), bytes });
+    const body: unknown = failed ? { [PARTIAL_MARK]: true } : tooLarge ? digest() : answer;
+    // the engine stores the digest instead once the branch's receipts hold their budget
+    const alternative = !failed && !tooLarge && storedBytes > DIGEST_ALTERNATIVE_MIN_BYTES ? digest() : undefined;
     try {
-      await engine.recordReceipt({ key: ctx.scopedKey, body_hash: ctx.bodyHash, status: reply.statusCode, body }, ctx.branch);
+      await engine.recordReceipt({ key: ctx.scopedKey, body_hash: ctx.bodyHash, status: reply.statusCode, body, digest: alternative }, ctx.branch);
     } catch (err) {
       // a keyed read of an archived (read-only) branch answers its result;
       // nothing changes there, so a retry reads the same and needs no receipt

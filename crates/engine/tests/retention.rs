@@ -262,8 +262,13 @@ fn expired_receipts_leave_memory_and_disk() {
     let mut short = config(dir.path(), None);
     short.branch.receipt_retention_ms = 150;
     let engine = Engine::open(short).unwrap();
-    let receipt =
-        |key: &str| ReceiptDraft { key: key.to_string(), body_hash: "h".to_string(), status: 200, body: json!({}) };
+    let receipt = |key: &str| ReceiptDraft {
+        key: key.to_string(),
+        body_hash: "h".to_string(),
+        status: 200,
+        body: json!({}),
+        digest: None,
+    };
     engine.put(None, None, vec![doc(1, 0)], Some(receipt("k1"))).unwrap();
     assert_eq!(engine.metrics(None, None).unwrap().receipt_count, 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -232,6 +232,7 @@ fn receipts_commit_with_the_write_and_replay() {
         body_hash: hash.into(),
         status: 200,
         body: json!({"epoch": null}),
+        digest: None,
     };
     let rec =
         || vec![RecordInput { table: "r".into(), tenant_id: "t".into(), id: "1".into(), fields: Map::new().into() }];
@@ -241,7 +242,7 @@ fn receipts_commit_with_the_write_and_replay() {
         assert!(matches!(first, WriteResult::Committed(ref o) if o.epoch == 1));
         let again = engine.put(None, None, rec(), Some(draft("h1"))).unwrap();
         match again {
-            WriteResult::Replayed(r) => assert_eq!(r.body, json!({"epoch": 1})),
+            WriteResult::Replayed(r) => assert_eq!(r.body_value(), json!({"epoch": 1})),
             other => panic!("expected a replay, got {other:?}"),
         }
         let err = engine.put(None, None, rec(), Some(draft("h2"))).unwrap_err();
@@ -250,6 +251,65 @@ fn receipts_commit_with_the_write_and_replay() {
     }
     let engine = open(dir.path());
     assert!(matches!(engine.put(None, None, rec(), Some(draft("h1"))).unwrap(), WriteResult::Replayed(_)));
+}
+
+/// A keyed read's receipt holds its answer as text, and once the branch's
+/// receipts hold `receipt_memory_bytes` the draft's digest is stored
+/// instead; write receipts are stored whole whatever the budget, and the
+/// memory gauge counts what the receipts hold (it assumed 256 bytes each,
+/// and 200 receipts of 612 KB answers had held 600 MB; found by a
+/// black-box review).
+#[test]
+fn read_receipts_past_their_memory_budget_store_their_digest() {
+    use braid_engine::storage::ReceiptDraft;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.branch.receipt_memory_bytes = 64 * 1024;
+    let engine = Engine::open(config).unwrap();
+    let answer = json!({"results": (0..100).map(|i| json!({"record_id": format!("r{i}"), "fields": {"body": "x".repeat(200)}})).collect::<Vec<_>>()});
+    let text_bytes = serde_json::to_string(&answer).unwrap().len() as u64;
+    let digest = json!({"$braid_response_digest": true, "sha256": "ab", "bytes": text_bytes});
+    let read = |i: usize| ReceiptDraft {
+        key: format!("POST /v1/query\nk{i}"),
+        body_hash: "h".into(),
+        status: 200,
+        body: answer.clone(),
+        digest: Some(Box::new(digest.clone())),
+    };
+    let stored = |i: usize| engine.receipt(None, None, &format!("POST /v1/query\nk{i}")).unwrap().unwrap().body_value();
+    for i in 0..6 {
+        engine.record_receipt(None, None, read(i)).unwrap();
+    }
+    let whole = (0..6).filter(|&i| stored(i) == answer).count();
+    let per_receipt = text_bytes + "POST /v1/query\nk0".len() as u64 + 1;
+    assert_eq!(whole as u64, (64 * 1024) / per_receipt, "answers stored whole until the budget");
+    for i in whole..6 {
+        assert_eq!(stored(i), digest, "past the budget, the digest");
+    }
+    let memory = engine.metrics(None, None).unwrap().memory.receipts;
+    assert!(
+        memory >= whole as u64 * text_bytes && memory < 64 * 1024 + 8 * 1024,
+        "the gauge counts the bodies: {memory}"
+    );
+    // a write's receipt is whole past the budget
+    let put = ReceiptDraft {
+        key: "POST /v1/records/put\nw".into(),
+        body_hash: "h".into(),
+        status: 200,
+        body: json!({"epoch": null}),
+        digest: None,
+    };
+    let rec = vec![RecordInput { table: "r".into(), tenant_id: "t".into(), id: "1".into(), fields: Map::new().into() }];
+    engine.put(None, None, rec, Some(put)).unwrap();
+    assert_eq!(
+        engine.receipt(None, None, "POST /v1/records/put\nw").unwrap().unwrap().body_value(),
+        json!({"epoch": 1})
+    );
+    // and so they are after a restart
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let stored = |i: usize| engine.receipt(None, None, &format!("POST /v1/query\nk{i}")).unwrap().unwrap().body_value();
+    assert_eq!((0..6).filter(|&i| stored(i) == answer).count(), whole);
 }
 
 /// `Engine::submit` answers through its reply from the committer thread,

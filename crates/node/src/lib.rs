@@ -495,8 +495,9 @@ impl NativeEngine {
             env,
             Ok(move |e: &Engine| {
                 let (db, br) = route(&branch);
-                e.receipt(db, br, &key)
-                    .map(|r| r.map(|r| StoredReceipt { status: r.status.into(), body: r.body, body_hash: r.body_hash }))
+                e.receipt(db, br, &key).map(|r| {
+                    r.map(|r| StoredReceipt { status: r.status.into(), body: r.body_value(), body_hash: r.body_hash })
+                })
             }),
         )
     }
@@ -1180,6 +1181,9 @@ fn config(o: OpenOptions) -> EngineResult<EngineConfig> {
     }
     if let Some(v) = o.receipt_retention_ms {
         b.receipt_retention_ms = whole("receiptRetentionMs", v)?;
+    }
+    if let Some(v) = o.receipt_memory_bytes {
+        b.receipt_memory_bytes = whole("receiptMemoryBytes", v)?;
     }
     b.history_epochs = o.history_epochs.map(|v| whole("historyEpochs", v)).transpose()?;
     if let Some(v) = o.text_commit_interval_ms {

@@ -39,6 +39,9 @@ pub struct OpenOptions {
     /// Most columns per table (default 1,024), a whole number of at least 1.
     pub max_columns: Option<f64>,
     pub receipt_retention_ms: Option<f64>,
+    /// Bytes a branch's idempotency receipts may hold in memory before a keyed read stores its answer's
+    /// digest instead of the answer (default 64 MiB), a whole number.
+    pub receipt_memory_bytes: Option<f64>,
     /// Epochs of history kept readable by temporal queries; unlimited when unset.
     pub history_epochs: Option<f64>,
     pub text_commit_interval_ms: Option<f64>,
@@ -98,6 +101,10 @@ pub struct ReceiptDraft {
     pub status: u32,
     #[napi(ts_type = "unknown")]
     pub body: Value,
+    /// Stored instead of `body` once the branch's receipts hold their
+    /// memory budget (a keyed read's digest of its answer).
+    #[napi(ts_type = "unknown")]
+    pub digest: Option<Value>,
 }
 
 /// The scoped idempotency key and body hash of a keyed snapshot or restore.
@@ -259,9 +266,10 @@ impl From<EngineWrite> for WriteResult {
                 }),
                 replayed: None,
             },
-            EngineWrite::Replayed(r) => {
-                WriteResult { committed: None, replayed: Some(Replayed { status: r.status.into(), body: r.body }) }
-            }
+            EngineWrite::Replayed(r) => WriteResult {
+                committed: None,
+                replayed: Some(Replayed { status: r.status.into(), body: r.body_value() }),
+            },
         }
     }
 }
@@ -742,7 +750,8 @@ mod tests {
         let _: braid_engine::RecordInput = serde_json::from_value(serde_json::to_value(&record).unwrap()).unwrap();
         let key = RecordKey { table: "t".into(), tenant_id: "a".into(), id: "1".into() };
         let _: braid_engine::RecordKey = serde_json::from_value(serde_json::to_value(&key).unwrap()).unwrap();
-        let draft = ReceiptDraft { key: "k".into(), body_hash: "h".into(), status: 200, body: Value::Null };
+        let draft =
+            ReceiptDraft { key: "k".into(), body_hash: "h".into(), status: 200, body: Value::Null, digest: None };
         let _: braid_engine::storage::ReceiptDraft =
             serde_json::from_value(serde_json::to_value(&draft).unwrap()).unwrap();
         let request = RequestKey { key: "k".into(), body_hash: "h".into() };

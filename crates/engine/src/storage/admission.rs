@@ -18,7 +18,7 @@ use crate::error::{Code, Error, Result};
 use crate::model::RecordInput;
 use crate::names;
 use crate::schema::TableSchema;
-use crate::storage::commit::{now_ms, Commit, Receipt, ReceiptDraft, WalRow};
+use crate::storage::commit::{now_ms, raw_json, Commit, Receipt, ReceiptDraft, WalRow};
 use crate::storage::pipeline::{BranchConfig, WriteOp};
 use crate::storage::state::{key_string, State};
 
@@ -52,6 +52,8 @@ pub(super) struct Stage<'a> {
     schemas: HashMap<String, TableSchema>,
     versions: HashMap<String, u32>,
     receipts: HashSet<String>,
+    /// Bytes of the receipts staged in this group ([`Receipt::bytes`]).
+    receipt_bytes: u64,
 }
 
 impl<'a> Stage<'a> {
@@ -63,6 +65,7 @@ impl<'a> Stage<'a> {
             schemas: HashMap::new(),
             versions: HashMap::new(),
             receipts: HashSet::new(),
+            receipt_bytes: 0,
         }
     }
 
@@ -80,7 +83,7 @@ impl<'a> Stage<'a> {
         draft.is_some_and(|d| self.receipts.contains(&d.key))
     }
 
-    fn check_receipt(&self, draft: &Option<ReceiptDraft>) -> Result<Option<Staged>> {
+    fn check_receipt(&self, draft: Option<&ReceiptDraft>) -> Result<Option<Staged>> {
         let Some(draft) = draft else { return Ok(None) };
         let cutoff = now_ms().saturating_sub(self.config.receipt_retention_ms);
         match self.state.receipts.get(&draft.key) {
@@ -96,7 +99,9 @@ impl<'a> Stage<'a> {
     /// The receipt a write stores. A write route's body has placeholders for
     /// what only the commit knows: `epoch`, and for GraphQL mutations
     /// `record_count` and `changed`; members the body has are filled in. A
-    /// receipt on its own (`outcome` None) stores the response as it is.
+    /// receipt on its own (`outcome` None) stores the response as it is, or
+    /// its `digest` once the branch's receipts would hold more than
+    /// `receipt_memory_bytes` with it.
     fn receipt(&mut self, draft: Option<ReceiptDraft>, outcome: Option<Outcome>) -> Option<Receipt> {
         let mut draft = draft?;
         if let (Some(obj), Some(o)) = (draft.body.as_object_mut(), outcome) {
@@ -110,26 +115,32 @@ impl<'a> Stage<'a> {
                 }
             }
         }
+        let mut body = raw_json(&draft.body);
+        if let Some(digest) = &draft.digest {
+            let held = self.state.receipts.bytes() + self.receipt_bytes;
+            if held + (draft.key.len() + draft.body_hash.len() + body.get().len()) as u64
+                > self.config.receipt_memory_bytes
+            {
+                body = raw_json(digest);
+            }
+        }
         self.receipts.insert(draft.key.clone());
-        Some(Receipt {
-            key: draft.key,
-            body_hash: draft.body_hash,
-            status: draft.status,
-            body: draft.body,
-            created_ms: now_ms(),
-        })
+        let receipt =
+            Receipt { key: draft.key, body_hash: draft.body_hash, status: draft.status, body, created_ms: now_ms() };
+        self.receipt_bytes += receipt.bytes();
+        Some(receipt)
     }
 
     pub(super) fn admit(&mut self, op: WriteOp) -> Result<Staged> {
         match op {
             WriteOp::Put { records, receipt } => {
-                if let Some(s) = self.check_receipt(&receipt)? {
+                if let Some(s) = self.check_receipt(receipt.as_ref())? {
                     return Ok(s);
                 }
                 self.put(records, receipt)
             }
             WriteOp::Delete { table, tenant_id, id, receipt } => {
-                if let Some(s) = self.check_receipt(&receipt)? {
+                if let Some(s) = self.check_receipt(receipt.as_ref())? {
                     return Ok(s);
                 }
                 names::check_table(&table)?;
@@ -197,7 +208,7 @@ impl<'a> Stage<'a> {
                 ))
             }
             WriteOp::Receipt { receipt } => {
-                if let Some(s) = self.check_receipt(&Some(receipt.clone()))? {
+                if let Some(s) = self.check_receipt(Some(&receipt))? {
                     return Ok(s);
                 }
                 let r = self.receipt(Some(receipt), None);

@@ -283,7 +283,7 @@ impl Branch {
         let (wal, wal_gen) = open_wal.expect("at least one segment");
         let replay_ms = ms(started.elapsed()) - checkpoint_ms;
         let cutoff = now_ms().saturating_sub(config.receipt_retention_ms);
-        state.receipts.retain(|_, r| r.created_ms >= cutoff);
+        state.receipts.expire(cutoff);
         let rows = state.rows.len() as u32;
         let vector_watermark = load_vector_graphs(&mut state, &dir.join(VECTOR_DIR), rows, graphs);
 

@@ -1343,7 +1343,7 @@ fn restore<C: StoredColumn + Send, S: StoredScope + Send, P, K: StoredKeys + Sen
     let schemas: Vec<TableSchema> = serde_json::from_slice(&image.schemas_json).map_err(Error::storage)?;
     let schemas = schemas.into_iter().map(|s| (s.name.clone(), s)).collect::<BTreeMap<_, _>>();
     let receipts: Vec<Receipt> = serde_json::from_slice(&image.receipts_json).map_err(Error::storage)?;
-    state.receipts = receipts.into_iter().map(|r| (r.key.clone(), r)).collect();
+    state.receipts = receipts.into_iter().collect();
     let names: Vec<Arc<str>> = image.keys.names().iter().map(|n| state.intern(n)).collect();
     // the key directory and the tables' indexes on both cores at once
     let (keys, tables) = rayon::join(

@@ -273,7 +273,7 @@ impl Backlog {
 fn expire_receipts(state: &RwLock<State>, retention_ms: u64) {
     let cutoff = now_ms().saturating_sub(retention_ms);
     if state.read().receipts.values().any(|r| r.created_ms < cutoff) {
-        state.write().receipts.retain(|_, r| r.created_ms >= cutoff);
+        state.write().receipts.expire(cutoff);
     }
 }
 

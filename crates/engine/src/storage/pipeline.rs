@@ -28,6 +28,14 @@ pub struct BranchConfig {
     /// and the GraphQL schema has a field for each.
     pub max_columns: usize,
     pub receipt_retention_ms: u64,
+    /// The most bytes a branch's receipts hold in memory before a keyed
+    /// read stores its answer's digest instead of the answer (a draft's
+    /// `digest`): a retry then runs the read again and replays it when it
+    /// answers the same. Write receipts (their epoch and count) are always
+    /// stored whole. Without it, each keyed read held up to 1 MiB of its
+    /// answer for the receipts' whole retention, so memory grew with the
+    /// number of keyed reads (found by a black-box review).
+    pub receipt_memory_bytes: u64,
     /// How many epochs of history stay readable; `None` keeps all.
     pub history_epochs: Option<u64>,
     pub text_commit_interval: Duration,
@@ -113,6 +121,7 @@ impl Default for BranchConfig {
             max_batch: 10_000,
             max_columns: 1024,
             receipt_retention_ms: 24 * 3600 * 1000,
+            receipt_memory_bytes: 64 << 20,
             history_epochs: None,
             text_commit_interval: Duration::from_millis(250),
             search_idle_after: Duration::from_secs(30),

@@ -778,6 +778,73 @@ pub struct TableData {
     pub text_stats: TextStats,
 }
 
+/// Idempotency receipts by scoped key, and the bytes they hold.
+#[derive(Default)]
+pub struct Receipts {
+    by_key: HashMap<String, Receipt>,
+    /// Sum of the receipts' [`Receipt::bytes`].
+    bytes: u64,
+}
+
+impl Receipts {
+    pub fn get(&self, key: &str) -> Option<&Receipt> {
+        self.by_key.get(key)
+    }
+
+    /// Adds a receipt, replacing one of its key.
+    pub fn insert(&mut self, receipt: Receipt) {
+        self.bytes += receipt.bytes();
+        if let Some(old) = self.by_key.insert(receipt.key.clone(), receipt) {
+            self.bytes -= old.bytes();
+        }
+    }
+
+    /// Drops the receipts created before `cutoff_ms`.
+    pub fn expire(&mut self, cutoff_ms: u64) {
+        let mut dropped = 0;
+        self.by_key.retain(|_, r| {
+            let live = r.created_ms >= cutoff_ms;
+            if !live {
+                dropped += r.bytes();
+            }
+            live
+        });
+        self.bytes -= dropped;
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Receipt> {
+        self.by_key.values()
+    }
+
+    /// Bytes of the receipts' keys, body hashes and responses.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Heap bytes: the map's entries and what they hold.
+    pub fn heap_bytes(&self) -> u64 {
+        (self.by_key.capacity() * (std::mem::size_of::<(String, Receipt)>() + 1)) as u64 + self.bytes
+    }
+}
+
+impl FromIterator<Receipt> for Receipts {
+    fn from_iter<I: IntoIterator<Item = Receipt>>(receipts: I) -> Self {
+        let mut all = Receipts::default();
+        for receipt in receipts {
+            all.insert(receipt);
+        }
+        all
+    }
+}
+
 pub struct State {
     pub rows: RowTable,
     pub keys: KeyDirectory,
@@ -785,7 +852,7 @@ pub struct State {
     names: std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>,
     pub schemas: BTreeMap<String, TableSchema>,
     pub tables: HashMap<String, TableData>,
-    pub receipts: HashMap<String, Receipt>,
+    pub receipts: Receipts,
     pub schema_epoch: u64,
     pub latest_epoch: u64,
     pub durable_epoch: u64,
@@ -850,7 +917,7 @@ impl State {
             names: Default::default(),
             schemas: BTreeMap::new(),
             tables: HashMap::new(),
-            receipts: HashMap::new(),
+            receipts: Receipts::default(),
             schema_epoch: 0,
             latest_epoch: 0,
             durable_epoch: 0,
@@ -1012,7 +1079,7 @@ impl State {
             self.admit_row(row_id, &wal_row.fields);
         }
         if let Some(receipt) = &commit.receipt {
-            self.receipts.insert(receipt.key.clone(), receipt.clone());
+            self.receipts.insert(receipt.clone());
         }
         self.latest_epoch = self.latest_epoch.max(commit.epoch);
         self.durable_epoch = self.latest_epoch;

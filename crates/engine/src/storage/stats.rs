@@ -57,10 +57,6 @@ const CHECKPOINT_BOUNDS_NS: &[u64] = &[
     60_000 * MS,
 ];
 
-/// Heap bytes an idempotency receipt is assumed to hold beyond its map
-/// entry: the scoped key, the body hash and a small response body.
-pub const RECEIPT_HEAP_ESTIMATE: usize = 256;
-
 /// A histogram with fixed upper bounds, counted lock-free.
 pub struct Histogram {
     bounds: &'static [u64],
@@ -313,8 +309,8 @@ pub struct MemoryEstimate {
     pub vectors: u64,
     /// The HNSW graphs' nodes and neighbour lists (they hold no vectors).
     pub vector_graphs: u64,
-    /// Idempotency receipts: map entries plus an assumed
-    /// [`RECEIPT_HEAP_ESTIMATE`] bytes each.
+    /// Idempotency receipts: map entries and the bytes of their keys,
+    /// body hashes and responses.
     pub receipts: u64,
 }
 
@@ -329,15 +325,13 @@ pub fn vector_graphs(state: &State) -> VectorGraphs {
 }
 
 pub fn memory(state: &State) -> MemoryEstimate {
-    use std::mem::size_of;
     let columns = || state.tables.values().flat_map(|t| t.vectors.values());
     MemoryEstimate {
         rows: state.rows.heap_bytes() as u64,
         keys: state.keys.heap_bytes() as u64,
         vectors: columns().map(|vc| vc.data.heap_bytes() as u64).sum(),
         vector_graphs: columns().map(|vc| vc.index.heap_bytes() as u64).sum(),
-        receipts: (state.receipts.capacity() * (size_of::<(String, crate::storage::Receipt)>() + 1)
-            + state.receipts.len() * RECEIPT_HEAP_ESTIMATE) as u64,
+        receipts: state.receipts.heap_bytes(),
     }
 }
 
