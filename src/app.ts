@@ -13,14 +13,14 @@ import type { Braid } from './engine.js';
 import { putBodyBranch, type BranchRef, type Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { labelKnownPath, routeLabel } from './route-label.js';
-import { clientErrorHandler, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
+import { answerHalfClosed, clientErrorHandler, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
 import { headerBranch, resolveNamedBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv } from './validation.js';
 import { LazySerializers } from './lazy-serializers.js';
 import { parseRequestJson } from './json.js';
-import { recordRoutes } from './routes/records.js';
+import { markDeprecatedInsert, recordRoutes } from './routes/records.js';
 import { opsRoutes } from './routes/ops.js';
 import { prometheusRoutes } from './prometheus.js';
 import { pollEngineEvents } from './engine-events.js';
@@ -118,6 +118,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook('onListen', async () => serializers.warm());
   refuseConnect(app.server);
   refuseExpectation(app.server);
+  answerHalfClosed(app.server);
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');
   // keep the raw body: idempotency receipts hash exactly what the client sent
@@ -173,6 +174,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     const allowed = [...methods].sort();
     labelKnownPath(request, pathname);
     reply.header('allow', allowed.join(', '));
+    if (pathname === '/v1/insert') markDeprecatedInsert(reply);
     return new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${allowed.join(' or ')}`);
   };
   // before any route, so every route's errors (GET /metrics's included) are {code, error}

@@ -236,3 +236,17 @@ export function requestTimeoutOptions(requestTimeoutMs: number): { connectionsCh
     requireHostHeader,
   };
 }
+
+/**
+ * Answers the requests of a client that half-closed its connection once it
+ * had sent them (`shutdown(SHUT_WR)`, as `nc -N` and some HTTP/1.0 clients
+ * do): by default Node ends the socket on the client's FIN, so a put that
+ * committed was never answered and its client could not tell whether it
+ * had been written (found by a black-box review: 9 of 10 put-batches).
+ * With half-open connections allowed, Node answers the requests it has read
+ * and then ends the connection (`httpAllowHalfOpen`, read by Node's
+ * `socketOnEnd` since Node 0.x though not in its typings).
+ */
+export function answerHalfClosed(server: Server): void {
+  (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+}

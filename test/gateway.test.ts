@@ -11,7 +11,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
 import { GatewayConfigError, gatewayConfig, parsePutBody, resolveGatewayConfig, Router, startGateway, TokenSet } from '../src/gateway/index.js';
-import { parseRawAnswer, rawHttp, request, spawnServer, startTestServer, tempDir, uploadThenRead, waitFor, type ChildServer, type HttpResult } from './helpers.js';
+import { parseRawAnswer, rawHttp, request, sendThenHalfClose, spawnServer, startTestServer, tempDir, uploadThenRead, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const GOOD = { authorization: 'Bearer good' };
 const OTHER = { authorization: 'Bearer other' };
@@ -375,6 +375,18 @@ describe('gateway in front of a real engine', () => {
     const unknown = await get(gateway.url, '/v1/nope', GOOD);
     expect(unknown.status).toBe(404);
     expect(unknown.body.code).toBe('route_not_found');
+  });
+
+  // found by a black-box review: the gateway dropped such answers too, even GET /v1/ready's
+  it('answers a client that half-closes after sending, a write committed through it included', async () => {
+    const body = JSON.stringify({ records: [record('half-gw', { title: 'half-closed' })] });
+    const answer = await sendThenHalfClose(
+      gateway.url,
+      `POST /v1/records/put-batch HTTP/1.1\r\nHost: braid\r\nAuthorization: Bearer good\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}` +
+        'GET /v1/ready HTTP/1.1\r\nHost: braid\r\nAuthorization: Bearer good\r\n\r\n',
+    );
+    expect([...answer.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])), answer).toEqual([200, 200]);
+    expect(answer).toContain('"record_count":1');
   });
 
   it('cannot be bypassed: compressed bodies are 415, a body naming another branch than the headers is 400 (issue 16 item 5)', async () => {

@@ -202,3 +202,20 @@ export function parseRawAnswer(answer: string): { status: number; body: unknown 
   const [head, body] = answer.split('\r\n\r\n', 2);
   return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head ?? '')?.[1]), body: JSON.parse(body || 'null') };
 }
+
+/**
+ * Sends `requests` (raw HTTP/1.1, pipelined) on one connection, half-closes
+ * it (FIN after the last byte, as `nc -N` does) and resolves with everything
+ * read until the server closes it.
+ */
+export function sendThenHalfClose(url: string, requests: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true });
+    let out = '';
+    socket.on('data', (d) => (out += d.toString('utf8')));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(out));
+    socket.end(requests);
+  });
+}

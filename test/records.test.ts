@@ -1,6 +1,6 @@
 // Record routes over real HTTP against a real engine on a temp data dir.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseRawAnswer, startTestServer, type TestServer, uploadThenRead } from './helpers.js';
+import { parseRawAnswer, request, sendThenHalfClose, startTestServer, type TestServer, uploadThenRead } from './helpers.js';
 
 let s: TestServer;
 
@@ -159,6 +159,41 @@ describe('insert (route 5, deprecated)', () => {
   it('does not take the wrapper', async () => {
     const r = await s.post('/v1/insert', { record: rec('ins2') });
     expect(r.status).toBe(400);
+    expect(r.headers.get('deprecation')).toBe('true');
+  });
+
+  // found by a black-box review: a 405 on the path lacked them
+  it('names its successor on a 405 of another method too', async () => {
+    for (const method of ['GET', 'PUT', 'DELETE']) {
+      const r = await request(`${s.url}/v1/insert`, method);
+      expect(r.status, method).toBe(405);
+      expect(r.body.code).toBe('method_not_allowed');
+      expect(r.headers.get('deprecation'), method).toBe('true');
+      expect(r.headers.get('link'), method).toBe('</v1/records/put>; rel="successor-version"');
+    }
+  });
+});
+
+// found by a black-box review: Node ended the connection on the client's FIN, so a write that committed
+// went unanswered (9 of 10 put-batches), and its client could not tell it had been written
+describe('a client that half-closes after sending', () => {
+  const raw = (route: string, body: unknown) => {
+    const bytes = JSON.stringify(body);
+    return `POST ${route} HTTP/1.1\r\nHost: braid\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(bytes)}\r\n\r\n${bytes}`;
+  };
+  it('is answered, every pipelined request of it in order', async () => {
+    for (let i = 0; i < 5; i++) {
+      const answer = await sendThenHalfClose(s.url, raw('/v1/records/put-batch', { records: [rec(`half-${i}`, { n: i })] }));
+      expect(parseRawAnswer(answer).status, answer).toBe(200);
+      expect((parseRawAnswer(answer).body as { record_count: number }).record_count).toBe(1);
+    }
+    const answer = await sendThenHalfClose(
+      s.url,
+      raw('/v1/records/put', { record: rec('half-put', { n: 1 }) }) + raw('/v1/records/get', { table: 'docs', tenant_id: 't1', id: 'half-put' }),
+    );
+    const statuses = [...answer.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+    expect(statuses, answer).toEqual([200, 200]);
+    expect(answer).toContain('"id":"half-put"');
   });
 });
 

@@ -22,6 +22,15 @@ import { headerBranch, resolveBranch } from '../services/branch.js';
 import { getJson, getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
 
+/**
+ * Marks an answer of the deprecated `/v1/insert` (route 5): every one says
+ * so, a replay, a refusal and a 405 of another method included.
+ */
+export function markDeprecatedInsert(reply: FastifyReply): void {
+  reply.header('Deprecation', 'true');
+  reply.header('Link', '</v1/records/put>; rel="successor-version"');
+}
+
 const wrapperValidator = compile(RecordPutRequest);
 const bareValidator = compile(RecordInput);
 
@@ -117,8 +126,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     // every answer says so, a replay of a keyed insert (answered before the
     // handler runs) and a refusal included
     onRequest: (_request, reply, done) => {
-      reply.header('Deprecation', 'true');
-      reply.header('Link', '</v1/records/put>; rel="successor-version"');
+      markDeprecatedInsert(reply);
       done();
     },
   }, async (request, reply) => {
