@@ -28,7 +28,7 @@ import { SchemaCache } from '../graphql/schema.js';
 import { oneAtATime, type GraphQLContext } from '../graphql/types.js';
 import { requestKeyOf } from '../idempotency/index.js';
 import { headerBranch } from '../services/branch.js';
-import { runQuery, tables } from '../services/queries.js';
+import { runQuery } from '../services/queries.js';
 
 export const GRAPHQL_EXECUTION = `graphql-js/${version} in-process against braid-engine`;
 
@@ -85,8 +85,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
       response: { 200: GraphQlSchemaResponse, ...errorResponses },
     },
   }, async (request) => {
-    const listed = await tables(engine, headerBranch(request.headers));
-    return { adapter: BOUNDED_ADAPTER, execution: GRAPHQL_EXECUTION, schema: boundedSdl, tables: listed.map((t) => t.name) };
+    return { adapter: BOUNDED_ADAPTER, execution: GRAPHQL_EXECUTION, schema: boundedSdl, tables: await cache.tableNames(headerBranch(request.headers)) };
   });
 
   app.post('/v1/graphql/bounded', {
