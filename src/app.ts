@@ -20,7 +20,8 @@ import { DEFAULTS, type ServerConfig } from './config.js';
 import { ajv } from './validation.js';
 import { LazySerializers } from './lazy-serializers.js';
 import { parseRequestJson } from './json.js';
-import { markDeprecatedInsert, recordRoutes } from './routes/records.js';
+import { recordRoutes } from './routes/records.js';
+import { deprecationHeaders } from './deprecation.js';
 import { opsRoutes } from './routes/ops.js';
 import { prometheusRoutes } from './prometheus.js';
 import { pollEngineEvents } from './engine-events.js';
@@ -174,7 +175,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     const allowed = [...methods].sort();
     labelKnownPath(request, pathname);
     reply.header('allow', allowed.join(', '));
-    if (pathname === '/v1/insert') markDeprecatedInsert(reply);
     return new BraidError('method_not_allowed', `${request.method} is not allowed on ${pathname}; use ${allowed.join(' or ')}`);
   };
   // before any route, so every route's errors (GET /metrics's included) are {code, error}
@@ -200,6 +200,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // every request a promise and a microtask turn
   const admit = (request: FastifyRequest, reply: FastifyReply): void => {
     state.requests += 1;
+    // first: every answer on a deprecated path says so, a refusal below included
+    const deprecation = deprecationHeaders(request.url);
+    if (deprecation) reply.headers(deprecation);
     checkRequestTarget(request);
     const encoding = request.headers['content-encoding'];
     if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {

@@ -4,7 +4,7 @@
  * server or open a data directory in-process, in src/cli/. docs/cli.md.
  */
 import { Command, Option } from 'commander';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { resolveServerConfig, type ServerFlags } from './config.js';
@@ -82,16 +82,26 @@ function isDataDir(dir: string): boolean {
 }
 
 /**
- * Refuses a data directory that cannot be made because a path above it is a
- * file (`--data-dir notes.txt/data`), which the engine would report only as
- * the operating system's "File exists".
+ * Refuses a data directory that cannot be made because a part of its path is
+ * a file (`--data-dir notes.txt/data`, `notes.txt/`, `notes.txt/x/..`) or a
+ * symbolic link to nothing, which the engine would report only as the
+ * operating system's "File exists".
  */
 function checkMakeable(dir: string): void {
-  let above = path.dirname(path.resolve(dir));
-  while (!existsSync(above) && path.dirname(above) !== above) above = path.dirname(above);
-  if (existsSync(above) && !statSync(above).isDirectory()) {
-    throw new BraidError('invalid_config', `the data directory ${dir} cannot be made: ${above} is a file, not a directory`);
-  }
+  // the nearest part of the path that is there, a link to nothing included
+  // (below a file, lstat fails with ENOTDIR rather than finding nothing)
+  const there = (p: string) => {
+    try {
+      return lstatSync(p) !== undefined;
+    } catch {
+      return false;
+    }
+  };
+  let part = path.resolve(dir);
+  while (!there(part) && path.dirname(part) !== part) part = path.dirname(part);
+  const target = statSync(part, { throwIfNoEntry: false });
+  if (!target) throw new BraidError('invalid_config', `the data directory ${dir} cannot be made: ${part} is a symbolic link to nothing`);
+  if (!target.isDirectory()) throw new BraidError('invalid_config', `the data directory ${dir} cannot be made: ${part} is a file, not a directory`);
 }
 
 /** Listens on the address and lets it go again: invalid_config, as the server's own listen would be, when it cannot. */

@@ -8,6 +8,7 @@ import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } 
 import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { deprecationHeaders } from './deprecation.js';
 import { BraidError, isErrorCode, parserMessage } from './errors.js';
 import { validationError } from './validation.js';
 
@@ -185,7 +186,12 @@ export function refuseExpectation(server: Server): void {
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
     const err = new BraidError('expectation_failed', `the Expect header ${JSON.stringify(request.headers.expect ?? '')} cannot be met (only 100-continue is)`);
     const body = JSON.stringify(errorBody(err));
-    response.writeHead(err.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
+    response.writeHead(err.status, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      connection: 'close',
+      ...deprecationHeaders(request.url),
+    });
     response.end(body);
     answeredRaw(server, request.method ?? 'UNKNOWN', err.status);
   });

@@ -1,7 +1,7 @@
 // The `braid` client commands (snapshot, restore, branches, query, import, version), run as child
 // processes of bin/braid.js against (a) a server in this process and (b) a data directory.
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -670,9 +670,20 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
     // a path under a file names the file (the engine had said only "File exists")
     const file = path.join(work, 'serve-under-file');
     writeFileSync(file, 'mine');
-    const under = await refusedStart(['serve', '--data-dir', path.join(file, 'data', 'more')], { BRAID_PORT: '0' });
-    expect(under.code, under.stdout).toBe(1);
-    expect(under.stderr).toContain(`braid: invalid_config: the data directory ${path.join(file, 'data', 'more')} cannot be made: ${file} is a file, not a directory`);
+    // however the path is written (a trailing slash, `..`), and a link to nothing on the way
+    const dangling = path.join(work, 'serve-dangling');
+    symlinkSync(path.join(work, 'nothing-here'), dangling);
+    const unmakeable: Array<[string, string]> = [
+      [path.join(file, 'data', 'more'), `${file} is a file, not a directory`],
+      [`${file}/`, `${file} is a file, not a directory`],
+      [`${file}/x/..`, `${file} is a file, not a directory`],
+      [path.join(dangling, 'data'), `${dangling} is a symbolic link to nothing`],
+    ];
+    for (const [dir, why] of unmakeable) {
+      const under = await refusedStart(['serve', '--data-dir', dir], { BRAID_PORT: '0' });
+      expect(under.code, under.stdout).toBe(1);
+      expect(under.stderr).toContain(`braid: invalid_config: the data directory ${dir} cannot be made: ${why}`);
+    }
     expect(readFileSync(file, 'utf8')).toBe('mine');
     // an empty one is made a data directory only once its address is free
     const empty = path.join(work, 'serve-empty');

@@ -377,6 +377,16 @@ describe('gateway in front of a real engine', () => {
     expect(unknown.body.code).toBe('route_not_found');
   });
 
+  // found by a black-box review: the gateway's own answers on the deprecated path (405, 401) lacked them
+  it('names the successor of /v1/insert on its own refusals too', async () => {
+    const answers = [await request(`${gateway.url}/v1/insert`, 'GET', undefined, GOOD), await post(gateway.url, '/v1/insert', record('dep'))];
+    expect(answers.map((r) => r.status)).toEqual([405, 401]);
+    for (const r of answers) {
+      expect(r.headers.get('deprecation')).toBe('true');
+      expect(r.headers.get('link')).toBe('</v1/records/put>; rel="successor-version"');
+    }
+  });
+
   // found by a black-box review: the gateway dropped such answers too, even GET /v1/ready's
   it('answers a client that half-closes after sending, a write committed through it included', async () => {
     const body = JSON.stringify({ records: [record('half-gw', { title: 'half-closed' })] });

@@ -416,6 +416,29 @@ describe('Idempotency-Key', () => {
     }
   });
 
+  // found by a black-box review: the digest held each row's freshness_penalty, so a retry after the
+  // indexer caught up was refused as a changed answer
+  it('a read stored as a digest replays after the index caught up with the rows it first read from the overlay', async () => {
+    const deferred = await startTestServer({ engine: { deferIndexing: true, receiptMemoryBytes: 0 } });
+    try {
+      const records = Array.from({ length: 10 }, (_, i) => ({ table: 'fresh', tenant_id: 't1', id: `f-${i}`, fields: { body: `solar wind ${i} `.padEnd(200, 'x') } }));
+      expect((await deferred.post('/v1/records/put-batch', { records })).status).toBe(200);
+      const q = { table: 'fresh', tenant_id: 't1', text: 'solar', top_k: 10 };
+      const first = await deferred.post('/v1/query', q, { 'idempotency-key': 'fresh-1' });
+      expect(first.status).toBe(200);
+      expect(first.body.results.every((r: { score: { freshness_penalty: number } }) => r.score.freshness_penalty === 1)).toBe(true);
+      deferred.engine.startIndexing();
+      expect(await deferred.engine.waitIndexed()).toBe(true);
+      const again = await deferred.post('/v1/query', q, { 'idempotency-key': 'fresh-1' });
+      expect(again.status, JSON.stringify(again.body)).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.body.results.map((r: { record_id: string }) => r.record_id)).toEqual(first.body.results.map((r: { record_id: string }) => r.record_id));
+      expect(again.body.results.every((r: { score: { freshness_penalty: number } }) => r.score.freshness_penalty === 0)).toBe(true);
+    } finally {
+      await deferred.destroy();
+    }
+  });
+
   // found by a black-box test: on the routes whose bodies the engine reads,
   // the key was looked up before the body was parsed
   it('a body that is not JSON is invalid_json before anything its key answers', async () => {

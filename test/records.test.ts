@@ -1,6 +1,6 @@
 // Record routes over real HTTP against a real engine on a temp data dir.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseRawAnswer, request, sendThenHalfClose, startTestServer, type TestServer, uploadThenRead } from './helpers.js';
+import { parseRawAnswer, rawHttp, request, sendThenHalfClose, startTestServer, type TestServer, uploadThenRead } from './helpers.js';
 
 let s: TestServer;
 
@@ -162,15 +162,30 @@ describe('insert (route 5, deprecated)', () => {
     expect(r.headers.get('deprecation')).toBe('true');
   });
 
-  // found by a black-box review: a 405 on the path lacked them
-  it('names its successor on a 405 of another method too', async () => {
-    for (const method of ['GET', 'PUT', 'DELETE']) {
-      const r = await request(`${s.url}/v1/insert`, method);
-      expect(r.status, method).toBe(405);
-      expect(r.body.code).toBe('method_not_allowed');
-      expect(r.headers.get('deprecation'), method).toBe('true');
-      expect(r.headers.get('link'), method).toBe('</v1/records/put>; rel="successor-version"');
+  // found by black-box reviews: a 405 on the path, a bad branch header and a 417 lacked them
+  it('names its successor on every refusal, those before any route runs included', async () => {
+    const refusals: Array<[string, Record<string, string>, number, string]> = [
+      ['GET', {}, 405, 'method_not_allowed'],
+      ['PUT', {}, 405, 'method_not_allowed'],
+      ['DELETE', {}, 405, 'method_not_allowed'],
+      ['POST', { 'x-braid-database': '1x' }, 400, 'invalid_name'],
+      ['POST', { 'x-braid-branch': 'no_such_branch' }, 404, 'branch_not_found'],
+    ];
+    for (const [method, headers, status, code] of refusals) {
+      const r = await request(`${s.url}/v1/insert`, method, method === 'POST' ? rec('refused') : undefined, headers);
+      const what = `${method} ${JSON.stringify(headers)}`;
+      expect(r.status, what).toBe(status);
+      expect(r.body.code, what).toBe(code);
+      expect(r.headers.get('deprecation'), what).toBe('true');
+      expect(r.headers.get('link'), what).toBe('</v1/records/put>; rel="successor-version"');
     }
+    // Node answers an Expect it cannot meet before fastify sees the request (fetch cannot send one)
+    const expectation = await rawHttp(s.url, 'POST /v1/insert HTTP/1.1\r\nHost: braid\r\nExpect: weird\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}');
+    expect(parseRawAnswer(expectation).status).toBe(417);
+    expect(expectation.toLowerCase()).toContain('\r\ndeprecation: true\r\n');
+    expect(expectation.toLowerCase()).toContain('\r\nlink: </v1/records/put>; rel="successor-version"\r\n');
+    // and only there
+    expect((await request(`${s.url}/v1/records/put`, 'GET')).headers.get('deprecation')).toBeNull();
   });
 });
 

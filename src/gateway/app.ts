@@ -8,6 +8,7 @@
 import { lazyRequestLogger } from '../request-logger.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
+import { deprecationHeaders } from '../deprecation.js';
 import { answerHalfClosed, clientErrorHandler, clientGone, errorBody, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
@@ -88,6 +89,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
 
   app.addHook('onRequest', async (request, reply) => {
     state.requests += 1;
+    // every answer on a deprecated path says so: the gateway's own refusals (401, 405, 429) too
+    const deprecation = deprecationHeaders(request.url);
+    if (deprecation) reply.headers(deprecation);
     checkRequestTarget(request);
     // readiness answers not ready itself, in its own shape
     if (state.closing && pathOf(request.url) !== '/v1/ready') {

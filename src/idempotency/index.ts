@@ -64,9 +64,19 @@ interface StoredDigest {
   bytes: number;
 }
 
+/**
+ * Members that describe a run rather than its answer: the explain (measured
+ * timings), a fresh cursor for the same ranked list, and a row's
+ * `freshness_penalty` (1 while the row is read from the hot overlay, 0 once
+ * the index holds it: informational, never in `final_score`; a retry after
+ * the indexer caught up had been refused as a changed answer, found by a
+ * black-box review).
+ */
+const RUN_MEMBERS = new Set(['explain', 'next_cursor', 'freshness_penalty']);
+
 /** SHA-256 of a response's answer: its JSON without the members that describe the run. */
 function answerDigest(text: string): string {
-  const answer = JSON.stringify(JSON.parse(text), (key, value: unknown) => (key === 'explain' || key === 'next_cursor' ? undefined : value));
+  const answer = JSON.stringify(JSON.parse(text), (key, value: unknown) => (RUN_MEMBERS.has(key) ? undefined : value));
   return hashBody(answer);
 }
 
@@ -285,8 +295,9 @@ async function plugin(app: FastifyInstance, options: IdempotencyOptions): Promis
         reply.status(409).header('content-type', 'application/json; charset=utf-8');
         const err = new BraidError(
           'idempotency_response_too_large',
-          `the first response to this Idempotency-Key (${ctx.expect.bytes} bytes) was too large to store ` +
-            `(over ${MAX_STORED_RESPONSE_BYTES} bytes) and the read now answers differently; send a new key`,
+          `the first response to this Idempotency-Key (${ctx.expect.bytes} bytes) was stored as its digest, not whole ` +
+            `(it was over ${MAX_STORED_RESPONSE_BYTES} bytes, or the branch's receipts held their memory budget, ` +
+            'BRAID_RECEIPT_MEMORY_BYTES), and the read now answers differently; send a new key',
         );
         return JSON.stringify({ code: err.code, error: err.message });
       }

@@ -22,15 +22,6 @@ import { headerBranch, resolveBranch } from '../services/branch.js';
 import { getJson, getRecord, putBatchJson, putJson, putRecords, type WriteOptions } from '../services/records.js';
 import { parseRequestJson } from '../json.js';
 
-/**
- * Marks an answer of the deprecated `/v1/insert` (route 5): every one says
- * so, a replay, a refusal and a 405 of another method included.
- */
-export function markDeprecatedInsert(reply: FastifyReply): void {
-  reply.header('Deprecation', 'true');
-  reply.header('Link', '</v1/records/put>; rel="successor-version"');
-}
-
 const wrapperValidator = compile(RecordPutRequest);
 const bareValidator = compile(RecordInput);
 
@@ -123,12 +114,7 @@ export async function recordRoutes(fastify: FastifyInstance): Promise<void> {
     },
     // the body is the record: a refusal of it is the batch of one's record 0
     schemaErrorFormatter: (errors) => recordsValidationError(errors as ErrorObject[], () => 0),
-    // every answer says so, a replay of a keyed insert (answered before the
-    // handler runs) and a refusal included
-    onRequest: (_request, reply, done) => {
-      markDeprecatedInsert(reply);
-      done();
-    },
+    // every answer carries Deprecation and Link (src/deprecation.ts, set as the request arrives)
   }, async (request, reply) => {
     const branch = headerBranch(request.headers);
     return epochReply(reply, await putRecords(engine, [request.body], { branch, requestKey: writeKeyOf(request), reply: EPOCH_REPLY }));
