@@ -452,7 +452,7 @@ export interface OpenOptions {
   receiptRetentionMs?: number
   /**
    * Bytes a branch's idempotency receipts may hold in memory before a keyed read stores its answer's
-   * digest instead of the answer (default 64 MiB), a whole number.
+   * digest instead of the answer (default 8 MiB), a whole number.
    */
   receiptMemoryBytes?: number
   /** Epochs of history kept readable by temporal queries; unlimited when unset. */

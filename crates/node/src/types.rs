@@ -40,7 +40,7 @@ pub struct OpenOptions {
     pub max_columns: Option<f64>,
     pub receipt_retention_ms: Option<f64>,
     /// Bytes a branch's idempotency receipts may hold in memory before a keyed read stores its answer's
-    /// digest instead of the answer (default 64 MiB), a whole number.
+    /// digest instead of the answer (default 8 MiB), a whole number.
     pub receipt_memory_bytes: Option<f64>,
     /// Epochs of history kept readable by temporal queries; unlimited when unset.
     pub history_epochs: Option<f64>,
