@@ -379,7 +379,11 @@ describe('gateway in front of a real engine', () => {
 
   // found by a black-box review: the gateway's own answers on the deprecated path (405, 401) lacked them
   it('names the successor of /v1/insert on its own refusals too', async () => {
-    const answers = [await request(`${gateway.url}/v1/insert`, 'GET', undefined, GOOD), await post(gateway.url, '/v1/insert', record('dep'))];
+    // the managed gateway: the other gateway's rate budgets and request counts are other tests'
+    const answers = [
+      await request(`${managed.url}/v1/insert`, 'GET', undefined, { authorization: 'Bearer managed' }),
+      await post(managed.url, '/v1/insert', record('dep')),
+    ];
     expect(answers.map((r) => r.status)).toEqual([405, 401]);
     for (const r of answers) {
       expect(r.headers.get('deprecation')).toBe('true');
