@@ -18,7 +18,7 @@ use fail::FailScenario;
 use serde_json::{json, Value};
 
 mod common;
-use common::{config_without_checkpoints, key, open_without_checkpoints, rec, record};
+use common::{config_without_checkpoints, copy_dir, key, open_without_checkpoints, rec, record};
 
 fn main_dir(data: &Path) -> PathBuf {
     data.join("db").join("default").join("main")
@@ -635,19 +635,6 @@ fn a_start_removes_what_a_killed_snapshot_or_restore_left() {
     std::fs::write(data.join("snapshots").join(".stray.tmp"), b"x").unwrap();
     engine.snapshot(None, None, "stray").unwrap();
     assert!(!data.join("snapshots").join(".stray.tmp").exists());
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// The indexer dumps a vector graph as it grows, not only at a clean close,

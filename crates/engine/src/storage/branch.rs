@@ -39,7 +39,7 @@ use crate::storage::commit::{now_ms, Commit, EncodedRows, FieldSpans};
 use crate::storage::committer::{self, CheckpointJob, Job, Request};
 use crate::storage::events::{Event, Recorded};
 use crate::storage::indexer;
-use crate::storage::records::RecordFiles;
+use crate::storage::records::{RecordFiles, RecordLoc};
 use crate::storage::state::State;
 use crate::storage::stats::BranchStats;
 use crate::storage::wal::{self, Wal};
@@ -301,6 +301,9 @@ impl Branch {
         if let Some(gen) = ckpt {
             shared.stats.last_checkpoint_ms.store(written_ms(&dir.join(checkpoint::file_name(gen))), Ordering::Relaxed);
         }
+        // the rows the indexers have yet to reach, those retention removed aside
+        let indexed = vector_watermark.min(text.watermark()) as usize;
+        let backlog = (indexed..rows as usize).filter(|&row| state.rows.get(row).loc != RecordLoc::PURGED).count();
         shared.events.push(Event::Recovery {
             checkpoint_generation: ckpt,
             checkpoint_epoch,
@@ -308,7 +311,7 @@ impl Branch {
             commits_replayed,
             truncated_bytes: truncated,
             latest_epoch: state.latest_epoch,
-            index_backlog_rows: u64::from(rows.saturating_sub(vector_watermark.min(text.watermark()))),
+            index_backlog_rows: backlog as u64,
             checkpoint_load_ms: checkpoint_ms,
             replay_ms,
             duration_ms: ms(started.elapsed()),

@@ -51,3 +51,18 @@ pub fn rec(id: &str, fields: Value) -> RecordInput {
 pub fn key(id: &str) -> RecordKey {
     RecordKey { table: "docs".into(), tenant_id: "acme".into(), id: id.into() }
 }
+
+/// Copies a data directory file by file, as a crash would leave it when the
+/// engine is still running.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
