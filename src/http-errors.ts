@@ -34,6 +34,15 @@ export function httpError(err: unknown): BraidError {
   return new BraidError('internal_error', (e as Error | undefined)?.message || 'internal error');
 }
 
+/**
+ * The level a failed request's own log line is written at: every 5xx at
+ * error, except 503 shutting_down, which a draining server answers by design
+ * (a restart behind a load balancer would otherwise log errors by the dozen).
+ */
+export function failureLevel(code: string | undefined): 'warn' | 'error' {
+  return code === 'shutting_down' ? 'warn' : 'error';
+}
+
 /** The JSON body of an error answer: `code`, `error`, and the failing item's `index` when there is one. */
 export function errorBody(err: BraidError): { code: string; error: string; index?: number } {
   return err.index === undefined ? err.toBody() : { ...err.toBody(), index: err.index };

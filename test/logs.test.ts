@@ -72,6 +72,17 @@ describe('request ids and request log lines', () => {
     expect(all).not.toContain('s3cret-token');
     expect(all).not.toContain('wrong-token');
   });
+
+  it('logs a 503 shutting_down answered while draining as a warning, other 5xx as errors', async () => {
+    lines.length = 0;
+    app.braid.closing = true;
+    const res = await request(`${url}/v1/records/get`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'a' }, { ...auth, 'x-request-id': 'drain-1' });
+    app.braid.closing = false;
+    expect(res.body).toMatchObject({ code: 'shutting_down' });
+    await waitFor('the request line', () => lines.some((l) => l.msg === 'request' && l.request_id === 'drain-1'));
+    expect(lines.find((l) => l.request_id === 'drain-1' && l.level === 50)).toBeUndefined();
+    expect(lines.find((l) => l.request_id === 'drain-1' && l.level === 40)).toMatchObject({ code: 'shutting_down', msg: 'request failed' });
+  });
 });
 
 describe('engine events in the log', () => {
@@ -145,14 +156,19 @@ describe('the gateway\'s request log lines', () => {
     const { createServer } = await import('node:http');
     const { buildGateway } = await import('../src/gateway/app.js');
     const { gatewayConfig } = await import('../src/gateway/config.js');
-    const failing = createServer((req, res) => {
-      const ready = req.url === '/v1/ready';
-      const body = JSON.stringify(ready ? { ready: true } : { code: 'internal_error', error: 'scripted failure' });
-      res.writeHead(ready ? 200 : 500, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    });
-    await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
-    const failingUrl = `http://127.0.0.1:${(failing.address() as { port: number }).port}`;
+    // an engine that fails every request with `code` and `status` (readiness aside)
+    const scripted = async (code: string, status: number) => {
+      const server = createServer((req, res) => {
+        const ready = req.url === '/v1/ready';
+        const body = JSON.stringify(ready ? { ready: true } : { code, error: 'scripted failure' });
+        res.writeHead(ready ? 200 : status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        res.end(body);
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return { server, url: `http://127.0.0.1:${(server.address() as { port: number }).port}` };
+    };
+    const { server: failing, url: failingUrl } = await scripted('internal_error', 500);
+    const { server: draining, url: drainingUrl } = await scripted('shutting_down', 503);
     const gatewayLines: Line[] = [];
     const gateway = await buildGateway({
       config: gatewayConfig({
@@ -164,6 +180,7 @@ describe('the gateway\'s request log lines', () => {
             { database_id: 'default', branches: [{ branch_id: 'main', endpoint: url }] },
             { database_id: 'failing', branches: [{ branch_id: 'main', endpoint: failingUrl }] },
             { database_id: 'down', branches: [{ branch_id: 'main', endpoint: 'http://127.0.0.1:9' }] },
+            { database_id: 'draining', branches: [{ branch_id: 'main', endpoint: drainingUrl }] },
           ],
         },
       }),
@@ -194,13 +211,28 @@ describe('the gateway\'s request log lines', () => {
       expect(errorLine('gw-500')).toMatchObject({ status: 500, code: 'internal_error', engine: failingUrl });
       expect(errorLine('gw-502')).toMatchObject({ code: 'upstream_unreachable', err: expect.objectContaining({ message: expect.stringContaining('unreachable') }) });
       expect(errorLine('gw-put')).toBeUndefined();
+      // a draining engine's 503 is expected during a restart: a warning, not an error
+      const drained = await request(`${gatewayUrl}/v1/records/get`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'g' }, { ...gwAuth, 'x-braid-database': 'draining', 'x-request-id': 'gw-503' });
+      expect(drained.status).toBe(503);
+      // and so is the gateway's own while it drains
+      gateway.gateway.closing = true;
+      const closing = await request(`${gatewayUrl}/v1/records/get`, 'POST', { table: 'docs', tenant_id: 'acme', id: 'g' }, { ...gwAuth, 'x-request-id': 'gw-closing' });
+      gateway.gateway.closing = false;
+      expect(closing.body).toMatchObject({ code: 'shutting_down' });
+      await waitFor('the draining lines', () => ['gw-503', 'gw-closing'].every((id) => requestLine(id) !== undefined));
+      for (const id of ['gw-503', 'gw-closing']) {
+        expect(errorLine(id), id).toBeUndefined();
+        expect(gatewayLines.find((l) => l.level === 40 && l.request_id === id), id).toMatchObject({ code: 'shutting_down' });
+      }
       const all = JSON.stringify(gatewayLines);
       expect(all).not.toContain('gw-token');
       expect(all).not.toContain('s3cret-token');
     } finally {
       await gateway.close();
-      failing.closeAllConnections();
-      await new Promise((resolve) => failing.close(resolve));
+      for (const server of [failing, draining]) {
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+      }
     }
   });
 });

@@ -24,7 +24,7 @@ import type { GatewayMetrics } from './metrics.js';
 import { BRANCH_HEADER, DATABASE_HEADER, headerValue, parsePutBody, pathOf, type Route } from './routing.js';
 import { resolveBranch } from '../services/branch.js';
 import { upstreamFailure } from './upstream.js';
-import { clientGone } from '../http-errors.js';
+import { clientGone, failureLevel } from '../http-errors.js';
 
 const PUT_PATH = '/v1/records/put';
 const GRAPHQL_PATH = '/v1/graphql';
@@ -243,7 +243,10 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     if (renamed && branches) payload = mergeBranches(payload as Buffer, branches);
     else if (renamed && alias) payload = restoredAs(payload as Buffer, alias);
     else if (renamed) payload = inCatalogNames(payload as Buffer, route);
-    if (res.statusCode >= 500) request.log.error({ engine: route.endpoint, status: res.statusCode, code: engineCode(payload) }, 'engine answered with a server error');
+    if (res.statusCode >= 500) {
+      const code = engineCode(payload);
+      request.log[failureLevel(code)]({ engine: route.endpoint, status: res.statusCode, code }, 'engine answered with a server error');
+    }
     reply.status(res.statusCode);
     for (const [name, value] of responseHeaders(res.headers)) reply.header(name, value);
     if (renamed) reply.header('content-length', String((payload as Buffer).length));
