@@ -112,7 +112,7 @@ export type EngineEvent = {
   | { event: 'retention_failed'; error: string }
   | { event: 'vectors_compacted'; column: string; kept: number; removed: number; duration_ms: number }
   | { event: 'index_caught_up'; backlog_rows: number; duration_ms: number }
-  | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number }
+  | { event: 'index_round_failed'; failed_features: number; text_commit_failed: boolean; failed_features_total: number; failed_rounds_in_a_row: number }
   | { event: 'text_index_rebuilt'; error: string }
   | { event: 'indexer_stopped'; failed_features_total: number }
   | { event: 'storage_failed'; stage: 'wal' | 'apply' | 'panic'; error: string }
@@ -141,6 +141,8 @@ export interface DoctorReport {
   logs: LogReport[];
   /** What a start would refuse besides a damaged log, as the start would say it. */
   problems: string[];
+  /** With salvage: branches whose missing newest log segment was written empty, starting from their checkpoint. */
+  recreated: Array<{ owner: string; path: string; checkpoint: number }>;
 }
 
 

@@ -40,6 +40,9 @@ function printDoctorReport(report: DoctorReport): void {
       print(`  salvaged: cut at offset ${end.kind === 'corrupt' ? end.offset : log.good_end}; the original is kept at ${log.backup}`);
     }
   }
+  for (const r of report.recreated) {
+    print(`${r.owner}: its log segment was missing; wrote an empty one (${r.path}), so it starts from checkpoint ${r.checkpoint}. The writes acknowledged after that checkpoint were in the missing file and are lost.`);
+  }
   for (const problem of report.problems) print(`PROBLEM: ${problem}`);
   if (report.logs.some((l) => l.end.kind === 'corrupt' && l.action !== 'salvaged')) {
     print('corrupt logs refuse to open. `braid doctor --salvage` keeps the frames before the damage and drops the rest (a copy of each file is kept).');

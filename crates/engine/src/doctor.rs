@@ -38,6 +38,36 @@ pub struct DoctorReport {
     /// the catalog names without its directory, a log that does not continue
     /// its checkpoint (found by a black-box test: doctor said healthy).
     pub problems: Vec<String>,
+    /// With `salvage`: each branch whose newest checkpoint's log segment was
+    /// missing (deleted by hand), with no segment after it, and which now
+    /// has an empty one, so it starts from that checkpoint. The writes
+    /// acknowledged after the checkpoint were in the missing file and are
+    /// lost; without this the whole data directory refused to start.
+    pub recreated: Vec<RecreatedLog>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RecreatedLog {
+    /// `branch <database>/<branch>`.
+    pub owner: String,
+    /// The empty segment written.
+    pub path: String,
+    /// The checkpoint generation the branch now starts from.
+    pub checkpoint: u32,
+}
+
+/// With the newest checkpoint's segment missing and none after it, writes an
+/// empty one (see [`DoctorReport::recreated`]). A gap between segments, or
+/// segments after a missing one, is left as it is: replaying later segments
+/// over the lost writes' epochs would not be the history anyone wrote.
+fn recreate_newest_segment(dir: &Path) -> Result<Option<(PathBuf, u32)>> {
+    let Some(gen) = checkpoint::latest(dir)? else { return Ok(None) };
+    if checkpoint::wal_generations(dir)?.into_iter().any(|g| g >= gen) {
+        return Ok(None);
+    }
+    let path = dir.join(checkpoint::wal_name(gen));
+    wal::create_empty(&path)?;
+    Ok(Some((path, gen)))
 }
 
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
@@ -88,6 +118,17 @@ fn logs(data: &Path) -> Vec<(String, PathBuf)> {
 /// Inspects (and with `salvage`, repairs) every log under `data`.
 pub fn doctor(data: &Path, salvage: bool) -> Result<DoctorReport> {
     let _lock = if salvage { Some(DirLock::acquire(data)?) } else { None };
+    let mut recreated = Vec::new();
+    if salvage {
+        for db in subdirs(&data.join("db")) {
+            for branch in subdirs(&db) {
+                if let Some((path, checkpoint)) = recreate_newest_segment(&branch)? {
+                    let owner = format!("branch {}/{}", name(&db), name(&branch));
+                    recreated.push(RecreatedLog { owner, path: path.display().to_string(), checkpoint });
+                }
+            }
+        }
+    }
     let mut reports = Vec::new();
     let mut unreadable = Vec::new();
     for (owner, path) in logs(data) {
@@ -132,5 +173,5 @@ pub fn doctor(data: &Path, salvage: bool) -> Result<DoctorReport> {
     }
     let healthy = problems.is_empty()
         && reports.iter().all(|r| r.action == "salvaged" || !matches!(r.inspection.end, ScanEnd::Corrupt { .. }));
-    Ok(DoctorReport { data_dir: data.display().to_string(), healthy, logs: reports, problems })
+    Ok(DoctorReport { data_dir: data.display().to_string(), healthy, logs: reports, problems, recreated })
 }

@@ -929,6 +929,61 @@ fn a_log_that_does_not_continue_its_checkpoint_is_refused() {
     }
 }
 
+/// Found by a black-box review: with a branch's newest log segment deleted,
+/// every start was refused (rightly) and nothing could bring the data
+/// directory back short of writing a log header by hand. `doctor --salvage`
+/// now writes an empty segment there, and the branch starts from its
+/// checkpoint without the writes after it; a gap between segments is left
+/// refused.
+#[test]
+fn doctor_salvage_starts_a_branch_whose_newest_segment_is_gone_from_its_checkpoint() {
+    let _failpoints = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    engine.put(None, None, (20..30).map(|i| doc(i, 0)).collect(), None).unwrap();
+    drop(engine);
+    let branch = dir.path().join("db").join("default").join("main");
+    let gen = checkpoint::latest(&branch).unwrap().expect("a checkpoint");
+    let segment = branch.join(checkpoint::wal_name(gen));
+    std::fs::remove_file(&segment).unwrap();
+    let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("refused");
+    assert!(err.message.contains("braid doctor --salvage"), "{}", err.message);
+
+    let checked = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+    assert!(!checked.healthy && checked.recreated.is_empty(), "{checked:?}");
+    assert!(!segment.exists(), "doctor without --salvage writes nothing");
+    let salvaged = braid_engine::doctor::doctor(dir.path(), true).unwrap();
+    assert_eq!(salvaged.recreated.len(), 1, "{salvaged:?}");
+    assert_eq!((salvaged.recreated[0].owner.as_str(), salvaged.recreated[0].checkpoint), ("branch default/main", gen));
+    assert!(salvaged.healthy, "{salvaged:?}");
+    assert!(braid_engine::doctor::doctor(dir.path(), true).unwrap().recreated.is_empty(), "only once");
+
+    let engine = open_without_checkpoints(dir.path());
+    assert!(engine.get(None, None, &key("r19"), None).unwrap().is_some(), "the checkpoint's writes are there");
+    assert!(engine.get(None, None, &key("r20"), None).unwrap().is_none(), "the lost segment's are not");
+    engine.put(None, None, vec![doc(40, 0)], None).unwrap();
+    drop(engine);
+    let engine = open_without_checkpoints(dir.path());
+    assert!(engine.get(None, None, &key("r40"), None).unwrap().is_some(), "the new segment takes writes");
+    drop(engine);
+
+    // a gap: a later segment without the one before it is not papered over
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..5).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    engine.put(None, None, (5..10).map(|i| doc(i, 0)).collect(), None).unwrap();
+    drop(engine);
+    let branch = dir.path().join("db").join("default").join("main");
+    let gen = checkpoint::latest(&branch).unwrap().expect("a checkpoint");
+    std::fs::rename(branch.join(checkpoint::wal_name(gen)), branch.join(checkpoint::wal_name(gen + 1))).unwrap();
+    let report = braid_engine::doctor::doctor(dir.path(), true).unwrap();
+    assert!(report.recreated.is_empty() && !report.healthy, "{report:?}");
+    assert!(Engine::open(config_without_checkpoints(dir.path())).is_err());
+}
+
 /// Found by a black-box test: a start without catalog.json served main
 /// alone and removed every restored branch and snapshot; a branch the
 /// catalog names whose directory is gone came up empty and healthy.

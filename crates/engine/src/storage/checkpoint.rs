@@ -1487,7 +1487,10 @@ pub fn check_tail(dir: &Path, checkpoint: Option<u32>) -> Result<()> {
     };
     match (checkpoint, tail.first()) {
         (Some(gen), None) => {
-            return refuse(format!("checkpoint {gen} is here but its log segment {} is missing", wal_name(gen)))
+            return refuse(format!(
+                "checkpoint {gen} is here but its log segment {} is missing (if it cannot be put back, `braid doctor --salvage` starts the branch from checkpoint {gen}, without the writes after it)",
+                wal_name(gen)
+            ))
         }
         (None, Some(&first)) if first != 0 => {
             return refuse(format!(

@@ -120,10 +120,14 @@ pub enum Event {
     },
     /// An indexer round left features unindexed (they stay reachable through
     /// the hot overlay) or its text commit failed.
+    /// While rounds keep failing (a full disk fails every text commit) only
+    /// the 1st, 2nd, 4th, ... and then every 256th failed round in a row is
+    /// reported; `failed_features` counts those since the last report.
     IndexRoundFailed {
         failed_features: u64,
         text_commit_failed: bool,
         failed_features_total: u64,
+        failed_rounds_in_a_row: u64,
     },
     /// The text index's files were damaged, or written in an older layout:
     /// the open removed it and the indexer rebuilds it from the record files (queries find the rows it

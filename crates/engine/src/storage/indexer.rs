@@ -299,9 +299,10 @@ fn run_indexer(
     let mut grown_at = Instant::now();
     let mut rows_seen = 0u32;
     let mut backlog = Backlog::default();
+    // failed features as of the last index_round_failed event
+    let mut failed_reported = shared.failed_features.load(Ordering::Relaxed);
     loop {
         fail::fail_point!("indexer::round");
-        let failed_before = shared.failed_features.load(Ordering::Relaxed);
         if last_sweep.elapsed() >= sweep_every {
             expire_receipts(&state, config.receipt_retention_ms);
             last_sweep = Instant::now();
@@ -427,18 +428,23 @@ fn run_indexer(
             text_commit_failed |= !committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
         }
-        match round_failed {
-            Some(true) => _ = shared.failing_rounds.fetch_add(1, Ordering::Relaxed),
-            Some(false) => shared.failing_rounds.store(0, Ordering::Relaxed),
-            None => {}
-        }
-        if round_failed == Some(true) {
+        let in_a_row = match round_failed {
+            Some(true) => shared.failing_rounds.fetch_add(1, Ordering::Relaxed) + 1,
+            Some(false) => {
+                shared.failing_rounds.store(0, Ordering::Relaxed);
+                0
+            }
+            None => 0,
+        };
+        if in_a_row > 0 && report_failed_round(in_a_row) {
             let failed_features_total = shared.failed_features.load(Ordering::Relaxed);
             shared.events.push(Event::IndexRoundFailed {
-                failed_features: failed_features_total - failed_before,
+                failed_features: failed_features_total - failed_reported,
                 text_commit_failed,
                 failed_features_total,
+                failed_rounds_in_a_row: u64::from(in_a_row),
             });
+            failed_reported = failed_features_total;
         }
         // merges finished since the last commit
         text.refresh();
@@ -458,9 +464,23 @@ fn run_indexer(
     }
 }
 
+/// Whether the `in_a_row`-th failed round in a row is reported: the 1st,
+/// 2nd, 4th, 8th and so on, then every 256th. A full disk fails every round
+/// (four a second, each retrying the text commit), and one event each had
+/// filled the log with the same warning.
+fn report_failed_round(in_a_row: u32) -> bool {
+    in_a_row.is_power_of_two() || in_a_row % 256 == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_rounds_in_a_row_are_reported_ever_more_rarely() {
+        let reported: Vec<u32> = (1..=1024).filter(|&n| report_failed_round(n)).collect();
+        assert_eq!(reported, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 768, 1024]);
+    }
 
     fn config() -> BranchConfig {
         BranchConfig {

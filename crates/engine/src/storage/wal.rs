@@ -520,6 +520,16 @@ impl Drop for Wal {
     }
 }
 
+/// Creates `path` as an empty log (its header only), durably; an existing
+/// file is an error. `braid doctor --salvage` puts one where a branch's
+/// newest segment is missing, so the branch starts from its checkpoint.
+pub fn create_empty(path: &Path) -> Result<()> {
+    let mut file = create_private(path, false)?;
+    file.write_all(&header(FORMAT_VERSION))?;
+    file.sync_all()?;
+    sync_dir(path)
+}
+
 /// Creates (or replaces) `path` with `bytes`, mode 0600, durably.
 fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = create_private(path, true)?;
