@@ -246,7 +246,7 @@ export function requestTimeoutOptions(requestTimeoutMs: number): { connectionsCh
   const requireHostHeader = false;
   if (requestTimeoutMs <= 0) return { connectionsCheckingInterval: 30_000, headersTimeout: 60_000, requireHostHeader };
   return {
-    connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(requestTimeoutMs / 4))),
+    connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(requestTimeoutMs / 20))),
     headersTimeout: Math.min(60_000, requestTimeoutMs),
     requireHostHeader,
   };
@@ -271,7 +271,9 @@ export function answerHalfClosed(server: Server): void {
  * each once the answer before it is finished, as they were sent. Node hands
  * every pipelined request to the server at once and only keeps the answers
  * in order, so a `get` pipelined behind a `put` of the same record ran
- * beside it and answered `null` (a black-box review: 43 of 50); RFC 9112
+ * beside it and answered `null` (a black-box review: 43 of 50), and a put
+ * with a large body (read on a worker) committed after the smaller put of
+ * the same record pipelined behind it; RFC 9112
  * (9.3.2) lets a server run pipelined requests in parallel only when all of
  * them are safe methods, and Braid's reads are POSTs.
  *

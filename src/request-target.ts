@@ -34,6 +34,23 @@ export function headerLines(rawHeaders: string[], name: string): number {
   return count;
 }
 
+const SINGLE_HEADERS = ['host', 'content-type', 'idempotency-key'] as const;
+
+/** The first of Host, Content-Type and Idempotency-Key that `rawHeaders` holds more than once, in one pass. */
+function repeatedSingleHeader(rawHeaders: string[]): (typeof SINGLE_HEADERS)[number] | undefined {
+  let seen = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const line = rawHeaders[i]!;
+    // every name here is 4, 12 or 15 characters: most lines are not looked at twice
+    if (line.length !== 4 && line.length !== 12 && line.length !== 15) continue;
+    const at = SINGLE_HEADERS.indexOf(line.toLowerCase() as (typeof SINGLE_HEADERS)[number]);
+    if (at < 0) continue;
+    if (seen & (1 << at)) return SINGLE_HEADERS[at];
+    seen |= 1 << at;
+  }
+  return undefined;
+}
+
 /** Throws `400 invalid_request` for a target that is not a plain path, or an HTTP/1.1 request without exactly one `Host`. */
 export function checkRequestTarget(request: { url: string; headers: IncomingHttpHeaders; raw: { httpVersion: string; rawHeaders: string[] } }): void {
   const pathname = pathOf(request.url);
@@ -54,9 +71,15 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
     throw new BraidError('invalid_request', 'an HTTP/1.1 request must carry a Host header');
   }
   // and to one with more than one Host line: Node keeps the first and drops
-  // the others, so which host was meant would be a guess
-  if (headerLines(request.raw.rawHeaders, 'host') > 1) {
-    throw new BraidError('invalid_request', 'the request carries more than one Host header; send one');
+  // the others, so which host was meant would be a guess. So with the other
+  // headers that hold one value: Node kept the first Content-Type (a body
+  // sent as `application/json` and `text/plain` was read as JSON), and joined
+  // two Idempotency-Keys into one ("a, b"), which the gateway forwarded and
+  // the engine stored as a key neither request meant (black-box reviews)
+  const repeated = repeatedSingleHeader(request.raw.rawHeaders);
+  if (repeated === 'idempotency-key') throw new BraidError('idempotency_key_invalid', 'Idempotency-Key was sent more than once');
+  if (repeated !== undefined) {
+    throw new BraidError('invalid_request', `the request carries more than one ${repeated === 'host' ? 'Host' : 'Content-Type'} header; send one`);
   }
   // Node decodes only `chunked` and passes any other transfer coding's
   // bytes on as if they were the body (`gzip, chunked` read compressed bytes

@@ -414,6 +414,37 @@ describe('what Node refuses before fastify', () => {
     }
   });
 
+  // a black-box review reported silent connections kept for good; they are not: the header timeout
+  // counts from the connection's opening, so one that sends nothing is answered 408 and closed
+  // within the request timeout (and a request held longer than that, once in, is not cut)
+  it('a connection that sends nothing is answered 408 and closed; one whose request runs long is not', async () => {
+    const short = await startTestServer({ config: { requestTimeoutMs: 500, testHooks: true } });
+    try {
+      const port = Number(new URL(short.url).port);
+      const silent = connect(port, '127.0.0.1');
+      let got = '';
+      silent.on('data', (d) => (got += d.toString('utf8')));
+      await new Promise((resolve) => silent.on('close', resolve));
+      expect(parseAnswer(got)).toEqual({ status: 408, body: { code: 'request_timeout', error: expect.any(String) } });
+      expect((await short.post('/v1/records/put', { record: { table: 'held', tenant_id: 't', id: 'a', fields: { title: 'held' } } })).status).toBe(200);
+      expect((await short.post('/v1/_test/fault', { point: 'query::run', actions: 'pause' })).status).toBe(200);
+      const used = connect(port, '127.0.0.1');
+      let answer = '';
+      used.on('data', (d) => (answer += d.toString('utf8')));
+      const usedClosed = new Promise((resolve) => used.on('close', resolve));
+      await new Promise<void>((resolve) => used.on('connect', resolve));
+      const query = JSON.stringify({ table: 'held', tenant_id: 't', text: 'held' });
+      used.write(`POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${query.length}\r\nConnection: close\r\n\r\n${query}`);
+      // held four times the request timeout
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      expect((await short.post('/v1/_test/fault', { point: 'query::run', actions: 'off' })).status).toBe(200);
+      await usedClosed;
+      expect(parseAnswer(answer).status, answer).toBe(200);
+    } finally {
+      await short.destroy();
+    }
+  });
+
   // found by a black-box review: the 400 for the garbage was written before the put's answer, and
   // read by the client as the answer to a put that had committed
   it('bytes that do not parse behind a request in flight are refused after its answer, in order', async () => {

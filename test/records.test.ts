@@ -229,10 +229,10 @@ describe('requests pipelined on one connection', () => {
     const answers = (await sendThenHalfClose(s.url, pipeline)).split(/(?=HTTP\/1\.1 \d{3} )/).map(parseRawAnswer);
     expect(answers.map((a) => a.status)).toEqual(Array(40).fill(200));
     for (let i = 0; i < 10; i++) {
-      const [put, first, batch, second] = answers.slice(4 * i, 4 * i + 4) as Array<{ body: Record<string, any> }>;
-      expect(first.body.record, `get after put ${i}`).toMatchObject({ id: `pipe-${i}`, version_id: 1, fields: { n: i } });
-      expect(second.body.record, `get after put-batch ${i}`).toMatchObject({ version_id: 2, fields: { n: i + 100 } });
-      expect(batch.body.epoch).toBeGreaterThan(put.body.epoch);
+      const body = (j: number) => answers[4 * i + j]!.body as Record<string, any>;
+      expect(body(1).record, `get after put ${i}`).toMatchObject({ id: `pipe-${i}`, version_id: 1, fields: { n: i } });
+      expect(body(3).record, `get after put-batch ${i}`).toMatchObject({ version_id: 2, fields: { n: i + 100 } });
+      expect(body(2).epoch).toBeGreaterThan(body(0).epoch);
     }
   });
 });

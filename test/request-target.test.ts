@@ -91,6 +91,21 @@ describe.each([
     expect(parseRawAnswer(one).status).toBe(200);
   });
 
+  // found by a black-box review: the first Content-Type was taken (a body sent as JSON and as text was
+  // read as JSON), and the gateway joined two Idempotency-Keys into "a, b" and wrote under that key
+  it('a request with two Content-Type or two Idempotency-Key headers is refused with a code', async () => {
+    const { host } = new URL(base());
+    const body = JSON.stringify({ table: 'notes', tenant_id: 't', id: 'twice' });
+    const send = (headers: string) =>
+      rawHttp(base(), `POST /v1/records/get HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${reader}\r\n${headers}Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+    const types = await send('Content-Type: application/json\r\ncontent-type: text/plain\r\n');
+    expect(parseRawAnswer(types)).toEqual({ status: 400, body: { code: 'invalid_request', error: expect.stringContaining('more than one Content-Type') } });
+    const keys = await send('Content-Type: application/json\r\nIdempotency-Key: a\r\nidempotency-key: b\r\n');
+    expect(parseRawAnswer(keys)).toEqual({ status: 400, body: { code: 'idempotency_key_invalid', error: 'Idempotency-Key was sent more than once' } });
+    const once = await send('Content-Type: application/json\r\nIdempotency-Key: a\r\n');
+    expect(parseRawAnswer(once).status).toBe(200);
+  });
+
   // found by a black-box fuzz: `gzip, chunked` was accepted and its bytes read as the body
   it('a Transfer-Encoding other than chunked is 415 unsupported_content_encoding', async () => {
     const { host } = new URL(base());
