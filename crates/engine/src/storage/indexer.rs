@@ -469,7 +469,7 @@ fn run_indexer(
 /// (four a second, each retrying the text commit), and one event each had
 /// filled the log with the same warning.
 fn report_failed_round(in_a_row: u32) -> bool {
-    in_a_row.is_power_of_two() || in_a_row % 256 == 0
+    in_a_row.is_power_of_two() || in_a_row.is_multiple_of(256)
 }
 
 #[cfg(test)]
