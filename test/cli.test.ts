@@ -539,6 +539,25 @@ describe('against a data directory (--data-dir)', () => {
     expect(existsSync(path.join(data, 'db', 'default', 'b2'))).toBe(true);
   });
 
+  // found by a black-box review: with a branch's log segment deleted every start was refused, and only a
+  // log header written by hand brought the data directory back
+  it('doctor --salvage starts a branch whose log segment was deleted from its checkpoint', async () => {
+    const data = path.join(work, 'doctor-missing-segment');
+    const db = Braid.open({ dataDir: data });
+    await db.putBatch([{ table: 'notes', tenant_id: 't', id: 'a', fields: { body: 'kept' } }]);
+    db.close();
+    const branch = path.join(data, 'db', 'default', 'main');
+    for (const f of readdirSync(branch).filter((n) => /^wal-\d+\.log$/.test(n))) rmSync(path.join(branch, f));
+    expect(() => Braid.open({ dataDir: data })).toThrow(/braid doctor --salvage/);
+    const r = await braid(['doctor', '--salvage', '--data-dir', data]);
+    expect(r.code, r.stdout).toBe(0);
+    expect(r.stdout).toMatch(/branch default\/main: its log segment was missing; wrote an empty one \(.*wal-\d+\.log\), so it starts from checkpoint \d+\. The writes acknowledged after that checkpoint were in the missing file and are lost\./);
+    expect(r.stdout).toMatch(/\nhealthy\n$/);
+    const again = Braid.open({ dataDir: data });
+    expect((await again.get({ table: 'notes', tenant_id: 't', id: 'a' }))?.fields).toEqual({ body: 'kept' });
+    again.close();
+  });
+
   it('query, table and json', async () => {
     const q = "SEARCH articles TENANT 'acme' MATCH 'solar' NEAR [1, 0, 0] WHERE topic = 'energy' LIMIT 5";
     const r = await braid(['query', q, ...dd]);
