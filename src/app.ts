@@ -205,10 +205,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     const deprecation = deprecationHeaders(request.url);
     if (deprecation) reply.headers(deprecation);
     checkRequestTarget(request);
-    const encoding = request.headers['content-encoding'];
-    if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
-      throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding} is not accepted: send the body uncompressed`);
-    }
     if (state.closing && pathOf(request.url) !== '/v1/ready') {
       reply.header('connection', 'close');
       throw new BraidError('shutting_down', 'the engine is shutting down; retry against another engine or after the restart');

@@ -81,6 +81,14 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   if (repeated !== undefined) {
     throw new BraidError('invalid_request', `the request carries more than one ${repeated === 'host' ? 'Host' : 'Content-Type'} header; send one`);
   }
+  // a body the server cannot read is refused on every route, by the engine
+  // and the gateway alike (the gateway routes a put by its body, so a body
+  // it could not read would pass unrouted); the gateway had taken a GET it
+  // answers itself with `Content-Encoding: gzip` that the engine refused
+  const encoding = request.headers['content-encoding'];
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+    throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding.slice(0, 200)} is not accepted: send the body uncompressed`);
+  }
   // Node decodes only `chunked` and passes any other transfer coding's
   // bytes on as if they were the body (`gzip, chunked` read compressed bytes
   // as JSON); RFC 9112 6.1 lets a server refuse a coding it does not apply

@@ -106,6 +106,17 @@ describe.each([
     expect(parseRawAnswer(once).status).toBe(200);
   });
 
+  // found by a black-box review: the gateway answered a GET of its own with `Content-Encoding: gzip`, which
+  // the engine refused
+  it('a Content-Encoding other than identity is 415 on every route, a GET without a body included', async () => {
+    for (const route of ['/v1/branches', '/v1/ready']) {
+      const res = await request(`${base()}${route}`, 'GET', undefined, { authorization: `Bearer ${reader}`, 'content-encoding': 'gzip' });
+      expect(res.status, route).toBe(415);
+      expect(res.body, route).toEqual({ code: 'unsupported_content_encoding', error: expect.stringContaining('Content-Encoding gzip') });
+      expect((await request(`${base()}${route}`, 'GET', undefined, { authorization: `Bearer ${reader}`, 'content-encoding': 'identity' })).status, route).toBe(200);
+    }
+  });
+
   // found by a black-box fuzz: `gzip, chunked` was accepted and its bytes read as the body
   it('a Transfer-Encoding other than chunked is 415 unsupported_content_encoding', async () => {
     const { host } = new URL(base());

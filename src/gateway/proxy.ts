@@ -168,12 +168,7 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
   const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
     const raw = request.raw;
     const pathname = pathOf(request.url);
-    // the gateway routes a put by its body: a body it cannot read would pass
-    // unrouted, so compressed bodies are refused on every route
-    const encoding = request.headers['content-encoding'];
-    if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
-      throw new BraidError('unsupported_content_encoding', `Content-Encoding ${encoding} is not accepted: send the body uncompressed`);
-    }
+    // (a compressed body, which the gateway could not route by, was refused by checkRequestTarget)
     const limit = config.bodyLimitBytes;
     let route: Route;
     let body: Buffer | undefined;
