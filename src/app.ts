@@ -13,7 +13,7 @@ import type { Braid } from './engine.js';
 import { putBodyBranch, type BranchRef, type Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { labelKnownPath, routeLabel } from './route-label.js';
-import { answerHalfClosed, answerPipelinedInOrder, clientErrorHandler, failureLevel, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
+import { answerHalfClosed, continueIfExpected, deferContinue, answerPipelinedInOrder, clientErrorHandler, failureLevel, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
 import { headerBranch, resolveNamedBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
@@ -120,6 +120,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   refuseConnect(app.server);
   refuseExpectation(app.server);
   answerHalfClosed(app.server);
+  deferContinue(app.server);
   answerPipelinedInOrder(app.server);
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');
@@ -233,6 +234,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // (QUERY) would otherwise fail content-type parsing first
     if (request.is404) throw unrouted(request, reply);
     checkBranchHeaders(request.headers);
+    continueIfExpected(request, reply, config.bodyLimitBytes);
   };
   app.addHook('onRequest', (request, reply, done) => {
     try {

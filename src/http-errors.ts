@@ -206,6 +206,45 @@ export function refuseExpectation(server: Server): void {
   });
 }
 
+const expectsContinue = Symbol('braid.expectsContinue');
+
+/**
+ * Holds back the `100 Continue` of a request that sent `Expect:
+ * 100-continue` until the request has passed the checks that need no body
+ * ([`continueIfExpected`], called by each app once they pass): Node writes
+ * the 100 as the headers arrive, so a client without a token, or declaring
+ * a body over the limit, was invited to upload it before its 401 or 400
+ * (RFC 9110 10.1.1: a server that will refuse should answer without the
+ * 100; a black-box review). The request is handed on as Node would.
+ */
+export function deferContinue(server: Server): void {
+  server.on('checkContinue', (request: IncomingMessage & { [expectsContinue]?: boolean }, response: ServerResponse) => {
+    request[expectsContinue] = true;
+    server.emit('request', request, response);
+  });
+}
+
+/**
+ * Sends the held `100 Continue` ([`deferContinue`]) once the request's checks
+ * have passed, refusing first a body declared larger than `bodyLimit` (what
+ * reading it would refuse). A request that did not ask for it costs one
+ * property read.
+ */
+export function continueIfExpected(request: FastifyRequest, reply: FastifyReply, bodyLimit: number): void {
+  const raw = request.raw as IncomingMessage & { [expectsContinue]?: boolean };
+  if (!raw[expectsContinue]) return;
+  if (Number(request.headers['content-length']) > bodyLimit) {
+    throw new BraidError('body_too_large', 'request body is larger than the configured limit');
+  }
+  raw[expectsContinue] = false;
+  reply.raw.writeContinue();
+}
+
+/** Whether a request still waits for the `100 Continue` it asked for: its client sends no body until then. */
+function awaitsContinue(request: IncomingMessage): boolean {
+  return (request as IncomingMessage & { [expectsContinue]?: boolean })[expectsContinue] === true;
+}
+
 /**
  * Sends a refusal. When the connection closes after it (the client sent
  * `Connection: close`, or HTTP/1.0) while the client is still sending its
@@ -219,7 +258,9 @@ export function refuseExpectation(server: Server): void {
 export function sendRefusal(request: FastifyRequest, reply: FastifyReply, status: number, body: unknown): FastifyReply | Promise<void> {
   const raw = request.raw;
   const closes = !reply.raw.shouldKeepAlive || /close/i.test(String(reply.getHeader('connection') ?? ''));
-  if (!closes || raw.complete || raw.destroyed) return reply.status(status).send(body);
+  // a client waiting for its 100 Continue sends no body to wait for (Node closes the connection after
+  // a final answer sent without the 100)
+  if (!closes || raw.complete || raw.destroyed || awaitsContinue(raw)) return reply.status(status).send(body);
   return new Promise<void>((resolve) => {
     const done = () => {
       raw.off('end', done).off('close', done).off('error', done);

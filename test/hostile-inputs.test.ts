@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
 import { Braid } from '../src/engine.js';
 import { fromEnv } from '../src/config.js';
-import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, type TestServer } from './helpers.js';
+import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, type TestServer, waitFor } from './helpers.js';
 
 let s: TestServer;
 
@@ -514,6 +514,55 @@ describe('what Node refuses before fastify', () => {
       expect((await s.get('/v1/ready')).status).toBe(200);
     } finally {
       await gateway.close();
+    }
+  });
+
+  // found by a black-box review: Node wrote 100 Continue as the headers arrived, so a client without a
+  // token, or declaring a body over the limit, was invited to upload it before its 401 or 400
+  it('100 Continue only for a request that passed the checks needing no body, at the engine and the gateway', async () => {
+    const guarded = await startTestServer({ config: { authTokens: ['good'], bodyLimitBytes: 4096 } });
+    const gateway = await startGateway({ ...resolveGatewayConfig({ engine: guarded.url, token: ['good'], port: 0, logLevel: 'silent' }, {}), engineToken: 'good', bodyLimitBytes: 4096 });
+    /** Sends the headers, waits for the first answer, sends the body only after a 100, and resolves with all it read. */
+    const exchange = async (url: string, headers: string, body: string, close: boolean) => {
+      const { hostname, port } = new URL(url);
+      const socket = connect(Number(port), hostname);
+      let got = '';
+      const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+      socket.on('data', (d) => {
+        const first = got === '';
+        got += d.toString('utf8');
+        if (first && got.startsWith('HTTP/1.1 100 ')) socket.write(body);
+      });
+      await new Promise<void>((resolve) => socket.on('connect', resolve));
+      socket.write(`POST /v1/records/put HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Type: application/json\r\n${close ? 'Connection: close\r\n' : ''}${headers}\r\n`);
+      // every exchange here ends with the server closing: a final answer without the 100 closes the connection
+      if (!close) await waitFor('a final answer', () => /HTTP\/1\.1 [2-5]\d\d /.test(got));
+      if (!close) socket.end();
+      await closed;
+      return got;
+    };
+    const finalOf = (answer: string) => parseAnswer(answer.replace(/^HTTP\/1\.1 100 Continue\r\n\r\n/, ''));
+    try {
+      const before = (await guarded.get('/v1/metrics/public-safe', { authorization: 'Bearer good' })).body.latest_epoch;
+      for (const url of [guarded.url, gateway.url]) {
+        for (const close of [true, false]) {
+          const body = JSON.stringify({ table: 'docs', tenant_id: 'acme', id: `continue-${close}`, fields: { n: 1 } });
+          const ok = await exchange(url, `Authorization: Bearer good\r\nContent-Length: ${body.length}\r\n`, body, close);
+          expect(ok.startsWith('HTTP/1.1 100 Continue\r\n\r\n'), ok).toBe(true);
+          expect(finalOf(ok).status, ok).toBe(200);
+          const noToken = await exchange(url, `Content-Length: ${body.length}\r\n`, body, close);
+          expect(noToken, url).not.toContain('100 Continue');
+          expect(finalOf(noToken), url).toMatchObject({ status: 401, body: { code: 'unauthorized' } });
+          const tooLarge = await exchange(url, 'Authorization: Bearer good\r\nContent-Length: 99999999999\r\n', body, close);
+          expect(tooLarge, url).not.toContain('100 Continue');
+          expect(finalOf(tooLarge), url).toMatchObject({ status: 400, body: { code: 'body_too_large' } });
+        }
+      }
+      // the two refused per door wrote nothing; the four accepted wrote once each
+      expect((await guarded.get('/v1/metrics/public-safe', { authorization: 'Bearer good' })).body.latest_epoch).toBe(before + 4);
+    } finally {
+      await gateway.close();
+      await guarded.destroy();
     }
   });
 

@@ -9,7 +9,7 @@ import { lazyRequestLogger } from '../request-logger.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
 import { deprecationHeaders } from '../deprecation.js';
-import { answerHalfClosed, answerPipelinedInOrder, clientErrorHandler, clientGone, errorBody, failureLevel, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
+import { answerHalfClosed, continueIfExpected, deferContinue, answerPipelinedInOrder, clientErrorHandler, clientGone, errorBody, failureLevel, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -54,6 +54,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   refuseConnect(app.server);
   refuseExpectation(app.server);
   answerHalfClosed(app.server);
+  deferContinue(app.server);
   answerPipelinedInOrder(app.server);
   const engines = new Engines(config);
   const state: GatewayState = { config, engines, limiter: config.rateLimitMax > 0, requests: 0, metered: 0, closing: false };
@@ -114,8 +115,9 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   }
   authorizeRequests(app);
   // every route's body, before it is read: a streamed one is counted as it goes (./body.ts)
-  app.addHook('preParsing', async (request, _reply, payload) => {
+  app.addHook('preParsing', async (request, reply, payload) => {
     checkDeclaredLength(request.headers, config.bodyLimitBytes);
+    continueIfExpected(request, reply, config.bodyLimitBytes);
     return payload;
   });
 
