@@ -74,6 +74,7 @@ export const ERROR_STATUS = {
   data_dir_locked: 503,
   native_binding_missing: 503,
   invalid_config: 500,
+  http_version_not_supported: 505,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

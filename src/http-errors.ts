@@ -37,10 +37,11 @@ export function httpError(err: unknown): BraidError {
 /**
  * The level a failed request's own log line is written at: every 5xx at
  * error, except 503 shutting_down, which a draining server answers by design
- * (a restart behind a load balancer would otherwise log errors by the dozen).
+ * (a restart behind a load balancer would otherwise log errors by the dozen),
+ * and 505 http_version_not_supported, the client's mistake.
  */
 export function failureLevel(code: string | undefined): 'warn' | 'error' {
-  return code === 'shutting_down' ? 'warn' : 'error';
+  return code === 'shutting_down' || code === 'http_version_not_supported' ? 'warn' : 'error';
 }
 
 /** The JSON body of an error answer: `code`, `error`, and the failing item's `index` when there is one. */

@@ -52,7 +52,7 @@ function repeatedSingleHeader(rawHeaders: string[]): (typeof SINGLE_HEADERS)[num
 }
 
 /** Throws `400 invalid_request` for a target that is not a plain path, or an HTTP/1.1 request without exactly one `Host`. */
-export function checkRequestTarget(request: { url: string; headers: IncomingHttpHeaders; raw: { httpVersion: string; rawHeaders: string[] } }): void {
+export function checkRequestTarget(request: { url: string; headers: IncomingHttpHeaders; raw: { httpVersion: string; httpVersionMajor: number; rawHeaders: string[] } }): void {
   const pathname = pathOf(request.url);
   if (!pathname.startsWith('/')) {
     throw new BraidError('invalid_request', `the request target must be a path starting with /, not ${JSON.stringify(request.url.slice(0, 200))}`);
@@ -64,6 +64,11 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   // cuts the path at `#`, so `/v1/records/put#x` would run the put
   if (request.url.includes('#')) {
     throw new BraidError('invalid_request', `the request target ${JSON.stringify(request.url.slice(0, 200))} holds a fragment (#); send the path and query only`);
+  }
+  // Node's parser takes `HTTP/2.0` in a request line, and a line without a
+  // version as HTTP/0.9, and fastify answered them as HTTP/1.1 requests
+  if (request.raw.httpVersionMajor !== 1) {
+    throw new BraidError('http_version_not_supported', `HTTP/${request.raw.httpVersion} is not supported: send HTTP/1.1 (or 1.0) requests`);
   }
   // RFC 9112 3.2: a server answers 400 to an HTTP/1.1 request without Host
   // (Node would, with an empty body; it is told not to, so the answer has a code)

@@ -106,6 +106,17 @@ describe.each([
     expect(parseRawAnswer(once).status).toBe(200);
   });
 
+  // found by a black-box review: Node's parser took these, and they were answered as HTTP/1.1 requests
+  it('a request line of HTTP/2.0, or without a version (HTTP/0.9), is 505 http_version_not_supported', async () => {
+    const { host } = new URL(base());
+    for (const line of ['GET /v1/ready HTTP/2.0', 'GET /v1/ready']) {
+      const answer = await rawHttp(base(), `${line}\r\nHost: ${host}\r\nAuthorization: Bearer ${reader}\r\nConnection: close\r\n\r\n`);
+      expect(parseRawAnswer(answer), line).toEqual({ status: 505, body: { code: 'http_version_not_supported', error: expect.stringContaining('is not supported') } });
+    }
+    const old = await rawHttp(base(), `GET /v1/ready HTTP/1.0\r\nHost: ${host}\r\nAuthorization: Bearer ${reader}\r\n\r\n`);
+    expect(parseRawAnswer(old.replace(/^HTTP\/1\.[01]/, 'HTTP/1.1')).status).toBe(200);
+  });
+
   // found by a black-box review: the gateway answered a GET of its own with `Content-Encoding: gzip`, which
   // the engine refused
   it('a Content-Encoding other than identity is 415 on every route, a GET without a body included', async () => {
