@@ -493,6 +493,35 @@ describe('POST /v1/graphql: errors', () => {
     expect(wrongVar.body.errors[0].extensions.code).toBe('graphql_validation_failed');
   });
 
+  // found by a black-box review: a missing variable inside a JSON literal was left out (the filter dropped, the
+  // field not written), and an unquoted word was read as a string where the typed fields refuse it
+  it('a JSON literal with an unprovided variable or an unquoted word is graphql_validation_failed, and runs nothing', async () => {
+    const before = (await server.get('/v1/metrics/public-safe')).body.latest_epoch;
+    const cases: Array<[string, Record<string, unknown> | undefined, string]> = [
+      ['query($t: String) { search(table: "docs", tenant_id: "t1", scalar_eq: {lang: $t}) { next_cursor } }', undefined, '$t'],
+      ['query($t: String) { search(table: "docs", tenant_id: "t1", scalar_eq: {lang: $t}) { next_cursor } }', { other: 1 }, '$t'],
+      ['mutation($t: String) { put(record: {table: "docs", tenant_id: "t1", id: "jsonvar", fields: {title: $t, n: 1}}) { epoch } }', undefined, '$t'],
+      ['mutation($t: String) { put(record: {table: "docs", tenant_id: "t1", id: "jsonvar", fields: {tags: [1, $t]}}) { epoch } }', undefined, '$t'],
+      ['{ search(table: "docs", tenant_id: "t1", scalar_eq: {lang: en}) { next_cursor } }', undefined, 'quote it'],
+      ['mutation { put(record: {table: "docs", tenant_id: "t1", id: "jsonvar", fields: {flag: TRUE}}) { epoch } }', undefined, 'quote it'],
+    ];
+    for (const [query, variables, says] of cases) {
+      const res = await server.post('/v1/graphql', variables ? { query, variables } : { query });
+      expect(res.status, query).toBe(200);
+      expect(res.body.errors?.[0]?.extensions?.code, JSON.stringify(res.body)).toBe('graphql_validation_failed');
+      expect(res.body.errors[0].message, query).toContain(says);
+    }
+    expect((await server.post('/v1/graphql/bounded', { query: cases[0]![0] })).body.code).toBe('graphql_validation_failed');
+    expect((await server.get('/v1/metrics/public-safe')).body.latest_epoch).toBe(before);
+    // given, as a value or as null, the variable is read as before
+    const en = await server.post('/v1/graphql', { query: cases[0]![0], variables: { t: 'en' } });
+    expect(en.body.errors).toBeUndefined();
+    const quoted = await server.post('/v1/graphql', { query: '{ search(table: "docs", tenant_id: "t1", scalar_eq: {lang: "en"}) { results { record_id } } }' });
+    expect(quoted.body.data.search.results.map((r: { record_id: string }) => r.record_id).sort()).toEqual(['d1', 'd3']);
+    const nulled = await server.post('/v1/graphql', { query: cases[0]![0], variables: { t: null } });
+    expect(nulled.body.errors?.[0]?.extensions?.code).toBe('invalid_query');
+  });
+
   it('a body that is not a GraphQL request is 400 graphql_bad_request; a document that does not parse is a GraphQL error', async () => {
     for (const body of [{}, { query: 5 }, { query: '{ tables { name } }', extra: 1 }, [{ query: '{ tables { name } }' }]]) {
       const res = await server.post('/v1/graphql', body);

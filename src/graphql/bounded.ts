@@ -11,6 +11,7 @@ import {
   Kind,
   getArgumentValues,
   getVariableValues,
+  specifiedRules,
   validate,
   type DocumentNode,
   type FieldNode,
@@ -22,6 +23,7 @@ import {
 import type { HybridQuery } from '../native/engine.js';
 import { BraidError } from '../errors.js';
 import { checkLimits, BOUNDED_LIMITS, type Limits } from './bounds.js';
+import { jsonVariablesProvided } from './scalars.js';
 import { HybridRow, ScoreComponents, SearchResult, searchArgs, toHybridQuery } from './types.js';
 
 export const BOUNDED_ADAPTER = 'braid-bounded-graphql/1';
@@ -152,7 +154,7 @@ export function boundedQuery(
 
   checkLimits(boundedSchema, document, op, variables ?? {}, limits);
 
-  const errors = validate(boundedSchema, document);
+  const errors = validate(boundedSchema, document, [...specifiedRules, jsonVariablesProvided(variables)]);
   if (errors.length) {
     throw new BraidError('graphql_validation_failed', errors.map((e) => e.message + where(e.nodes?.[0])).join('; '));
   }

@@ -1,5 +1,5 @@
 /** The JSON scalar: any JSON value (record fields, scalar_eq, explain, column declarations). */
-import { GraphQLError, GraphQLFloat as SpecFloat, GraphQLScalarType, Kind, valueFromASTUntyped, type ValueNode } from 'graphql';
+import { GraphQLError, GraphQLFloat as SpecFloat, GraphQLScalarType, Kind, type ValidationRule, type ValueNode, getNamedType, valueFromASTUntyped, visit } from 'graphql';
 
 /**
  * Refuses the keys a JSON body may not hold either (src/json.ts): a
@@ -25,12 +25,84 @@ function refusePrototypeKeys(ast: ValueNode): void {
   }
 }
 
+/**
+ * A JSON literal's value, as graphql-js's `valueFromASTUntyped` reads one,
+ * except for two things JSON cannot say, refused rather than guessed (a
+ * black-box review): an unquoted word (`{topic: energy}`, an enum value in
+ * GraphQL) had been read as the string "energy", where the typed fields
+ * refuse it; and a `$variable` the request did not provide, inside an
+ * object or list, had been left out, so `scalar_eq: {topic: $t}` without
+ * `$t` searched unfiltered and `fields: {title: $t}` wrote no title.
+ */
+function jsonValue(ast: ValueNode, variables: Record<string, unknown> | null | undefined): unknown {
+  switch (ast.kind) {
+    case Kind.VARIABLE: {
+      const name = ast.name.value;
+      // validation reads literals before any variable has a value: only execution can tell
+      if (variables == null) return undefined;
+      if (!Object.hasOwn(variables, name)) {
+        throw new GraphQLError(`variable $${name} is used inside a JSON value but was not provided: give it a value (null included), or leave it out of the literal`, {
+          nodes: ast,
+          extensions: { code: 'graphql_validation_failed' },
+        });
+      }
+      return variables[name];
+    }
+    case Kind.ENUM:
+      throw new GraphQLError(`${ast.value} is not a JSON value: quote it as a string ("${ast.value}")`, {
+        nodes: ast,
+        extensions: { code: 'graphql_validation_failed' },
+      });
+    case Kind.LIST:
+      return ast.values.map((v) => jsonValue(v, variables));
+    case Kind.OBJECT:
+      return Object.fromEntries(ast.fields.map((f) => [f.name.value, jsonValue(f.value, variables)]));
+    default:
+      return valueFromASTUntyped(ast);
+  }
+}
+
+/**
+ * A validation rule for one request: every `$variable` inside a JSON literal
+ * (an object or list given where the schema takes `JSON`) is one the request
+ * provides, or one its operation gives a default. graphql-js validates
+ * literals before variables have values, and at execution turns a refusal
+ * from the scalar into "Argument has invalid value" without its reason, so
+ * the check runs here, with the request's variables, and names the variable.
+ */
+export function jsonVariablesProvided(variables: Record<string, unknown> | null | undefined): ValidationRule {
+  return (context) => {
+    const defaults = new Set<string>();
+    for (const definition of context.getDocument().definitions) {
+      if (definition.kind !== Kind.OPERATION_DEFINITION) continue;
+      for (const v of definition.variableDefinitions ?? []) if (v.defaultValue) defaults.add(v.variable.name.value);
+    }
+    const provided = (name: string) => (variables != null && Object.hasOwn(variables, name)) || defaults.has(name);
+    const jsonLiteral = (node: ValueNode) => {
+      if (getNamedType(context.getInputType())?.name !== GraphQLJSON.name) return undefined;
+      visit(node, {
+        Variable(variable) {
+          const name = variable.name.value;
+          if (!provided(name)) {
+            context.reportError(
+              new GraphQLError(`variable $${name} is used inside a JSON value but was not provided: give it a value (null included), or leave it out of the literal`, {
+                nodes: variable,
+              }),
+            );
+          }
+        },
+      });
+      // its inside is JSON, not the schema's types: nothing more to visit
+      return false;
+    };
+    return { ObjectValue: jsonLiteral, ListValue: jsonLiteral };
+  };
+}
+
 function literal(ast: ValueNode, variables?: Record<string, unknown> | null): unknown {
-  // valueFromASTUntyped turns IntValue/FloatValue into numbers, objects and lists recursively,
-  // and reads $variables inside object and list literals.
   if (ast.kind === Kind.VARIABLE) return variables?.[ast.name.value];
   refusePrototypeKeys(ast);
-  return valueFromASTUntyped(ast, variables ?? undefined);
+  return jsonValue(ast, variables);
 }
 
 export const GraphQLJSON = new GraphQLScalarType({

@@ -10,6 +10,7 @@ import {
   NoFragmentCyclesRule,
   execute,
   printSchema,
+  specifiedRules,
   validate,
   version,
   type DocumentNode,
@@ -24,6 +25,7 @@ import { BOUNDED_ADAPTER, boundedQuery, boundedSchema } from '../graphql/bounded
 import { BOUNDED_LIMITS, DEFAULT_LIMITS, checkLimits, parseDocument, selectOperation, type Limits } from '../graphql/bounds.js';
 import { braidGraphQLError, formatGraphQLError, type GraphQlErrorBody } from '../graphql/errors.js';
 import { GraphQlQueryRequest, GraphQlResponse, GraphQlSchemaResponse } from '../graphql/http.js';
+import { jsonVariablesProvided } from '../graphql/scalars.js';
 import { SchemaCache } from '../graphql/schema.js';
 import { oneAtATime, type GraphQLContext } from '../graphql/types.js';
 import { requestKeyOf } from '../idempotency/index.js';
@@ -150,7 +152,7 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
     }
     // a token needs the scope of what the document runs (src/auth.ts)
     if (request.scope) requireScope(request.scope, graphqlScope(document, operationName), 'this GraphQL operation');
-    const invalid = validate(schema, document);
+    const invalid = validate(schema, document, [...specifiedRules, jsonVariablesProvided(variables)]);
     if (invalid.length) return unexecuted(invalid);
     // an operation of a type the schema does not have (subscription) does not
     // validate either: graphql-js reported it from execution, with data: null
