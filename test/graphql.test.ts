@@ -725,13 +725,21 @@ describe('POST /v1/graphql/bounded', () => {
     expect(res.body.error).toMatch(message);
   });
 
-  it('enforces its cost bound', async () => {
-    const res = await server.post('/v1/graphql/bounded', {
-      query: '{ search(table: "docs", tenant_id: "t1", top_k: 500) { results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } } } }',
-    });
-    expect(res.status).toBe(400);
-    expect(res.body.code).toBe('graphql_too_costly');
-    expect(res.body.error).toMatch(/limit of 2000/);
+  // found by a black-box review: the answer is the whole QueryResponse whatever is selected, yet a search
+  // selecting row fields was refused where the same one selecting next_cursor alone, with the same answer, passed
+  it('costs a selection by its size, not by top_k: its answer is the whole response, as /v1/nativeql answers', async () => {
+    const full = 'results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } }';
+    const res = await server.post('/v1/graphql/bounded', { query: `{ search(table: "docs", tenant_id: "t1", text: "hello", top_k: 1000) { ${full} next_cursor } }` });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const cursorOnly = await server.post('/v1/graphql/bounded', { query: '{ search(table: "docs", tenant_id: "t1", text: "hello", top_k: 1000) { next_cursor } }' });
+    expect(cursorOnly.body.results).toEqual(res.body.results);
+    // a selection that expands past 2000 fields is still refused
+    const frags = ['fragment S0 on ScoreComponents { final_score lexical }'];
+    for (let i = 1; i <= 12; i++) frags.push(`fragment S${i} on ScoreComponents { ...S${i - 1} ...S${i - 1} }`);
+    const costly = await server.post('/v1/graphql/bounded', { query: `{ search(table: "docs", tenant_id: "t1") { results { score { ...S12 } } } } ${frags.join(' ')}` });
+    expect(costly.status).toBe(400);
+    expect(costly.body.code).toBe('graphql_too_costly');
+    expect(costly.body.error).toMatch(/limit of 2000/);
   });
 
   it('reports invalid arguments, engine errors and bad bodies with their codes', async () => {

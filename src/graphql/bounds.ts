@@ -69,6 +69,15 @@ export interface Limits {
   maxOperations: number;
   /** Most records one operation writes (`put` and `delete` 1 each, `put_batch` its list). */
   maxRecords: number;
+  /**
+   * Whether a field under a list costs once per row (`results`: top_k) or
+   * once. Route 6 answers the whole QueryResponse whatever is selected, so
+   * there a selection's cost is its size after fragments expand, and the
+   * answer is bounded by top_k (1..1000) as `/v1/nativeql`'s is: a selection
+   * of `next_cursor` alone had passed where the same search selecting row
+   * fields, with the same answer, was refused (a black-box review).
+   */
+  costPerRow: boolean;
 }
 
 /** Route 7 (POST /v1/graphql). */
@@ -80,10 +89,11 @@ export const DEFAULT_LIMITS: Limits = {
   introspectionMaxLists: 3,
   maxOperations: 32,
   maxRecords: 10_000,
+  costPerRow: true,
 };
 
 /** Route 6 (POST /v1/graphql/bounded): the subset's natural depth is 4, and it runs one search. */
-export const BOUNDED_LIMITS: Limits = { ...DEFAULT_LIMITS, maxDepth: 4, maxCost: 2000 };
+export const BOUNDED_LIMITS: Limits = { ...DEFAULT_LIMITS, maxDepth: 4, maxCost: 2000, costPerRow: false };
 
 /** Upper bound on the tokens of a document (parse option maxTokens). */
 export const MAX_TOKENS = 20_000;
@@ -190,6 +200,9 @@ function tooDeep(field: FieldNode, depth: number, limit: number, introspection: 
 }
 
 function tooCostly(w: Walk): BraidError {
+  if (!w.limits.costPerRow) {
+    return new BraidError('graphql_too_costly', `query cost exceeds the limit of ${w.limits.maxCost}: the selection holds more fields than that once its fragments expand`);
+  }
   return new BraidError(
     'graphql_too_costly',
     `query cost exceeds the limit of ${w.limits.maxCost}: every selected field costs the product of the list sizes above it ` +
@@ -263,7 +276,7 @@ function walk(
           );
         }
       } else {
-        childMultiplier = multiplier * (name === 'results' ? childRows : w.limits.listSize);
+        childMultiplier = w.limits.costPerRow ? multiplier * (name === 'results' ? childRows : w.limits.listSize) : multiplier;
       }
     }
     walk(w, sel.selectionSet, named, d, childMultiplier, childRows, childIntro, visiting);
