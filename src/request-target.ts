@@ -86,6 +86,15 @@ export function checkRequestTarget(request: { url: string; headers: IncomingHttp
   if (repeated !== undefined) {
     throw new BraidError('invalid_request', `the request carries more than one ${repeated === 'host' ? 'Host' : 'Content-Type'} header; send one`);
   }
+  // JSON is UTF-8 (RFC 8259 8.1): a body labelled with another charset was
+  // read as UTF-8 all the same (latin1's é became a replacement character)
+  const type = request.headers['content-type'];
+  if (type !== undefined && /charset/i.test(type)) {
+    const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(type)?.[1]?.toLowerCase();
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+      throw new BraidError('unsupported_media_type', `a JSON body is UTF-8 (RFC 8259): charset=${charset.slice(0, 40)} is not accepted; send it as UTF-8, with charset=utf-8 or no charset`);
+    }
+  }
   // a body the server cannot read is refused on every route, by the engine
   // and the gateway alike (the gateway routes a put by its body, so a body
   // it could not read would pass unrouted); the gateway had taken a GET it

@@ -106,6 +106,20 @@ describe.each([
     expect(parseRawAnswer(once).status).toBe(200);
   });
 
+  // found by a black-box review: a body labelled latin1 or utf-16 was read as UTF-8
+  it('a JSON body labelled with a charset other than UTF-8 is unsupported_media_type', async () => {
+    const body = { table: 'notes', tenant_id: 't', id: 'charset' };
+    for (const type of ['application/json; charset=latin1', 'application/json;charset="utf-16"', 'application/json; CHARSET=iso-8859-1']) {
+      const res = await request(`${base()}/v1/records/get`, 'POST', JSON.stringify(body), { authorization: `Bearer ${reader}`, 'content-type': type });
+      expect(res.status, type).toBe(400);
+      expect(res.body, type).toEqual({ code: 'unsupported_media_type', error: expect.stringContaining('is not accepted') });
+    }
+    for (const type of ['application/json; charset=utf-8', 'application/json; charset=UTF-8', 'application/json; charset="utf8"', 'application/json']) {
+      const res = await request(`${base()}/v1/records/get`, 'POST', JSON.stringify(body), { authorization: `Bearer ${reader}`, 'content-type': type });
+      expect(res.status, type).toBe(200);
+    }
+  });
+
   // found by a black-box review: Node's parser took these, and they were answered as HTTP/1.1 requests
   it('a request line of HTTP/2.0, or without a version (HTTP/0.9), is 505 http_version_not_supported', async () => {
     const { host } = new URL(base());
