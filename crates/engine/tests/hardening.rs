@@ -514,3 +514,32 @@ fn doctor_reports_a_log_it_cannot_read_and_goes_on() {
     let salvaged = braid_engine::doctor::doctor(dir.path(), true).unwrap();
     assert!(!salvaged.healthy);
 }
+
+/// Found by a black-box review: with the live log segment deleted (or
+/// replaced) by hand, the engine went on acknowledging writes into a file no
+/// path named, and the next start could not find them. The write after it
+/// is refused as a storage failure, and so is every write after that, while
+/// reads go on.
+#[test]
+fn a_log_segment_deleted_or_replaced_under_a_running_engine_stops_writes() {
+    for replace in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = open(dir.path());
+        engine.put(None, None, vec![rec("before", json!({"title": "kept"}))], None).unwrap();
+        let wal_path = main_wal(dir.path());
+        if replace {
+            let copy = wal_path.with_extension("copy");
+            std::fs::copy(&wal_path, &copy).unwrap();
+            std::fs::rename(&copy, &wal_path).unwrap();
+        } else {
+            std::fs::remove_file(&wal_path).unwrap();
+        }
+        let err = engine.put(None, None, vec![rec("after", json!({"title": "lost"}))], None).unwrap_err();
+        assert_eq!(err.code, Code::StorageFailure, "{}", err.message);
+        let says = if replace { "was replaced by another file" } else { "is no longer there" };
+        assert!(err.message.contains(says), "{}", err.message);
+        assert_eq!(engine.put(None, None, vec![rec("later", json!({}))], None).unwrap_err().code, Code::StorageFailure);
+        assert!(engine.get(None, None, &key("before"), None).unwrap().is_some(), "reads go on");
+        assert!(engine.get(None, None, &key("after"), None).unwrap().is_none(), "the refused write is not applied");
+    }
+}
