@@ -516,7 +516,10 @@ fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, 
         .collect();
     // like every path, the graph contributes its best `candidate_budget`
     // rows (fewest hops, then lowest row)
-    if keep_best(&mut hits, plan.budget) || stopped {
+    let cut = keep_best(&mut hits, plan.budget);
+    if stopped == Some(graph::Stopped::ReadLimit) {
+        ex.early_stop_reason = Some("graph_read_limit".into());
+    } else if cut || stopped.is_some() {
         ex.early_stop_reason = Some("candidate_budget".into());
     }
     // build: filtering and scoring what the walk (open) reached
