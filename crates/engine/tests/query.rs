@@ -1193,8 +1193,10 @@ fn the_graph_walk_reads_in_proportion_to_its_budget_not_the_graph() {
     // seed -> h0..h7999 (one level of 8,000), each h_i -> x_i; only x7999 is kind y
     let mut records =
         vec![rec("g", "t", "seed", json!({"links": (0..8000).map(|i| format!("h{i}")).collect::<Vec<_>>()}))];
-    records.extend((0..8000).map(|i| rec("g", "t", &format!("h{i}"), json!({"links": [format!("x{i}")], "kind": "x"}))));
-    records.extend((0..8000).map(|i| rec("g", "t", &format!("x{i}"), json!({"kind": if i == 7999 { "y" } else { "x" }}))));
+    records
+        .extend((0..8000).map(|i| rec("g", "t", &format!("h{i}"), json!({"links": [format!("x{i}")], "kind": "x"}))));
+    records
+        .extend((0..8000).map(|i| rec("g", "t", &format!("x{i}"), json!({"kind": if i == 7999 { "y" } else { "x" }}))));
     for chunk in records.chunks(5000) {
         engine.put(None, None, chunk.to_vec(), None).unwrap();
     }

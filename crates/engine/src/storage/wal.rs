@@ -508,7 +508,10 @@ impl Wal {
         faults::check("wal::sync")?;
         self.file.sync_data()?;
         let named = std::fs::metadata(&self.path).map_err(|e| {
-            Error::storage(format!("{} is no longer there ({e}); its writes would be lost at the next start", self.path.display()))
+            Error::storage(format!(
+                "{} is no longer there ({e}); its writes would be lost at the next start",
+                self.path.display()
+            ))
         })?;
         if (named.dev(), named.ino()) != self.identity {
             return Err(Error::storage(format!(
