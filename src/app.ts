@@ -121,6 +121,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   refuseExpectation(app.server);
   answerHalfClosed(app.server);
   deferContinue(app.server);
+  if (config.maxConnections > 0) app.server.maxConnections = config.maxConnections;
   answerPipelinedInOrder(app.server);
   app.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   app.removeContentTypeParser('text/plain');

@@ -3,7 +3,7 @@
  * overridden by command-line flags. Documented in docs/operations.md.
  */
 import type { TokenSpec } from './auth.js';
-import { choiceSetting, LOG_LEVELS, MAX_BODY_BYTES, MAX_PORT, MAX_TIMER_MS, MAX_WHOLE, numberSetting, textSetting, tokensSetting, urlSetting } from './settings.js';
+import { choiceSetting, defaultMaxConnections, LOG_LEVELS, MAX_BODY_BYTES, MAX_OPEN_CONNECTIONS, MAX_PORT, MAX_TIMER_MS, MAX_WHOLE, numberSetting, textSetting, tokensSetting, urlSetting } from './settings.js';
 
 export interface ServerConfig {
   host: string;
@@ -14,6 +14,8 @@ export interface ServerConfig {
   bodyLimitBytes: number;
   /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
   requestTimeoutMs: number;
+  /** Most connections held open at once (0: no cap); past it a new connection is closed as it is accepted. */
+  maxConnections: number;
   maxBatch: number;
   maxVectorDim: number;
   /** Most columns a table may have (declared and inferred). */
@@ -42,6 +44,7 @@ export const DEFAULTS: ServerConfig = {
   authTokens: [],
   bodyLimitBytes: 16 * 1024 * 1024,
   requestTimeoutMs: 60_000,
+  maxConnections: defaultMaxConnections(),
   maxBatch: 10_000,
   maxVectorDim: 4096,
   maxColumns: 1024,
@@ -95,6 +98,7 @@ export function fromEnv(env: NodeJS.ProcessEnv = process.env, base: ServerConfig
     authTokens: read.authTokens(env.BRAID_AUTH_TOKENS, 'BRAID_AUTH_TOKENS') ?? base.authTokens,
     bodyLimitBytes: numberSetting(env.BRAID_BODY_LIMIT_BYTES, 'BRAID_BODY_LIMIT_BYTES', 1, MAX_BODY_BYTES) ?? base.bodyLimitBytes,
     requestTimeoutMs: numberSetting(env.BRAID_REQUEST_TIMEOUT_MS, 'BRAID_REQUEST_TIMEOUT_MS', 0, MAX_TIMER_MS) ?? base.requestTimeoutMs,
+    maxConnections: numberSetting(env.BRAID_MAX_CONNECTIONS, 'BRAID_MAX_CONNECTIONS', 0, MAX_OPEN_CONNECTIONS) ?? base.maxConnections,
     maxBatch: numberSetting(env.BRAID_MAX_BATCH, 'BRAID_MAX_BATCH', 1, LIMIT_MAX) ?? base.maxBatch,
     maxVectorDim: numberSetting(env.BRAID_MAX_VECTOR_DIM, 'BRAID_MAX_VECTOR_DIM', 1, LIMIT_MAX) ?? base.maxVectorDim,
     maxColumns: numberSetting(env.BRAID_MAX_COLUMNS, 'BRAID_MAX_COLUMNS', 1, LIMIT_MAX) ?? base.maxColumns,

@@ -12,6 +12,7 @@
  * - Whole numbers are plain decimal digits within a range: Number() had read
  *   `0x50` as port 80, `1e30` as history epochs and an empty string as 0.
  */
+import { readFileSync } from 'node:fs';
 import { BraidError, type ErrorCode } from './errors.js';
 import { conflictingScopes, parseTokenSpec, type TokenSpec } from './auth.js';
 
@@ -24,6 +25,31 @@ export const MAX_PORT = 65_535;
 export const MAX_BODY_BYTES = 1024 ** 3;
 /** The longest rate-limit or lockout window (24 h), so that Retry-After stays a plain number of seconds. */
 export const MAX_WINDOW_MS = 24 * 60 * 60 * 1000;
+/** The most connections a server may be told to hold open at once (0: no cap). */
+export const MAX_OPEN_CONNECTIONS = 1_000_000;
+
+/**
+ * The connections a server holds open at once by default: half the
+ * process's soft limit of open files (`ulimit -n`), the other half left for
+ * the engine's own files (logs, record, vector and text index files of every
+ * branch), or 10,000 when the limit cannot be read. A black-box review held
+ * 20,000 idle connections, the whole limit, and the server could answer
+ * nothing until they closed; past the cap Node closes a new connection as it
+ * is accepted.
+ */
+export function defaultMaxConnections(limits = '/proc/self/limits'): number {
+  try {
+    const line = readFileSync(limits, 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const soft = line?.slice('Max open files'.length).trim().split(/\s+/)[0];
+    if (soft === 'unlimited') return MAX_OPEN_CONNECTIONS;
+    const n = Number(soft);
+    if (Number.isSafeInteger(n) && n > 0) return Math.max(64, Math.floor(n / 2));
+  } catch {
+    // not Linux, or no /proc
+  }
+  return 10_000;
+}
+
 /** pino's levels, quietest first. */
 export const LOG_LEVELS = ['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 

@@ -4,12 +4,15 @@
 // overflowing number into null, a stalled body never timed out, `__proto__`
 // in a GraphQL literal, a GraphQL read after the latest epoch, and what
 // Node's HTTP parser refuses answered without a code.
+import { rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveGatewayConfig, startGateway } from '../src/gateway/index.js';
 import { Braid } from '../src/engine.js';
 import { fromEnv } from '../src/config.js';
-import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, type TestServer, waitFor } from './helpers.js';
+import { defaultMaxConnections } from '../src/settings.js';
+import { parseRawAnswer as parseAnswer, rawHttp as raw, request, startTestServer, tempDir, type TestServer, waitFor } from './helpers.js';
 
 let s: TestServer;
 
@@ -411,6 +414,67 @@ describe('what Node refuses before fastify', () => {
       expect(metrics).toMatch(/^braid_http_requests_total\{method="POST",route="\/v1\/records\/get",status="400"\} 1$/m);
     } finally {
       await short.destroy();
+    }
+  });
+
+  // found by a black-box review: 20,000 idle connections took every file descriptor, and the server
+  // answered nothing until they closed
+  it('the connection cap defaults to half the open-file limit and is read from BRAID_MAX_CONNECTIONS', () => {
+    const dir = tempDir();
+    const limits = (soft: string) => {
+      const file = path.join(dir, `limits-${soft}`);
+      writeFileSync(file, `Limit                     Soft Limit           Hard Limit           Units\nMax open files            ${soft}                 1048576              files\n`);
+      return file;
+    };
+    expect(defaultMaxConnections(limits('20000'))).toBe(10_000);
+    expect(defaultMaxConnections(limits('1024'))).toBe(512);
+    expect(defaultMaxConnections(limits('16'))).toBe(64);
+    expect(defaultMaxConnections(limits('unlimited'))).toBe(1_000_000);
+    expect(defaultMaxConnections(path.join(dir, 'none'))).toBe(10_000);
+    expect(fromEnv({ BRAID_MAX_CONNECTIONS: '0' }).maxConnections).toBe(0);
+    expect(fromEnv({ BRAID_MAX_CONNECTIONS: '250' }).maxConnections).toBe(250);
+    expect(() => fromEnv({ BRAID_MAX_CONNECTIONS: '-1' })).toThrow(expect.objectContaining({ code: 'invalid_config', message: expect.stringContaining('BRAID_MAX_CONNECTIONS') }));
+    expect(resolveGatewayConfig({ engine: 'http://127.0.0.1:1', token: ['t'] }, { BRAID_MAX_CONNECTIONS: '7' }).maxConnections).toBe(7);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('past its connection cap a new connection is closed as it is accepted, at the engine and the gateway', async () => {
+    const capped = await startTestServer({ config: { maxConnections: 3 } });
+    const gateway = await startGateway({ ...resolveGatewayConfig({ engine: capped.url, token: ['good'], port: 0, logLevel: 'silent' }, {}), maxConnections: 3 });
+    const open: Array<ReturnType<typeof connect>> = [];
+    try {
+      for (const url of [capped.url, gateway.url]) {
+        const port = Number(new URL(url).port);
+        const held = [];
+        for (let i = 0; i < 3; i++) {
+          const socket = connect(port, '127.0.0.1');
+          await new Promise<void>((resolve) => socket.on('connect', resolve));
+          held.push(socket);
+          open.push(socket);
+        }
+        // the server has counted the three before the fourth arrives
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        const extra = connect(port, '127.0.0.1');
+        open.push(extra);
+        extra.on('error', () => {});
+        let got = '';
+        extra.on('data', (d) => (got += d.toString('utf8')));
+        extra.on('connect', () => extra.write('GET /v1/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n\r\n'));
+        await new Promise((resolve) => extra.on('close', resolve));
+        expect(got, url).toBe('');
+        // one held connection is still served; once it closes, a new one is accepted again
+        const first = held[0]!;
+        let answer = '';
+        first.on('data', (d) => (answer += d.toString('utf8')));
+        first.write('GET /v1/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close\r\n\r\n');
+        await new Promise((resolve) => first.on('close', resolve));
+        expect(parseAnswer(answer).status, url).toBe(200);
+        await waitFor('a free slot', async () => parseAnswer(await raw(url, 'GET /v1/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close\r\n\r\n')).status === 200);
+      }
+    } finally {
+      for (const socket of open) socket.destroy();
+      await gateway.close();
+      await capped.destroy();
     }
   });
 

@@ -55,6 +55,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
   refuseExpectation(app.server);
   answerHalfClosed(app.server);
   deferContinue(app.server);
+  if (config.maxConnections > 0) app.server.maxConnections = config.maxConnections;
   answerPipelinedInOrder(app.server);
   const engines = new Engines(config);
   const state: GatewayState = { config, engines, limiter: config.rateLimitMax > 0, requests: 0, metered: 0, closing: false };

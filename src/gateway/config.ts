@@ -9,8 +9,10 @@ import { conflictingScopes, parseTokenSpec, sendableToken, type TokenSpec } from
 import { NAME_PATTERN, isName } from '../names.js';
 import {
   choiceSetting,
+  defaultMaxConnections,
   LOG_LEVELS,
   MAX_BODY_BYTES,
+  MAX_OPEN_CONNECTIONS,
   MAX_PORT,
   MAX_TIMER_MS,
   MAX_WHOLE,
@@ -78,6 +80,8 @@ export interface GatewayConfig {
   upstreamTimeoutMs: number;
   /** Longest a client may take to send a whole request (headers and body); 0 for no limit. */
   requestTimeoutMs: number;
+  /** Most client connections held open at once (0: no cap); past it a new connection is closed as it is accepted. */
+  maxConnections: number;
   /** Largest request body on any route (400 body_too_large past it; ./body.ts). */
   bodyLimitBytes: number;
   /** Keep-alive connections per engine endpoint. */
@@ -99,6 +103,7 @@ export const GATEWAY_DEFAULTS: Omit<GatewayConfig, 'catalog' | 'tokens'> = {
   connectTimeoutMs: 2000,
   upstreamTimeoutMs: 60_000,
   requestTimeoutMs: 60_000,
+  maxConnections: defaultMaxConnections(),
   bodyLimitBytes: 16 * 1024 * 1024,
   connectionsPerEngine: 64,
   logLevel: 'warn',
@@ -238,7 +243,7 @@ const FILE_SHAPE: Shape = {
   host: 'string', port: 'number', tokens: 'tokens', rate_limit: WINDOW_SHAPE, auth_failures: WINDOW_SHAPE, engine_url: 'string',
   engine_token: 'string', default_database: 'string', databases: [DATABASE_SHAPE], catalog: CATALOG_SHAPE, ready_interval_ms: 'number',
   connect_timeout_ms: 'number', upstream_timeout_ms: 'number', request_timeout_ms: 'number', body_limit_bytes: 'number',
-  connections_per_engine: 'number', log_level: 'string',
+  connections_per_engine: 'number', log_level: 'string', max_connections: 'number',
 };
 
 /** Checks `value` against `shape`; `at` is its path in the file (`databases[0].branches[1]`). */
@@ -388,6 +393,7 @@ function resolve(flags: GatewayFlags, env: NodeJS.ProcessEnv): GatewayConfig {
     connectTimeoutMs: number({ file: [file.connect_timeout_ms, 'connect_timeout_ms'] }, 1, MAX_TIMER_MS, d.connectTimeoutMs),
     upstreamTimeoutMs: number({ file: [file.upstream_timeout_ms, 'upstream_timeout_ms'] }, 1, MAX_TIMER_MS, d.upstreamTimeoutMs),
     requestTimeoutMs: number({ file: [file.request_timeout_ms, 'request_timeout_ms'] }, 0, MAX_TIMER_MS, d.requestTimeoutMs),
+    maxConnections: number({ env: 'BRAID_MAX_CONNECTIONS', file: [file.max_connections, 'max_connections'] }, 0, MAX_OPEN_CONNECTIONS, d.maxConnections),
     bodyLimitBytes: number({ file: [file.body_limit_bytes, 'body_limit_bytes'] }, 1, MAX_BODY_BYTES, d.bodyLimitBytes),
     connectionsPerEngine: number({ file: [file.connections_per_engine, 'connections_per_engine'] }, 1, MAX_CONNECTIONS, d.connectionsPerEngine),
     logLevel:
