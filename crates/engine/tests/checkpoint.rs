@@ -886,6 +886,19 @@ fn resident_under(dir: &Path, prefix: &str) -> usize {
     kb * 1024
 }
 
+/// Writes records `0..checkpointed`, checkpoints, writes up to `written`
+/// and closes: the main branch's directory and its newest checkpoint.
+fn checkpoint_then_write(dir: &Path, checkpointed: usize, written: usize) -> (PathBuf, u32) {
+    let engine = open_without_checkpoints(dir);
+    engine.put(None, None, (0..checkpointed).map(|i| doc(i, 0)).collect(), None).unwrap();
+    assert!(engine.checkpoint(None, None).unwrap().epoch > 0);
+    engine.put(None, None, (checkpointed..written).map(|i| doc(i, 0)).collect(), None).unwrap();
+    drop(engine);
+    let branch = dir.join("db").join("default").join("main");
+    let gen = checkpoint::latest(&branch).unwrap().expect("a checkpoint");
+    (branch, gen)
+}
+
 /// Found by a black-box test: with the newest checkpoint deleted, a start
 /// replayed the log after it onto an empty state, removed the record files
 /// before it, and came up healthy without most acknowledged writes; with the
@@ -900,14 +913,7 @@ fn a_log_that_does_not_continue_its_checkpoint_is_refused() {
     // (found by a black-box review: every record in it got a second version)
     for damage in ["checkpoint", "segment", "emptied", "copied"] {
         let dir = tempfile::tempdir().unwrap();
-        let engine = open_without_checkpoints(dir.path());
-        engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
-        let info = engine.checkpoint(None, None).unwrap();
-        engine.put(None, None, (20..30).map(|i| doc(i, 0)).collect(), None).unwrap();
-        drop(engine);
-        let branch = dir.path().join("db").join("default").join("main");
-        let gen = checkpoint::latest(&branch).unwrap().expect("a checkpoint");
-        assert!(info.epoch > 0);
+        let (branch, gen) = checkpoint_then_write(dir.path(), 20, 30);
         let removed = match damage {
             "checkpoint" => branch.join(format!("checkpoint-{gen:08}.ckpt")),
             _ => branch.join(checkpoint::wal_name(gen)),
@@ -939,13 +945,7 @@ fn a_log_that_does_not_continue_its_checkpoint_is_refused() {
 fn doctor_salvage_starts_a_branch_whose_newest_segment_is_gone_from_its_checkpoint() {
     let _failpoints = FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
-    let engine = open_without_checkpoints(dir.path());
-    engine.put(None, None, (0..20).map(|i| doc(i, 0)).collect(), None).unwrap();
-    engine.checkpoint(None, None).unwrap();
-    engine.put(None, None, (20..30).map(|i| doc(i, 0)).collect(), None).unwrap();
-    drop(engine);
-    let branch = dir.path().join("db").join("default").join("main");
-    let gen = checkpoint::latest(&branch).unwrap().expect("a checkpoint");
+    let (branch, gen) = checkpoint_then_write(dir.path(), 20, 30);
     let segment = branch.join(checkpoint::wal_name(gen));
     std::fs::remove_file(&segment).unwrap();
     let err = Engine::open(config_without_checkpoints(dir.path())).err().expect("refused");
@@ -971,13 +971,7 @@ fn doctor_salvage_starts_a_branch_whose_newest_segment_is_gone_from_its_checkpoi
 
     // a gap: a later segment without the one before it is not papered over
     let dir = tempfile::tempdir().unwrap();
-    let engine = open_without_checkpoints(dir.path());
-    engine.put(None, None, (0..5).map(|i| doc(i, 0)).collect(), None).unwrap();
-    engine.checkpoint(None, None).unwrap();
-    engine.put(None, None, (5..10).map(|i| doc(i, 0)).collect(), None).unwrap();
-    drop(engine);
-    let branch = dir.path().join("db").join("default").join("main");
-    let gen = checkpoint::latest(&branch).unwrap().expect("a checkpoint");
+    let (branch, gen) = checkpoint_then_write(dir.path(), 5, 10);
     std::fs::rename(branch.join(checkpoint::wal_name(gen)), branch.join(checkpoint::wal_name(gen + 1))).unwrap();
     let report = braid_engine::doctor::doctor(dir.path(), true).unwrap();
     assert!(report.recreated.is_empty() && !report.healthy, "{report:?}");

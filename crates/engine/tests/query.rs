@@ -1072,6 +1072,15 @@ fn text_only_pages_through_a_run_of_equal_scores() {
     }
 }
 
+/// A star of table `g`, tenant `t`: `seed` links to `{level}0..{level}{n-1}`,
+/// each written with the fields `fields(i)` gives it.
+fn star(n: usize, level: &str, fields: impl Fn(usize) -> Value) -> Vec<RecordInput> {
+    let mut records =
+        vec![rec("g", "t", "seed", json!({"links": (0..n).map(|i| format!("{level}{i}")).collect::<Vec<_>>()}))];
+    records.extend((0..n).map(|i| rec("g", "t", &format!("{level}{i}"), fields(i))));
+    records
+}
+
 /// Regression (black-box regression test): the graph path gave every row
 /// the walk reached, whatever the budget, while the other paths give their
 /// best `candidate_budget`.
@@ -1080,9 +1089,7 @@ fn the_graph_path_contributes_its_budget_nearest_first() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     // a star: the seed links to 30 rows, each of which links to one more
-    let mut records =
-        vec![rec("g", "t", "seed", json!({"links": (0..30).map(|i| format!("a{i}")).collect::<Vec<_>>()}))];
-    records.extend((0..30).map(|i| rec("g", "t", &format!("a{i}"), json!({"links": [format!("b{i}")]}))));
+    let mut records = star(30, "a", |i| json!({"links": [format!("b{i}")]}));
     records.extend((0..30).map(|i| rec("g", "t", &format!("b{i}"), json!({"links": ["seed"]}))));
     engine.put(None, None, records, None).unwrap();
     let mut query = q("g", "t");
@@ -1103,11 +1110,7 @@ fn the_graph_walk_stops_at_the_level_that_fills_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     // seed -> a0..a29 -> b_i -> c_i; of the a's only a0..a2 are kind y
-    let mut records =
-        vec![rec("g", "t", "seed", json!({"links": (0..30).map(|i| format!("a{i}")).collect::<Vec<_>>()}))];
-    records.extend((0..30).map(|i| {
-        rec("g", "t", &format!("a{i}"), json!({"links": [format!("b{i}")], "kind": if i < 3 { "y" } else { "x" }}))
-    }));
+    let mut records = star(30, "a", |i| json!({"links": [format!("b{i}")], "kind": if i < 3 { "y" } else { "x" }}));
     records.extend((0..30).map(|i| rec("g", "t", &format!("b{i}"), json!({"links": [format!("c{i}")], "kind": "y"}))));
     records.extend((0..30).map(|i| rec("g", "t", &format!("c{i}"), json!({"kind": "y"}))));
     engine.put(None, None, records, None).unwrap();
@@ -1191,10 +1194,7 @@ fn the_graph_walk_reads_in_proportion_to_its_budget_not_the_graph() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     // seed -> h0..h7999 (one level of 8,000), each h_i -> x_i; only x7999 is kind y
-    let mut records =
-        vec![rec("g", "t", "seed", json!({"links": (0..8000).map(|i| format!("h{i}")).collect::<Vec<_>>()}))];
-    records
-        .extend((0..8000).map(|i| rec("g", "t", &format!("h{i}"), json!({"links": [format!("x{i}")], "kind": "x"}))));
+    let mut records = star(8000, "h", |i| json!({"links": [format!("x{i}")], "kind": "x"}));
     records
         .extend((0..8000).map(|i| rec("g", "t", &format!("x{i}"), json!({"kind": if i == 7999 { "y" } else { "x" }}))));
     for chunk in records.chunks(5000) {
