@@ -35,6 +35,33 @@ export interface PutBatchResult {
 }
 
 /** An error answered by the server: its code, status and whole body. */
+const POSITIVE = '\u0000braid:+1e999\u0000';
+const NEGATIVE = '\u0000braid:-1e999\u0000';
+
+/** Whether `value` holds a number that is not finite (NaN or an infinity), at any depth. */
+function holdsNonFinite(value: unknown, depth = 0): boolean {
+  if (typeof value === 'number') return !Number.isFinite(value);
+  if (value === null || typeof value !== 'object' || depth > 256) return false;
+  if (Array.isArray(value)) return value.some((v) => holdsNonFinite(v, depth + 1));
+  return Object.values(value).some((v) => holdsNonFinite(v, depth + 1));
+}
+
+/**
+ * A request body's JSON text. `JSON.stringify` writes NaN and the infinities
+ * as `null`, so a vector of `[Infinity, 1]` (or `1e400` read from a file)
+ * was stored as `[null, 1]` through the client and the CLI, where the server
+ * and the embedded API refuse it (a black-box review: `braid import --url`
+ * wrote nulls, exit 0). They are written as `1e999` and `-1e999` (NaN as
+ * `1e999`), numbers past a double's range, which the server refuses with the
+ * code it gives any non-finite number (`vector_not_finite` in a vector). A
+ * body without one is written as `JSON.stringify` writes it.
+ */
+export function requestJson(body: unknown): string {
+  if (!holdsNonFinite(body)) return JSON.stringify(body);
+  const text = JSON.stringify(body, (_key, value: unknown) => (typeof value === 'number' && !Number.isFinite(value) ? (value < 0 ? NEGATIVE : POSITIVE) : value));
+  return text.replaceAll(JSON.stringify(POSITIVE), '1e999').replaceAll(JSON.stringify(NEGATIVE), '-1e999');
+}
+
 export class RemoteBraidError extends BraidError {
   readonly httpStatus: number;
   readonly body: Record<string, unknown>;
@@ -74,7 +101,7 @@ export class BraidClient {
       (err as Error).name === 'TimeoutError' ? new BraidError('upstream_unreachable', `${this.url} did not answer ${method} ${route} within ${this.timeoutMs} ms`) : undefined;
     let res: Response;
     try {
-      res = await fetch(this.url + route, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+      res = await fetch(this.url + route, { method, headers, body: body === undefined ? undefined : requestJson(body), signal });
     } catch (err) {
       const cause = (err as Error & { cause?: { code?: string; message?: string } }).cause;
       const why = cause?.code ?? cause?.message ?? (err as Error).message;

@@ -5,6 +5,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, 
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requestJson } from '../src/client.js';
 import { Braid } from '../src/engine.js';
 import { CLI, ROOT, startTestServer, tempDir, waitFor, type TestServer } from './helpers.js';
 
@@ -134,6 +135,24 @@ describe('against a running server (--url)', () => {
     expect(got.body.record.fields.title).toBe('Solar cookers');
     const bad = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'bad' });
     expect(bad.body.record).toBeNull();
+  });
+
+  // found by a black-box review: JSON.parse read 1e400 as Infinity, and the client wrote it back as null,
+  // so the record was stored with null in its place, exit 0; the same body sent to the server is refused
+  it('import and query --body over --url refuse a number past the doubles as the server does, storing nothing', async () => {
+    const file = path.join(work, 'infinite.ndjson');
+    writeFileSync(file, '{"tenant_id":"acme","id":"inf1","fields":{"v":[1e400,1]}}\n{"tenant_id":"acme","id":"fine","fields":{"v":[0.5,1]}}\n');
+    const r = await braid(['import', 'infinite', file, ...url]);
+    expect(r.code, r.stdout).toBe(1);
+    expect(summary(r.stdout)['records imported']).toBe('1');
+    expect(summary(r.stdout).failures).toMatch(/^1 \(first bad record: line 1: vector_not_finite/);
+    expect((await s.post('/v1/records/get', { table: 'infinite', tenant_id: 'acme', id: 'inf1' })).body.record).toBeNull();
+    const q = await braid(['query', '--body', '{"table":"infinite","tenant_id":"acme","vector":[1e400,1]}', ...url]);
+    expect(q.code).toBe(1);
+    expect(q.stderr).toMatch(/^braid: vector_not_finite: /);
+    // the typed client writes them as numbers past the doubles, which the server refuses, not as null
+    expect(requestJson({ v: [Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, Number.NaN, 1], s: 'null' })).toBe('{"v":[1e999,-1e999,1e999,1],"s":"null"}');
+    expect(requestJson({ v: [1, 2] })).toBe('{"v":[1,2]}');
   });
 
   it('a rejected record is reported by its line', async () => {
