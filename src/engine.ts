@@ -107,6 +107,11 @@ function checkOpenOptions(options: unknown): void {
     throw new BraidError('invalid_record', `open options must be an object such as {dataDir: './data'}, got ${describe(options)}`);
   }
   const o = options as Record<string, unknown>;
+  for (const key of Object.keys(o)) {
+    if (key !== 'dataDir' && key !== 'deferIndexing' && !(NUMBER_OPTIONS as readonly string[]).includes(key)) {
+      throw new BraidError('invalid_record', `unknown open option ${JSON.stringify(key)}; the options are dataDir, deferIndexing, ${NUMBER_OPTIONS.join(', ')}`);
+    }
+  }
   if (typeof o.dataDir !== 'string') throw new BraidError('invalid_record', `dataDir must be a string naming a directory, got ${describe(o.dataDir)}`);
   if (o.dataDir.includes('\0')) throw new BraidError('invalid_record', 'dataDir must not hold a NUL character, which no path can');
   for (const name of NUMBER_OPTIONS) {
@@ -116,6 +121,9 @@ function checkOpenOptions(options: unknown): void {
     throw new BraidError('invalid_record', `deferIndexing must be true or false, got ${describe(o.deferIndexing)}`);
   }
 }
+
+/** Every option a call of the embedded API takes (`epoch`: get; `verify`: restore). */
+const CALL_OPTIONS: readonly string[] = ['databaseId', 'branchId', 'requestKey', 'epoch', 'verify'];
 
 /**
  * Options that are not an object, or a branch named by something other than
@@ -128,6 +136,16 @@ function checkOptions(options: unknown): void {
   if (options === undefined || options === null) return;
   if (typeof options !== 'object' || Array.isArray(options)) {
     throw new BraidError('invalid_request', `options must be an object such as {branchId: 'main'}, got ${describe(options)}`);
+  }
+  // a misspelt option (`brnachId`) had been ignored and the write gone to main, and an option
+  // inherited from Object.prototype had been followed (found by a black-box review)
+  for (const key of Object.keys(options)) {
+    if (!CALL_OPTIONS.includes(key)) throw new BraidError('invalid_request', `unknown option ${JSON.stringify(key)}; the options are ${CALL_OPTIONS.join(', ')}`);
+  }
+  for (const key of CALL_OPTIONS) {
+    if (!Object.hasOwn(options, key) && (options as Record<string, unknown>)[key] !== undefined) {
+      throw new BraidError('invalid_request', `option ${key} is inherited from the options' prototype, not given: pass it as the object's own property`);
+    }
   }
   const { databaseId, branchId } = options as { databaseId?: unknown; branchId?: unknown };
   for (const [name, value] of [['databaseId', databaseId], ['branchId', branchId]] as const) {

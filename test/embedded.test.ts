@@ -193,6 +193,10 @@ describe('embedded API errors carry stable codes', () => {
       ['schemas', () => db.schemas('b1' as never), /got string/],
       ['snapshot', () => db.snapshot('opt_s', 'b1' as never), /got string/],
       ['setBranchArchived', () => db.setBranchArchived('false' as never), /^archived must be true or false, got string$/],
+      // found by a black-box review: a misspelt option was ignored (the write went to main), and one
+      // inherited from the prototype was followed
+      ['misspelt', () => db.put(rec, { brnachId: 'b1' } as never), /^unknown option "brnachId"; the options are databaseId, branchId/],
+      ['inherited', () => db.put(rec, Object.create({ branchId: 'b1' })), /^option branchId is inherited from the options' prototype/],
     ];
     for (const [what, run, message] of refused) {
       const err = await run().catch((e: unknown) => e);
@@ -215,6 +219,7 @@ describe('embedded API errors carry stable codes', () => {
         [{ dataDir: dir, checkpointRows: 0 }, /checkpointRows must be a whole number from 1 to 2\^53 - 1, not 0$/],
         [{ dataDir: dir, checkpointBytes: 0 }, /from 1 to/],
         [{ dataDir: dir, checkpointIntervalMs: 0 }, /from 1 to/],
+        [{ dataDir: dir, bogusOption: 1 }, /^unknown open option "bogusOption"; the options are dataDir/],
       ] as const) {
         expect(() => open(options as unknown as OpenOptions), JSON.stringify(options)).toThrow(expect.objectContaining({ code: 'invalid_record', message: expect.stringMatching(message) }));
       }
