@@ -58,6 +58,7 @@ export const ERROR_STATUS = {
   snapshot_exists: 409,
   branch_exists: 409,
   branch_archived: 409,
+  branch_ambiguous: 409,
   // limits
   rate_limited: 429,
   // failures

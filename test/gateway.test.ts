@@ -235,6 +235,30 @@ describe('gateway configuration (pure)', () => {
     learning.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'main' }]);
     expect(() => learning.resolve('default', 'restored')).toThrow(expect.objectContaining({ code: 'branch_not_found' }));
 
+    // found by a black-box review: a name two engines of one database report went to whichever answered
+    // last, so a write landed on one engine and a later read on the other; it is ambiguous now
+    const two = new Router({
+      databases: [{
+        database_id: 'default',
+        branches: [
+          { branch_id: 'main', endpoint: 'http://127.0.0.1:1' },
+          { branch_id: 'remote', endpoint: 'http://127.0.0.1:2', upstream_branch_id: 'main' },
+        ],
+      }],
+    }, 'default');
+    two.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'dev' }]);
+    expect(two.resolve('default', 'dev').endpoint).toBe('http://127.0.0.1:1');
+    expect(two.reportedElsewhere('default', 'dev', 'http://127.0.0.1:2')).toEqual(['http://127.0.0.1:1']);
+    expect(two.reportedElsewhere('default', 'dev', 'http://127.0.0.1:1')).toEqual([]);
+    two.learn('http://127.0.0.1:2', [{ database_id: 'default', branch_id: 'main' }, { database_id: 'default', branch_id: 'dev' }]);
+    expect(() => two.resolve('default', 'dev')).toThrow(expect.objectContaining({ code: 'branch_ambiguous', message: expect.stringContaining('http://127.0.0.1:1, http://127.0.0.1:2') }));
+    expect(two.all().filter((r) => r.branch_id === 'dev').map((r) => r.endpoint)).toEqual(['http://127.0.0.1:1', 'http://127.0.0.1:2']);
+    // whichever engine answers last, the same answer; once one no longer reports it, the other's
+    two.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'main' }, { database_id: 'default', branch_id: 'dev' }]);
+    expect(() => two.resolve('default', 'dev')).toThrow(expect.objectContaining({ code: 'branch_ambiguous' }));
+    two.learn('http://127.0.0.1:1', [{ database_id: 'default', branch_id: 'main' }]);
+    expect(two.resolve('default', 'dev').endpoint).toBe('http://127.0.0.1:2');
+
     // the client's bytes go on as they are; only a wrapper naming an alias gets the engine's names
     const bareBytes = Buffer.from(JSON.stringify(record('a')));
     expect(parsePutBody(bareBytes)!.forRoute(alias)).toBe(bareBytes);
@@ -1178,6 +1202,57 @@ describe('gateway readiness with a catalog branch the engine lacks (found by a b
     } finally {
       await gateway.close();
       await engine.destroy();
+    }
+  });
+});
+
+// found by a black-box review: a branch name two engines of one database report was routed to whichever
+// answered last (a write went to one engine, a later read to the other), and a restore through the gateway
+// made such a name
+describe('gateway over two engines of one database', () => {
+  it('refuses a restore into a name another engine holds, and an ambiguous name', async () => {
+    const { startTestServer } = await import('./helpers.js');
+    const { startGateway } = await import('../src/gateway/index.js');
+    const [e1, e2] = [await startTestServer(), await startTestServer()];
+    const gateway = await startGateway(gatewayConfig({
+      tokens: ['good'],
+      port: 0,
+      logLevel: 'silent',
+      catalog: {
+        databases: [{
+          database_id: 'default',
+          branches: [{ branch_id: 'main', endpoint: e1.url }, { branch_id: 'remote', endpoint: e2.url, upstream_branch_id: 'main' }],
+        }],
+      },
+    }));
+    const REMOTE = { ...GOOD, 'x-braid-branch': 'remote' };
+    try {
+      expect((await post(gateway.url, '/v1/records/put', { record: record('n1', { where: 'e1' }) }, GOOD)).status).toBe(200);
+      expect((await post(gateway.url, '/v1/records/put', { record: record('n1', { where: 'e2' }) }, REMOTE)).status).toBe(200);
+      expect((await post(gateway.url, '/v1/admin/snapshot', { target: 's1' }, GOOD)).status).toBe(200);
+      expect((await post(gateway.url, '/v1/admin/restore', { source: 's1', target: 'dev' }, GOOD)).status).toBe(200);
+      const dev = { ...GOOD, 'x-braid-branch': 'dev' };
+      expect((await post(gateway.url, '/v1/records/get', key('n1'), dev)).body.record.fields).toEqual({ where: 'e1' });
+      // the same name restored on the other engine through the gateway: refused, nothing made there
+      expect((await post(gateway.url, '/v1/admin/snapshot', { target: 'r1' }, REMOTE)).status).toBe(200);
+      const again = await post(gateway.url, '/v1/admin/restore', { source: 'r1', target: 'dev' }, REMOTE);
+      expect(again.status, JSON.stringify(again.body)).toBe(409);
+      expect(again.body).toMatchObject({ code: 'branch_exists', error: expect.stringContaining('another engine of the database') });
+      expect(((await get(e2.url, '/v1/branches')).body.branches as Array<{ branch_id: string }>).map((b) => b.branch_id)).not.toContain('dev');
+      // made on the engine directly, the name is ambiguous through the gateway, for reads and writes alike
+      expect((await post(e2.url, '/v1/admin/restore', { source: 'r1', target: 'dev' })).status).toBe(200);
+      await get(gateway.url, '/v1/branches', GOOD);
+      for (const [route, body] of [['/v1/records/get', key('n1')], ['/v1/records/put', { record: record('n2') }]] as const) {
+        const res = await post(gateway.url, route, body, dev);
+        expect(res.status, route).toBe(409);
+        expect(res.body, route).toMatchObject({ code: 'branch_ambiguous' });
+      }
+      expect((await post(e1.url, '/v1/records/get', key('n2'), { 'x-braid-branch': 'dev' })).body.record).toBeNull();
+      expect((await post(e2.url, '/v1/records/get', key('n2'), { 'x-braid-branch': 'dev' })).body.record).toBeNull();
+    } finally {
+      await gateway.close();
+      await e1.destroy();
+      await e2.destroy();
     }
   });
 });

@@ -75,7 +75,15 @@ function routeRestore(engines: Engines, route: Route, bytes: Buffer): { body: Bu
   }
   if (!isObject(body) || typeof body.target !== 'string') return { body: bytes };
   const listed = engines.router.catalogRoute(route.database_id, body.target);
-  if (!listed) return { body: bytes };
+  if (!listed) {
+    // a branch of that name another engine of the database reports: the new one would make the name
+    // ambiguous (found by a black-box review: the gateway then routed it to either engine)
+    const elsewhere = engines.router.reportedElsewhere(route.database_id, body.target, route.endpoint);
+    if (elsewhere.length > 0) {
+      throw new BraidError('branch_exists', `branch ${route.database_id}/${body.target} exists on another engine of the database (${elsewhere.join(', ')}); restore under another name`);
+    }
+    return { body: bytes };
+  }
   if (listed.endpoint !== route.endpoint) {
     throw new BraidError('branch_exists', `branch ${route.database_id}/${body.target} is in the gateway's catalog, on another engine than this restore's`);
   }
@@ -192,6 +200,8 @@ export async function proxyRoutes(app: FastifyInstance, options: ProxyOptions): 
     } else if (request.method === 'POST' && pathname === RESTORE_PATH) {
       const bytes = buffered ?? await readBody(raw, limit);
       route = await engines.route(request);
+      // what every engine reports now, so a target another engine holds is found (routeRestore)
+      await engines.list(request);
       ({ body, alias } = routeRestore(engines, route, bytes));
     } else {
       route = await engines.route(request);

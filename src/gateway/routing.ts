@@ -53,8 +53,13 @@ export interface ReportedBranch {
 export class Router {
   private readonly routes = new Map<string, Map<string, Route>>();
   private readonly defaultBranches = new Map<string, string>();
-  /** database -> branch -> route, learned from the engines. */
-  private readonly discovered = new Map<string, Map<string, Route>>();
+  /**
+   * database -> branch -> endpoint -> route, learned from the engines. A
+   * name two engines of one database report is ambiguous: the gateway had
+   * routed it to whichever answered last, so a write went to one engine and
+   * a later read to the other (a black-box review).
+   */
+  private readonly discovered = new Map<string, Map<string, Map<string, Route>>>();
   /** Databases whose `branches` are the exact list (discover_branches: false). */
   private readonly pinned = new Set<string>();
 
@@ -75,9 +80,22 @@ export class Router {
     const branches = this.routes.get(db);
     if (!branches) throw new BraidError('branch_not_found', `database ${db} is not in the gateway catalog`);
     const branch = branchId || this.defaultBranches.get(db)!;
-    const route = branches.get(branch) ?? this.discovered.get(db)?.get(branch);
-    if (!route) throw new BraidError('branch_not_found', `branch ${db}/${branch} is neither in the gateway catalog nor reported by its engines`);
-    return route;
+    const catalog = branches.get(branch);
+    if (catalog) return catalog;
+    const reported = [...(this.discovered.get(db)?.get(branch)?.values() ?? [])];
+    if (reported.length === 0) throw new BraidError('branch_not_found', `branch ${db}/${branch} is neither in the gateway catalog nor reported by its engines`);
+    if (reported.length > 1) {
+      throw new BraidError(
+        'branch_ambiguous',
+        `branch ${db}/${branch} is reported by ${reported.length} engines of the database (${reported.map((r) => r.endpoint).join(', ')}): the gateway cannot tell which is meant; name it in the catalog, or rename one`,
+      );
+    }
+    return reported[0]!;
+  }
+
+  /** The engines other than `endpoint` that report branch `branchId` of database `databaseId`. */
+  reportedElsewhere(databaseId: string, branchId: string, endpoint: string): string[] {
+    return [...(this.discovered.get(databaseId)?.get(branchId)?.keys() ?? [])].filter((e) => e !== endpoint);
   }
 
   /** The catalog's own branch `branchId` of database `databaseId`, not one learned from the engines. */
@@ -88,7 +106,10 @@ export class Router {
   /** Replaces what `endpoint` reported before with `reported`. */
   learn(endpoint: string, reported: ReportedBranch[]): void {
     for (const branches of this.discovered.values()) {
-      for (const [name, route] of branches) if (route.endpoint === endpoint) branches.delete(name);
+      for (const [name, engines] of branches) {
+        engines.delete(endpoint);
+        if (engines.size === 0) branches.delete(name);
+      }
     }
     for (const [db, branches] of this.routes) {
       if (this.pinned.has(db)) continue;
@@ -96,16 +117,19 @@ export class Router {
       if (!home) continue;
       for (const b of reported) {
         if (b.database_id !== db || branches.has(b.branch_id)) continue;
-        const found = this.discovered.get(db) ?? new Map<string, Route>();
-        found.set(b.branch_id, { database_id: db, branch_id: b.branch_id, upstreamDatabaseId: db, upstreamBranchId: b.branch_id, endpoint });
+        const found = this.discovered.get(db) ?? new Map<string, Map<string, Route>>();
+        const engines = found.get(b.branch_id) ?? new Map<string, Route>();
+        engines.set(endpoint, { database_id: db, branch_id: b.branch_id, upstreamDatabaseId: db, upstreamBranchId: b.branch_id, endpoint });
+        found.set(b.branch_id, engines);
         this.discovered.set(db, found);
       }
     }
   }
 
-  /** Every catalog branch, in catalog order, then the discovered ones. */
+  /** Every catalog branch, in catalog order, then the discovered ones (a name two engines report, once for each). */
   all(): Route[] {
-    return [...this.routes.values(), ...this.discovered.values()].flatMap((m) => [...m.values()]);
+    const discovered = [...this.discovered.values()].flatMap((m) => [...m.values()]);
+    return [...[...this.routes.values()].flatMap((m) => [...m.values()]), ...discovered.flatMap((m) => [...m.values()])];
   }
 
   /** Distinct engine endpoints, each with the first catalog route that uses it (for readiness checks). */
