@@ -793,6 +793,12 @@ describe('gateway in front of a real engine', () => {
     const otherDb = await post(managed.url, '/v1/admin/restore', { source: 'gw_alias_snap', target: 'main' }, { ...M, 'x-braid-database': 'analytics' });
     expect(otherDb.status).toBe(409);
     expect(otherDb.body.code).toBe('branch_exists');
+    // found by a black-box review: a new name restored through a database that aliases another was made in
+    // the other one, 200, and every read of it by that name was 404
+    const unreachable = await post(managed.url, '/v1/admin/restore', { source: 'gw_alias_snap', target: 'newb' }, { ...M, 'x-braid-database': 'analytics' });
+    expect(unreachable.status).toBe(400);
+    expect(unreachable.body).toMatchObject({ code: 'invalid_request', error: expect.stringContaining('aliases default on its engine') });
+    expect(((await get(engineUrl, '/v1/branches')).body.branches as Array<{ branch_id: string }>).map((b) => b.branch_id)).not.toContain('newb');
   });
 
   // found by a black-box test: passed on to the engine, GraphQL `branches` listed every branch the engine

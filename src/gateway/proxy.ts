@@ -82,6 +82,15 @@ function routeRestore(engines: Engines, route: Route, bytes: Buffer): { body: Bu
     if (elsewhere.length > 0) {
       throw new BraidError('branch_exists', `branch ${route.database_id}/${body.target} exists on another engine of the database (${elsewhere.join(', ')}); restore under another name`);
     }
+    // through a database that aliases another (upstream_database_id), the engine makes the branch in
+    // the other one, which this database's name never reaches (found by a black-box review: 200, then
+    // 404 for every read of it by that name)
+    if (route.upstreamDatabaseId !== route.database_id) {
+      throw new BraidError(
+        'invalid_request',
+        `database ${route.database_id} aliases ${route.upstreamDatabaseId} on its engine: a branch restored through it is made in ${route.upstreamDatabaseId} and is not reachable as ${route.database_id}/${body.target}; restore through database ${route.upstreamDatabaseId}, or list the target in the catalog`,
+      );
+    }
     return { body: bytes };
   }
   if (listed.endpoint !== route.endpoint) {
