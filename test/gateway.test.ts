@@ -6,7 +6,8 @@
  */
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Braid } from '../src/engine.js';
@@ -1259,6 +1260,49 @@ describe('gateway over two engines of one database', () => {
       await gateway.close();
       await e1.destroy();
       await e2.destroy();
+    }
+  });
+
+  // found by a black-box review: with one engine stalled, a look-up of a branch the catalog does not name
+  // waited the whole upstream timeout (60 s) for that engine's branch list; it waits as long as a
+  // readiness check does (5 s), so a request answers well inside this test's limit under a 10-minute one
+  it('a stalled engine does not hold the look-up of an unknown branch for the upstream timeout', async () => {
+    const { startTestServer } = await import('./helpers.js');
+    const { startGateway } = await import('../src/gateway/index.js');
+    const e1 = await startTestServer();
+    const held: ServerResponse[] = [];
+    const stalled = createServer((req, res) => {
+      if (req.url === '/v1/ready') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ ready: true, ok: true }));
+        return;
+      }
+      held.push(res);
+    });
+    await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+    const stalledUrl = `http://127.0.0.1:${(stalled.address() as AddressInfo).port}`;
+    const gateway = await startGateway({
+      ...gatewayConfig({
+        tokens: ['good'],
+        port: 0,
+        logLevel: 'silent',
+        catalog: { databases: [{ database_id: 'default', branches: [{ branch_id: 'main', endpoint: e1.url }, { branch_id: 'remote', endpoint: stalledUrl, upstream_branch_id: 'main' }] }] },
+      }),
+      upstreamTimeoutMs: 600_000,
+    });
+    try {
+      const res = await post(gateway.url, '/v1/records/get', key('n1'), { ...GOOD, 'x-braid-branch': 'typo' });
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('branch_not_found');
+      // the branch list answers too, the stalled engine's branch listed as unreachable
+      const listed = await get(gateway.url, '/v1/branches', GOOD);
+      expect(listed.body.branches.find((b: { branch_id: string }) => b.branch_id === 'remote')?.state).toBe('unreachable');
+    } finally {
+      for (const res of held) res.destroy();
+      stalled.closeAllConnections();
+      await new Promise((resolve) => stalled.close(resolve));
+      await gateway.close();
+      await e1.destroy();
     }
   });
 });

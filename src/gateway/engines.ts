@@ -127,7 +127,7 @@ export class Engines {
       try {
         const headers = this.headers(request, probe);
         delete headers['content-length'];
-        const res = await up.getJson('/v1/branches', headers);
+        const res = await up.getJson('/v1/branches', headers, true);
         if (res.status === 200 && isObject(res.body) && Array.isArray(res.body.branches)) {
           const branches = (res.body.branches as unknown[]).filter(
             (b): b is ListedBranch => isObject(b) && typeof b.database_id === 'string' && typeof b.branch_id === 'string',

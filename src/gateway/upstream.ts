@@ -197,8 +197,16 @@ export class Upstream {
   }
 
   /** GETs a JSON route; resolves with status and parsed body (undefined when not JSON). */
-  async getJson(path: string, headers: Record<string, string | string[]>): Promise<{ status: number; body: unknown; headers: Record<string, unknown> }> {
-    const res = await this.request({ method: 'GET', path, headers });
+  /**
+   * GETs a JSON route. `quick` bounds the wait as the readiness check does
+   * (5 s at most): a branch listing that a request waits on, where one
+   * stalled engine had held every look-up of an unknown branch, and
+   * `GET /v1/branches`, for the whole upstream timeout (60 s; a black-box
+   * review).
+   */
+  async getJson(path: string, headers: Record<string, string | string[]>, quick = false): Promise<{ status: number; body: unknown; headers: Record<string, unknown> }> {
+    const bound = quick ? { headersTimeout: Math.min(this.options.upstreamTimeoutMs, 5000), bodyTimeout: Math.min(this.options.upstreamTimeoutMs, 5000) } : {};
+    const res = await this.request({ method: 'GET', path, headers, ...bound });
     const text = await res.body.text();
     let body: unknown;
     try {
