@@ -6,6 +6,7 @@
  */
 import type { Static } from 'typebox';
 import { BraidError, isErrorCode, type ErrorCode } from './errors.js';
+import { holdsNonFinite } from './json.js';
 import type { BranchRef, BranchSummary, HybridExplain, HybridQuery, QueryResponse, RecordInput, RecordKey, RecordOutput } from './native/engine.js';
 import type { RestoreResponse, SnapshotResponse } from './schemas/admin.js';
 import type { MetricsResponse, ReadyResponse } from './schemas/ops.js';
@@ -37,14 +38,6 @@ export interface PutBatchResult {
 /** An error answered by the server: its code, status and whole body. */
 const POSITIVE = '\u0000braid:+1e999\u0000';
 const NEGATIVE = '\u0000braid:-1e999\u0000';
-
-/** Whether `value` holds a number that is not finite (NaN or an infinity), at any depth. */
-function holdsNonFinite(value: unknown, depth = 0): boolean {
-  if (typeof value === 'number') return !Number.isFinite(value);
-  if (value === null || typeof value !== 'object' || depth > 256) return false;
-  if (Array.isArray(value)) return value.some((v) => holdsNonFinite(v, depth + 1));
-  return Object.values(value).some((v) => holdsNonFinite(v, depth + 1));
-}
 
 /**
  * A request body's JSON text. `JSON.stringify` writes NaN and the infinities

@@ -7,6 +7,20 @@ import { isUtf8 } from 'node:buffer';
 import sjson from 'secure-json-parse';
 import { BraidError, parserMessage } from './errors.js';
 
+/** Whether `value` holds a number that is not finite (NaN or an infinity), at any depth (or nests too deeply to tell). */
+export function holdsNonFinite(value: unknown): boolean {
+  const walk = (v: unknown): boolean => {
+    if (typeof v === 'number') return !Number.isFinite(v);
+    if (typeof v !== 'object' || v === null) return false;
+    return Object.values(v).some(walk);
+  };
+  try {
+    return walk(value);
+  } catch {
+    return true;
+  }
+}
+
 /**
  * JSON.stringify recurses into nested lists and objects, so a value nested
  * some thousands of levels deep (a record field, scalar_eq, a GraphQL JSON

@@ -4,7 +4,7 @@
  * branch_id), and what the engine receives of a put body.
  */
 import { BraidError } from '../errors.js';
-import { encodeRequestJson } from '../json.js';
+import { encodeRequestJson, holdsNonFinite } from '../json.js';
 import { DEFAULT_BRANCH, type Catalog, type CatalogBranch } from './config.js';
 
 export { BRANCH_HEADER, DATABASE_HEADER } from '../names.js';
@@ -188,20 +188,6 @@ export interface ParsedPut {
  * digits or more, or 309 digits in a row.
  */
 const OVERFLOWING_NUMBER = /[eE][+-]?\d{3}|\d{309}/;
-
-/** Whether `value` holds a non-finite number (or nests too deeply to tell). */
-function holdsNonFinite(value: unknown): boolean {
-  const walk = (v: unknown): boolean => {
-    if (typeof v === 'number') return !Number.isFinite(v);
-    if (typeof v !== 'object' || v === null) return false;
-    return Object.values(v).some(walk);
-  };
-  try {
-    return walk(value);
-  } catch {
-    return true;
-  }
-}
 
 export function parsePutBody(raw: Buffer): ParsedPut | undefined {
   let body: unknown;
