@@ -128,8 +128,9 @@ export class Router {
 
   /** Every catalog branch, in catalog order, then the discovered ones (a name two engines report, once for each). */
   all(): Route[] {
-    const discovered = [...this.discovered.values()].flatMap((m) => [...m.values()]);
-    return [...[...this.routes.values()].flatMap((m) => [...m.values()]), ...discovered.flatMap((m) => [...m.values()])];
+    const catalog = [...this.routes.values()].flatMap((branches) => [...branches.values()]);
+    const discovered = [...this.discovered.values()].flatMap((branches) => [...branches.values()].flatMap((engines) => [...engines.values()]));
+    return [...catalog, ...discovered];
   }
 
   /** Distinct engine endpoints, each with the first catalog route that uses it (for readiness checks). */

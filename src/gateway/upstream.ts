@@ -98,6 +98,12 @@ export class Upstream {
     });
   }
 
+  /** The timeouts of a request a caller waits on briefly: the readiness check, a branch listing (5 s at most). */
+  private get quick(): { headersTimeout: number; bodyTimeout: number } {
+    const ms = Math.min(this.options.upstreamTimeoutMs, 5000);
+    return { headersTimeout: ms, bodyTimeout: ms };
+  }
+
   /** Starts the periodic readiness check. */
   start(): void {
     if (this.timer || this.closed) return;
@@ -155,8 +161,7 @@ export class Upstream {
         method: 'GET',
         path: `${this.prefix}/v1/ready`,
         headers,
-        headersTimeout: Math.min(this.options.upstreamTimeoutMs, 5000),
-        bodyTimeout: Math.min(this.options.upstreamTimeoutMs, 5000),
+        ...this.quick,
       });
       const text = await res.body.text();
       let body: Record<string, unknown> | undefined;
@@ -205,8 +210,7 @@ export class Upstream {
    * review).
    */
   async getJson(path: string, headers: Record<string, string | string[]>, quick = false): Promise<{ status: number; body: unknown; headers: Record<string, unknown> }> {
-    const bound = quick ? { headersTimeout: Math.min(this.options.upstreamTimeoutMs, 5000), bodyTimeout: Math.min(this.options.upstreamTimeoutMs, 5000) } : {};
-    const res = await this.request({ method: 'GET', path, headers, ...bound });
+    const res = await this.request({ method: 'GET', path, headers, ...(quick ? this.quick : {}) });
     const text = await res.body.text();
     let body: unknown;
     try {
