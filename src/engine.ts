@@ -26,12 +26,6 @@ export type * from './native/engine.js';
 export type { RestoreResult, SnapshotResult } from './services/admin.js';
 
 /**
- * Runs a call whose arguments the services read before the engine does:
- * what they throw that is not already a BraidError (null where an object
- * belongs, a getter that throws, a revoked proxy) is `invalid_request`, as
- * every other argument the binding refuses is, never a bare TypeError.
- */
-/**
  * Most array elements and object properties one argument of the embedded
  * API holds, as in the binding (crates/node/src/js.rs): as many values as a
  * 16 MiB request body could. Checked here too, before the TypeScript layer
@@ -42,10 +36,16 @@ export type { RestoreResult, SnapshotResult } from './services/admin.js';
  */
 const MAX_ARGUMENT_VALUES = 16 * 1024 * 1024;
 
-/** Refuses `value` past MAX_ARGUMENT_VALUES, reading an array's length before its elements. */
-function checkArgumentSize(value: unknown, what: string, code: 'invalid_record' | 'invalid_query'): void {
+/**
+ * Refuses `value` past MAX_ARGUMENT_VALUES, reading an array's length before
+ * its elements. With `records`, `value` is a batch's list: a record that
+ * cannot be read (a getter that throws, a revoked proxy) is refused with its
+ * index, as the binding refuses a bad record; otherwise what reading throws
+ * becomes `invalid_request` in `call`, never a bare TypeError.
+ */
+function checkArgumentSize(value: unknown, what: string, code: 'invalid_record' | 'invalid_query', records = false): void {
   let budget = MAX_ARGUMENT_VALUES;
-  const pending: Array<{ value: unknown; depth: number }> = [{ value, depth: 0 }];
+  const pending: Array<{ value: unknown; depth: number; record: number }> = [{ value, depth: 0, record: -1 }];
   const spend = (n: number) => {
     budget -= n;
     if (budget < 0) {
@@ -53,19 +53,27 @@ function checkArgumentSize(value: unknown, what: string, code: 'invalid_record' 
     }
   };
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
-    const { value: v, depth } = next;
+    const { value: v, depth, record } = next;
     // deeper than the binding reads (128 levels, refused there): no need to count
     if (v === null || typeof v !== 'object' || ArrayBuffer.isView(v) || depth > 128) continue;
-    if (Array.isArray(v)) {
-      spend(v.length);
-      for (const item of v) if (item !== null && typeof item === 'object') pending.push({ value: item, depth: depth + 1 });
-    } else {
-      const keys = Object.keys(v);
-      spend(keys.length + 1);
-      for (const key of keys) {
-        const item = (v as Record<string, unknown>)[key];
-        if (item !== null && typeof item === 'object') pending.push({ value: item, depth: depth + 1 });
+    try {
+      if (Array.isArray(v)) {
+        spend(v.length);
+        v.forEach((item, i) => {
+          if (item !== null && typeof item === 'object') pending.push({ value: item, depth: depth + 1, record: depth === 0 ? i : record });
+        });
+      } else {
+        const keys = Object.keys(v);
+        spend(keys.length + 1);
+        for (const key of keys) {
+          const item = (v as Record<string, unknown>)[key];
+          if (item !== null && typeof item === 'object') pending.push({ value: item, depth: depth + 1, record });
+        }
       }
+    } catch (err) {
+      if (!records || record < 0 || err instanceof BraidError) throw err;
+      const message = err instanceof Error ? err.message : String(err);
+      throw new BraidError('invalid_request', `${what}[${record}] could not be read: ${message}`, record);
     }
   }
 }
@@ -206,7 +214,8 @@ export class Braid {
         checkArgumentSize(record, 'record', 'invalid_record');
       } catch (err) {
         // a put is a batch of one: its refusal carries index 0, as put(null) does (found by a black-box test)
-        throw err instanceof BraidError ? new BraidError(err.code, `records[0]: ${err.message}`, 0) : err;
+        const refused = braidError(err);
+        throw new BraidError(refused.code, `records[0]: ${refused.message}`, 0);
       }
       return putRecords(this.engine, [record], { branch: options, requestKey: options?.requestKey });
     }, options);
@@ -217,7 +226,7 @@ export class Braid {
     return call(() => {
       // as POST /v1/records/put-batch says it (found by a black-box test: JavaScript's own TypeError text)
       if (!Array.isArray(records)) throw new BraidError('invalid_request', `records must be an array, got ${describe(records)}`);
-      checkArgumentSize(records, 'records', 'invalid_record');
+      checkArgumentSize(records, 'records', 'invalid_record', true);
       return putRecords(this.engine, records, { branch: options, requestKey: options?.requestKey });
     }, options);
   }

@@ -574,6 +574,25 @@ describe('the embedded API over the binding', () => {
     expect(() => Braid.open(undefined as never)).toThrow(BraidError);
   });
 
+  it('a record of a batch that cannot be read is refused with its index, and nothing of the batch is written', async () => {
+    const ok = { table: TABLE, tenant_id: TENANT, id: 'getter-ok', fields: { n: 1 } };
+    const unreadable = {
+      table: TABLE,
+      tenant_id: TENANT,
+      id: 'getter-bad',
+      get fields(): Record<string, unknown> {
+        throw new Error('boom');
+      },
+    };
+    const err = await db.putBatch([ok, ok, unreadable] as never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BraidError);
+    expect(err).toMatchObject({ code: 'invalid_request', status: 400, index: 2 });
+    expect((err as Error).message).toBe('records[2] could not be read: boom');
+    const single = await db.put(unreadable as never).catch((e: unknown) => e);
+    expect(single).toMatchObject({ code: 'invalid_request', status: 400, index: 0 });
+    expect(await db.get({ table: TABLE, tenant_id: TENANT, id: 'getter-ok' })).toBeNull();
+  });
+
   it('a sparse array of length 2^32 - 1 is refused at once, not read element by element', async () => {
     const huge: unknown[] = [];
     huge.length = 2 ** 32 - 1;

@@ -95,6 +95,7 @@ describe('embedded API errors carry stable codes', () => {
   it('vector_dimension_mismatch and top_k_out_of_range from queries', async () => {
     expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', text: 'hello', top_k: 0 }))).toBe('top_k_out_of_range');
     expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', text: 'hello', top_k: 1001 }))).toBe('top_k_out_of_range');
+    expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', text: 'hello', top_k: Infinity }))).toBe('top_k_out_of_range');
     expect(await codeOf(db.nativeQuery("SEARCH notes TENANT 't' MATCH 'hello' LIMIT 0"))).toBe('top_k_out_of_range');
     expect(await codeOf(db.query({ table: 'notes', tenant_id: 't', vector: [1, 0, 0] }))).toBe('vector_dimension_mismatch');
   });

@@ -55,6 +55,10 @@ export function checkQuery(query: unknown, dataVar = 'body'): HybridQuery {
   const typed = vector instanceof Float32Array || vector instanceof Float64Array;
   const valid = compile(typed ? TypedVectorQuerySchema : HybridQuerySchema);
   if (!valid(query)) throw validationError(valid.errors, dataVar);
+  // the schema's integer takes an infinity (JSON's 1e999): outside 1..1000 like any other
+  // top_k, not the invalid_query of a value that cannot be stored (found by a black-box review)
+  const topK = (query as { top_k?: unknown }).top_k;
+  if (topK === Infinity || topK === -Infinity) throw new BraidError('top_k_out_of_range', `top_k must be between 1 and 1000, got ${topK}`);
   return query as HybridQuery;
 }
 

@@ -249,6 +249,9 @@ impl Engine {
         wal::create_private_dir(&data.join("snapshots"))?;
         let secret = load_secret(&data.join("secret"))?;
         let catalog_path = data.join("catalog.json");
+        // a rewrite that a crash (or a full disk) stopped before its rename:
+        // the catalog beside it is the last one saved whole
+        let _ = std::fs::remove_file(catalog_path.with_extension("json.tmp"));
         let mut catalog: Catalog = match std::fs::read(&catalog_path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::storage(format!("catalog.json: {e}")))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -1149,10 +1152,16 @@ fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn save_catalog(path: &Path, catalog: &Catalog) -> Result<()> {
-    crate::faults::check("catalog::save")?;
     let tmp = path.with_extension("json.tmp");
-    write_durable(&tmp, &serde_json::to_vec_pretty(catalog).expect("catalog serialises"))?;
-    std::fs::rename(&tmp, path)?;
+    let written = write_durable(&tmp, &serde_json::to_vec_pretty(catalog).expect("catalog serialises"))
+        .and_then(|()| Ok(crate::faults::check("catalog::save")?))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(Into::into));
+    if written.is_err() {
+        // a half-written copy (a full disk) is not left beside the catalog;
+        // the catalog itself was never touched
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     fsutil::sync_dir(path)?;
     Ok(())
 }

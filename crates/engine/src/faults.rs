@@ -11,7 +11,7 @@
 //! | `wal::sync`    | the group's `fdatasync`                  |
 //! | `wal::preallocate` | writing zeros ahead of the log's end (best effort: the frames are then appended) |
 //! | `wal::copy`    | copying a log prefix (snapshot, restore) |
-//! | `catalog::save`| the atomic rewrite of catalog.json       |
+//! | `catalog::save`| the atomic rewrite of catalog.json (after the new copy is written, before it replaces the old) |
 //! | `text::commit` | the tantivy commit of the indexer        |
 //! | `records::write` | writing a commit group's fields to the open record file |
 //! | `checkpoint::records`, `checkpoint::vectors`, `checkpoint::vectors_sync`, `checkpoint::write`, `checkpoint::rename` | the steps of a checkpoint |

@@ -184,6 +184,8 @@ fn a_failed_snapshot_copy_or_catalog_write_leaves_no_snapshot() {
         faults::clear();
         assert_eq!(err.code, Code::StorageFailure, "{point}");
         assert!(engine.snapshots().is_empty(), "{point}");
+        // the new catalog's half-done copy is not left beside it
+        assert!(!dir.path().join("catalog.json.tmp").exists(), "{point}");
     }
     engine.snapshot(None, None, "snap").unwrap();
     // a failed restore creates no branch, and leaves no directory behind
