@@ -109,6 +109,19 @@ describe('against a running server (--url)', () => {
     expect(summary(r.stdout).failures).toMatch(/^1 \(first bad record: line 4: invalid_json/);
   });
 
+  it('import prints the first 100 failures on stderr, then counts the rest', async () => {
+    const file = path.join(work, 'many-bad.ndjson');
+    const bad = Array.from({ length: 150 }, (_, i) => `{"tenant_id": "acme", "id": x${i}}`);
+    writeFileSync(file, `${[...bad, JSON.stringify({ tenant_id: 'acme', id: 'fine', fields: { n: 1 } })].join('\n')}\n`);
+    const r = await braid(['import', 'manybad', file, ...url]);
+    expect(r.code).toBe(1);
+    expect(summary(r.stdout)['records imported']).toBe('1');
+    expect(summary(r.stdout).failures).toMatch(/^150 \(first bad record: line 1: not valid JSON/);
+    const said = r.stderr.trimEnd().split('\n');
+    expect(said).toHaveLength(100);
+    expect(said[99]).toMatch(/^braid import: line 100: not valid JSON.*\(further failures are counted, not printed\)$/);
+  });
+
   it('import from a file: chunks, a bad line and a rejected record are counted with their line numbers', async () => {
     const file = path.join(work, 'articles.ndjson');
     const lines = [
@@ -130,7 +143,11 @@ describe('against a running server (--url)', () => {
     expect(Number(sum.seconds)).toBeGreaterThanOrEqual(0);
     expect(Number(sum['records/s'])).toBeGreaterThan(0);
     expect(sum.failures).toMatch(/^2 \(first bad record: line 3: not valid JSON/);
-    expect(r.stderr).toBe('');
+    // every failure is said on stderr with its line, not only the first
+    const said = r.stderr.trimEnd().split('\n');
+    expect(said).toHaveLength(2);
+    expect(said[0]).toMatch(/^braid import: line 3: not valid JSON/);
+    expect(said[1]).toMatch(/^braid import: line 6: schema_type_mismatch: column "year" is number/);
     const got = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'a4' });
     expect(got.body.record.fields.title).toBe('Solar cookers');
     const bad = await s.post('/v1/records/get', { table: 'articles', tenant_id: 'acme', id: 'bad' });

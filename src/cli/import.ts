@@ -126,6 +126,9 @@ function inputBytes(file: string): number {
   }
 }
 
+/** Failures an import prints on stderr one by one; the rest are counted in its summary. */
+const PRINTED_FAILURES = 100;
+
 async function importRecords(backend: Backend, table: string, file: string | undefined, flags: ImportFlags): Promise<ImportSummary> {
   const fromStdin = file === undefined || file === '-';
   if (fromStdin && process.stdin.isTTY) throw new BraidError('invalid_request', 'no input: give a file or pipe NDJSON on stdin');
@@ -135,12 +138,19 @@ async function importRecords(backend: Backend, table: string, file: string | und
   const input = fromStdin ? process.stdin : createReadStream(file);
   const started = performance.now();
   const summary: ImportSummary = { imported: 0, batches: 0, seconds: 0, failures: 0, firstFailure: null };
+  let bar: cliProgress.SingleBar | undefined;
+  // each failure is said on stderr as it is found, up to PRINTED_FAILURES (a file of bad lines
+  // would otherwise bury the summary): the summary had named only the first (found by a review)
   const fail = (line: number, reason: string) => {
     summary.failures += 1;
     if (summary.firstFailure === null || line < summary.firstFailure.line) summary.firstFailure = { line, reason };
+    if (summary.failures <= PRINTED_FAILURES) {
+      const more = summary.failures === PRINTED_FAILURES ? ` (further failures are counted, not printed)` : '';
+      // over the progress bar's line, which its next update draws again
+      process.stderr.write(`${bar ? '\r\x1b[K' : ''}braid import: line ${line}: ${reason}${more}\n`);
+    }
   };
 
-  let bar: cliProgress.SingleBar | undefined;
   if (process.stderr.isTTY) {
     bar = new cliProgress.SingleBar(
       {
@@ -175,7 +185,8 @@ async function importRecords(backend: Backend, table: string, file: string | und
         if (!(err instanceof BraidError) || err.status !== 400 || err.code === 'batch_too_large') throw err;
         const bad = err.index !== undefined ? rest[err.index] : undefined;
         if (bad !== undefined) {
-          fail(bad.line, `${err.code}: ${err.message}`);
+          // the line says which record; the chunk's index (`records[1]: `) would only mislead
+          fail(bad.line, `${err.code}: ${err.message.replace(/^records\[\d+\]: /, '')}`);
           rest = rest.filter((r) => r !== bad);
           continue;
         }
@@ -269,7 +280,8 @@ export function addImportCommand(program: Command): void {
       '\nEach line is a record {"tenant_id": ..., "id": ..., "fields": {...}} (the table is the argument), or,\n' +
         'with --tenant, a plain object of fields whose --id-field is the record id. Each chunk of --batch\n' +
         'records is one atomic put-batch; a record the server rejects is reported and the rest of its chunk\n' +
-        'is sent again. A bad line is skipped. The summary names the line of the first bad record; the exit\n' +
+        'is sent again. A bad line is skipped. Each failure is printed on stderr with its line (the first\n' +
+        `${PRINTED_FAILURES}), and the summary names the first bad record's line; the exit\n` +
         'status is 1 when any record failed. A progress bar is drawn on stderr when it is a terminal.\n\n' +
         'Examples:\n  braid import articles articles.ndjson\n  cat users.ndjson | braid import users --tenant acme --id-field user_id --batch 5000',
     )
