@@ -12,7 +12,7 @@
 // V8's own figures come from the server's /metrics, scraped every 15 s as
 // Prometheus would (--scrape-ms): scraped 4 times a second, the scrapes
 // alone grew V8's young generation by 12 MB and the peak by about 20 MB
-// (bench/README.md, "The twentieth session").
+// (bench/JOURNAL.md, "The twentieth session").
 //
 //   node scripts/build-native.mjs --release && npm run build:ts
 //   [BRAID_BENCH_CORPUS=wordnet] node bench/server-memory.mjs [--records 100000] [--scrape-ms 15000]

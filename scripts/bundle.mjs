@@ -5,14 +5,14 @@
 // Why: Node 20 loads ES modules one file at a time, and the server imports
 // about 1,300 of them (typebox alone is 709); resolving and reading them took
 // about 0.4 s of the 0.55 s before a server could open its data directory
-// (node --cpu-prof; bench/README.md, "Restart time"). One file loads in a
+// (node --cpu-prof; bench/JOURNAL.md, "Restart time"). One file loads in a
 // fraction of that, and every restart and CLI command starts sooner.
 //
 // Whitespace and comments are left out (names are kept; the source map maps
 // stack traces back): V8 keeps a script's source as one string for as long as
 // the process runs, and the bundle's comments had 42 characters outside
 // Latin-1, which made it a two-byte string: 9.4 MB of the server's heap for a
-// 4.7 MB file. Without them it is 3.1 MB of one-byte text (bench/README.md,
+// 4.7 MB file. Without them it is 3.1 MB of one-byte text (bench/JOURNAL.md,
 // "The fifteenth session").
 //
 // The library entry (dist/index.js, `import 'braid-db'`) stays unbundled: an

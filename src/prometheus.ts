@@ -107,7 +107,7 @@ interface RequestTally {
  * registry at scrape time, in the format of prom-client's own counter and
  * histogram. prom-client's classes check and hash their labels on every
  * increment, a child's included: a few microseconds a request, paid on the
- * server's one JavaScript thread (bench/README.md, "The twenty-third
+ * server's one JavaScript thread (bench/JOURNAL.md, "The twenty-third
  * session").
  */
 class RequestSeries {

@@ -1,4 +1,4 @@
-// Scale probe (written by a black-box test of the eighth session, bench/README.md): WordNet glosses as
+// Scale probe (written by a black-box test of the eighth session, bench/JOURNAL.md): WordNet glosses as
 // records of several text columns, loaded over HTTP to each size, then every query kind timed.
 // node bench/probe/scale.mjs single|multi [sizes=20000,100000,200000]; BRAID_DIR picks another built tree.
 // single: one table "docs", one tenant "t0".

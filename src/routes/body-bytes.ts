@@ -29,7 +29,7 @@ const owned = new WeakMap<FastifyRequest, OwnedBody>();
  * MB for 2,500 records of 256-d vectors), read as 64 KiB chunks and then
  * concatenated, and both the chunks and the whole are external memory that
  * V8 frees only when its collector next runs. Its heuristics let that garbage
- * reach 55-65 MB while a server loads (bench/README.md, "Server memory
+ * reach 55-65 MB while a server loads (bench/JOURNAL.md, "Server memory
  * while loading"). Here a body with a declared length is copied, chunk by
  * chunk as it arrives, into one buffer of that length, and the route frees
  * that buffer when it is done ({@link withBody}); each chunk is freed as soon

@@ -235,7 +235,7 @@ fn three_columns(
 /// threshold rule that found it from each column's best documents was
 /// tried against this test and measured: on WordNet glosses in three text
 /// columns at 100,000 records it was 4 times slower for common words, and
-/// was not kept; bench/README.md.)
+/// was not kept; bench/JOURNAL.md, "The eighth session".)
 #[test]
 fn top_k_over_several_columns_equals_the_full_ranking() {
     let mut rng = Lcg(11);

@@ -756,7 +756,7 @@ impl NativeEngine {
     /// here. The HTTP get route does not use it: under 32 concurrent clients
     /// the pool settles a burst of gets together, and answering each here
     /// measured 0.43x of a bare fastify route against 0.56x, because each
-    /// response then woke its client on its own (bench/README.md).
+    /// response then woke its client on its own (bench/JOURNAL.md, "The seventh session").
     fn now<T>(&self, read: impl FnOnce(&Engine) -> Option<EngineResult<T>>) -> Option<EngineResult<T>> {
         if self.settler.unsettled() > 0 {
             return None;

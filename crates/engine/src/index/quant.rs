@@ -91,7 +91,7 @@ pub fn decoded(arena: &VectorArena, slot: u32, out: &mut Vec<f32>) -> bool {
 /// the vectors of equal codes "to be sure" brought vector files into the
 /// process: one read maps a whole page-cache folio (up to 2 MiB), and
 /// loading WordNet's 100,000 glosses, whose copies are many, held 55 MB of
-/// vector file pages at the end of the writes for it (bench/README.md).
+/// vector file pages at the end of the writes for it (bench/JOURNAL.md, "The seventh session").
 pub fn same_vector(arena: &VectorArena, a: u32, b: u32) -> bool {
     match (arena.code(a), arena.code(b)) {
         (Some((x, cx)), Some((y, cy))) => x == y && cx.scale.to_bits() == cy.scale.to_bits(),

@@ -143,7 +143,7 @@ fn scoped_text(scope: &str, text: &str) -> String {
 /// It replaces pre-tokenized documents: tantivy keeps a pre-tokenized
 /// string in a document as JSON, written by the indexer and parsed again by
 /// tantivy's indexing thread, which had taken a third of both threads' time
-/// under a stream of single-record writes (bench/README.md, "The
+/// under a stream of single-record writes (bench/JOURNAL.md, "The
 /// twenty-third session").
 #[derive(Clone)]
 pub struct ScopedTokenizer {

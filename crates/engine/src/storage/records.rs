@@ -221,7 +221,7 @@ impl RecordFiles {
     /// before it serves. An fsync here had made every start after a crash
     /// wait for the device to write back whatever the killed server left
     /// dirty: 0.6-0.7 s of a 1,000,000-record restart
-    /// (bench/README.md, "The twenty-first session").
+    /// (bench/JOURNAL.md, "The twenty-first session").
     fn create(dir: &Path, gen: u32) -> Result<File> {
         let path = dir.join(file_name(gen));
         let mut file = wal::create_private(&path, true)?;

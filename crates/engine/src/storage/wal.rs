@@ -41,7 +41,7 @@
 //! file system's journal, as one of an append must: on this project's 2-core
 //! VM, 0.13 ms against 0.23 ms at the median for a 2 KiB write (a C loop of
 //! write + fdatasync), and durable puts over HTTP from one client answered at
-//! a p50 of 0.51 ms instead of 0.61-0.67 ms (bench/README, issue 13).
+//! a p50 of 0.51 ms instead of 0.61-0.67 ms (bench/JOURNAL.md, issue 13).
 //! PostgreSQL zero-fills its WAL segments for the same reason.
 
 use std::fs::{File, OpenOptions};
