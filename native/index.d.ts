@@ -223,6 +223,14 @@ export declare class NativeEngine {
    */
   queryJson(branch: BranchRef | undefined | null, body: Buffer): Promise<Buffer | null>
   /**
+   * Runs the hybrid query of a `/v1/explain` body, read from its JSON
+   * bytes as [`Self::query_json`] reads one (on the worker pool: a 15 MB
+   * body parsed on the JS thread had held every other request), and
+   * answers its explain alone as JSON bytes. Resolves `null`, having run
+   * nothing, when the body needs the service's own reading.
+   */
+  explainJson(branch: BranchRef | undefined | null, body: Buffer): Promise<Buffer | null>
+  /**
    * Runs a hybrid query and answers the response as JSON bytes, for a
    * route to send as they are (`/v1/nativeql`, whose query the service
    * parses from the language): the answer is not built as JavaScript

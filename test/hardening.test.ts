@@ -91,6 +91,13 @@ describe('hostile values', () => {
     expect(res.body.code).toBe('too_many_terms');
     const fine = await s.post('/v1/explain', { table: 'docs', tenant_id: 'acme', text: 'hello '.repeat(3000) });
     expect(fine.status).toBe(200);
+    // found by a fuzz review: every token of the text was held (240 MB for 14 MB); a repeated word is one term,
+    // and 1,025 distinct ones are refused however many repeats come before them
+    const long = await s.post('/v1/explain', { table: 'docs', tenant_id: 'acme', text: `${'hello '.repeat(2_000_000)}world` });
+    expect(long.status).toBe(200);
+    expect(long.body.access_paths).toEqual(expect.arrayContaining([expect.objectContaining({ access_path_id: 'text', opened: true })]));
+    const late = await s.post('/v1/query', { table: 'docs', tenant_id: 'acme', text: `${'hello '.repeat(500_000)}${text}` });
+    expect(late.body.code).toBe('too_many_terms');
   });
 
   it('a type conflict from another tenant names the column and its type, not the other tenant\'s data', async () => {

@@ -381,6 +381,24 @@ describe('native QL: diagnostics', () => {
     expect(d.message).toContain('duplicate field a');
   });
 
+  it('a WHERE holds at most 1,024 comparisons', () => {
+    const where = (n: number) => Array.from({ length: n }, (_, i) => `c${i} = ${i}`).join(' AND ');
+    expect(Object.keys(q(`WHERE ${where(1024)}`).scalar_eq ?? {})).toHaveLength(1024);
+    const d = diag(`${BASE} WHERE ${where(1025)}`);
+    expect(d.found).toBe("'c1024'");
+    expect(d.message).toContain('a WHERE holds at most 1024 comparisons');
+  });
+
+  // found by a fuzz review: the whole text was split into tokens before the first was parsed
+  it('a statement is read no further than its first error, however long the rest', () => {
+    const rest = '('.repeat(15 * 1024 * 1024);
+    const d = diag(`${BASE} FUSE rrf WEIGHTS ${rest}`);
+    expect(d).toMatchObject({ line: 1, column: BASE.length + 20, found: "'('" });
+    // and the position of an error far into a long statement is still counted over every line before it
+    const far = diag(`${BASE}\r\n${'-- comment\n'.repeat(100_000)}LIMIT x`);
+    expect(far).toMatchObject({ line: 100_002, column: 7 });
+  });
+
   it('LIMIT, AS OF, DEPTH and BUDGET need integers', () => {
     const cases: Array<[string, string]> = [
       ['LIMIT 2.5', 'LIMIT'],

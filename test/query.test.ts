@@ -277,8 +277,8 @@ describe('JSON query (POST /v1/query, the JSON form of route 2)', () => {
       ['projection', { text: 'solar', return_fields: ['title', 'year'] }, "MATCH 'solar' RETURN title, year"],
       ['no fields', { vector: [1, 0, 0], return_fields: [] }, 'NEAR [1, 0, 0] RETURN NONE'],
     ];
-    // both routes' answers are written by the engine (docs/api.md, "How a request is served"), the explain
-    // route's by fastify's serializer from its schema: the same members, nested alike, and the same type
+    // every route's answer here is written by the engine (docs/api.md, "How a request is served"): the
+    // same members as the schemas give, nested alike, and the same type
     const shape = (v: unknown): unknown => {
       if (Array.isArray(v)) return v.length === 0 ? [] : [shape(v[0])];
       if (v === null || typeof v !== 'object') return v === null ? 'null' : typeof v;

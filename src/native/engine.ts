@@ -256,6 +256,11 @@ export class Engine {
     return settle(() => this.engine.queryJson(branch, body));
   }
 
+  /** As queryJson, for a `/v1/explain` body: resolves the query's explain alone as JSON bytes, or null. */
+  explainJson(body: Buffer, branch?: BranchRef): Promise<Buffer | null> {
+    return settle(() => this.engine.explainJson(branch, body));
+  }
+
   /** Declares a table or adds columns to it. */
   async declareTable(table: string, columns: Record<string, Native.ColumnDeclaration>, branch?: BranchRef): Promise<WriteResult> {
     return writeResult(await settle(() => this.engine.declareTable(branch, table, columns)));

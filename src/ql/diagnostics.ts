@@ -54,28 +54,27 @@ export function formatQlError(err: QlSyntaxError): QlErrorBody {
   return { code: 'ql_syntax_error', error: boundedMessage(message), line, column, expected: [...expected] };
 }
 
-/** Maps offsets to 1-based line and column; `\n`, `\r\n` and `\r` each end a line. */
+/**
+ * Maps offsets to 1-based line and column; `\n`, `\r\n` and `\r` each end a
+ * line. Only a diagnostic asks, so the text is read up to the offset asked
+ * for, then: a statement that parses is never scanned for lines.
+ */
 export class LineIndex {
-  private readonly starts: number[] = [0];
-
-  constructor(source: string) {
-    for (let i = 0; i < source.length; i++) {
-      const c = source[i];
-      if (c === '\r' && source[i + 1] === '\n') continue; // the \n ends this line
-      if (c === '\n' || c === '\r') this.starts.push(i + 1);
-    }
-  }
+  constructor(private readonly source: string) {}
 
   position(offset: number): { line: number; column: number } {
-    // Binary search for the last line start at or before offset.
-    let lo = 0;
-    let hi = this.starts.length - 1;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if ((this.starts[mid] ?? 0) <= offset) lo = mid;
-      else hi = mid - 1;
+    const source = this.source;
+    let line = 1;
+    let start = 0;
+    for (let i = 0; i < offset && i < source.length; i++) {
+      const c = source[i];
+      if (c === '\r' && source[i + 1] === '\n') continue; // the \n ends this line
+      if (c === '\n' || c === '\r') {
+        line += 1;
+        start = i + 1;
+      }
     }
-    return { line: lo + 1, column: offset - (this.starts[lo] ?? 0) + 1 };
+    return { line, column: offset - start + 1 };
   }
 }
 

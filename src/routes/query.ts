@@ -5,7 +5,7 @@ import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { HybridExplain, HybridQuery, type HybridQuery as HybridQueryT, NativeQlRequest, QueryResponse } from '../schemas/query.js';
 import { keepBodyBytes, sendJson, withBody } from './body-bytes.js';
 import { headerBranch } from '../services/branch.js';
-import { explainQuery, runNativeQueryJson, runQuery, runQueryJson } from '../services/queries.js';
+import { explainQuery, explainQueryJson, runNativeQueryJson, runQuery, runQueryJson } from '../services/queries.js';
 
 /**
  * The query bodies are checked by the query service, for every front door
@@ -16,15 +16,6 @@ const checkedByService = () => (value: unknown) => ({ value });
 export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const { engine } = app.braid;
-
-  app.post('/v1/explain', {
-    schema: {
-      summary: 'Explain a hybrid query: the HybridExplain fields at top level',
-      body: HybridQuery,
-      response: { 200: HybridExplain, ...errorResponses },
-    },
-    validatorCompiler: checkedByService,
-  }, async (request) => explainQuery(engine, request.body, headerBranch(request.headers)));
 
   app.post('/v1/nativeql', {
     schema: {
@@ -39,6 +30,22 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
   // (runQueryJson), so its own content-type parser, in a context of its own.
   await app.register(async (bytesContext) => {
     keepBodyBytes(bytesContext);
+    // route 4 reads its body as /v1/query does, the explain alone answered
+    bytesContext.post('/v1/explain', {
+      schema: {
+        summary: 'Explain a hybrid query: the HybridExplain fields at top level',
+        body: HybridQuery,
+        response: { 200: HybridExplain, ...errorResponses },
+      },
+      validatorCompiler: checkedByService,
+    }, async (request, reply) => withBody(request, async () => {
+      const body = request.body as unknown;
+      const branch = headerBranch(request.headers);
+      if (!Buffer.isBuffer(body)) return explainQuery(engine, body as HybridQueryT, branch);
+      const answer = await explainQueryJson(engine, body, branch);
+      if (!Buffer.isBuffer(answer)) return answer;
+      return sendJson(reply, answer);
+    }));
     bytesContext.post('/v1/query', {
       schema: {
         summary: 'Run a hybrid query given as JSON: results, next_cursor and explain (extension)',

@@ -85,6 +85,11 @@ export async function runQueryJson(engine: Engine, body: Buffer, branch?: Branch
   return (await engine.queryJson(body, branch)) ?? runQuery(engine, parseRequestJson(body) as HybridQuery, branch);
 }
 
+/** As runQueryJson, for `/v1/explain`: the explain alone, as JSON text when the engine read the body. */
+export async function explainQueryJson(engine: Engine, body: Buffer, branch?: BranchRef): Promise<Buffer | HybridExplain> {
+  return (await engine.explainJson(body, branch)) ?? explainQuery(engine, parseRequestJson(body) as HybridQuery, branch);
+}
+
 /** Runs a hybrid query for its explain alone (planner candidates included). */
 export async function explainQuery(engine: Engine, query: HybridQuery, branch?: BranchRef, dataVar?: string): Promise<HybridExplain> {
   const checked = checkQuery(query, dataVar);

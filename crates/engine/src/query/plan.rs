@@ -332,15 +332,13 @@ pub(super) fn validate(
     }
     let terms = match q.text.as_ref() {
         None => None,
-        Some(t) => {
-            let mut toks = text::tokens(text_analyzer, t);
-            toks.sort();
-            toks.dedup();
-            if toks.len() > MAX_QUERY_TERMS {
-                bail!(TooManyTerms, "text has {} distinct terms; at most {MAX_QUERY_TERMS} are allowed", toks.len());
-            }
-            Some(toks)
-        }
+        Some(t) => match text::distinct_tokens(text_analyzer, t, MAX_QUERY_TERMS) {
+            Ok(toks) => Some(toks),
+            Err(_) => bail!(
+                TooManyTerms,
+                "text has more than {MAX_QUERY_TERMS} distinct terms; at most {MAX_QUERY_TERMS} are allowed"
+            ),
+        },
     };
     let vector = match &q.vector {
         None => {
