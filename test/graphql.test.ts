@@ -648,6 +648,23 @@ describe('POST /v1/graphql: limits', () => {
     expect(viaVar.body.errors[0].extensions.code).toBe('graphql_too_costly');
   });
 
+  // found by a fuzz review: a variable of a million numbers held the JavaScript thread for a second while it was coerced
+  it('refuses a list variable longer than a batch or a vector before coercing it, on both routes', async () => {
+    const search = 'query($v: [Float!]) { search(table: "docs", tenant_id: "t1", vector: $v) { next_cursor } }';
+    const long = Array.from({ length: 10_001 }, () => 0.5);
+    const res = await server.post('/v1/graphql', { query: search, variables: { v: long } });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toBeUndefined();
+    expect(res.body.errors[0].extensions.code).toBe('graphql_too_costly');
+    expect(res.body.errors[0].message).toContain('variable $v holds 10001 values; a list variable holds at most 10000');
+    const bounded = await server.post('/v1/graphql/bounded', { query: search, variables: { v: long } });
+    expect(bounded.status).toBe(400);
+    expect(bounded.body.code).toBe('graphql_too_costly');
+    // at the limit it is coerced and judged by the engine as any vector is
+    const judged = await server.post('/v1/graphql', { query: search, variables: { v: long.slice(1) } });
+    expect(judged.body.errors[0].extensions.code).not.toBe('graphql_too_costly');
+  });
+
   it('counts fragments and aliases', async () => {
     const fields = Array.from({ length: 60 }, (_, i) => `t${i}: tables { name columns { name type } }`).join(' ');
     const res = await server.post('/v1/graphql', { query: `query { ...F } fragment F on Query { ${fields} }` });

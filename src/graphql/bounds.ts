@@ -70,6 +70,14 @@ export interface Limits {
   /** Most records one operation writes (`put` and `delete` 1 each, `put_batch` its list). */
   maxRecords: number;
   /**
+   * Most values a list variable (`$vector: [Float!]`, `$records: [RecordInput!]`)
+   * holds. graphql-js coerces a list element by element on the JavaScript
+   * thread: a variable of a million numbers (8 MB) had held it for a second
+   * (found by a fuzz review). No list argument takes more than a batch's
+   * records or a vector's numbers.
+   */
+  maxListValues: number;
+  /**
    * Whether a field under a list costs once per row (`results`: top_k) or
    * once. Route 6 answers the whole QueryResponse whatever is selected, so
    * there a selection's cost is its size after fragments expand, and the
@@ -89,6 +97,7 @@ export const DEFAULT_LIMITS: Limits = {
   introspectionMaxLists: 3,
   maxOperations: 32,
   maxRecords: 10_000,
+  maxListValues: 10_000,
   costPerRow: true,
 };
 
@@ -294,6 +303,18 @@ export function checkLimits(
   variables: Record<string, unknown>,
   limits: Limits,
 ): { depth: number; cost: number } {
+  // before anything walks the variables: a list variable is coerced value by value
+  for (const v of operation.variableDefinitions ?? []) {
+    const value = variables[v.variable.name.value];
+    const list = v.type.kind === Kind.LIST_TYPE || (v.type.kind === Kind.NON_NULL_TYPE && v.type.type.kind === Kind.LIST_TYPE);
+    if (list && Array.isArray(value) && value.length > limits.maxListValues) {
+      throw new BraidError(
+        'graphql_too_costly',
+        `variable $${v.variable.name.value} holds ${value.length} values; a list variable holds at most ${limits.maxListValues} ` +
+          '(the most records a batch takes, and more numbers than a vector has)',
+      );
+    }
+  }
   const fragments = new Map<string, FragmentDefinitionNode>();
   for (const def of document.definitions) if (def.kind === Kind.FRAGMENT_DEFINITION) fragments.set(def.name.value, def);
   const defaults = new Map<string, number>();

@@ -76,8 +76,9 @@ export async function graphqlRoutes(fastify: FastifyInstance, options: GraphQLRo
   const state = app.braid;
   const { engine } = state;
   // a document writes no more records than one put-batch may (BRAID_MAX_BATCH)
-  const limits: Limits = { ...DEFAULT_LIMITS, maxRecords: state.config.maxBatch, ...options.limits };
-  const boundedLimits: Limits = { ...BOUNDED_LIMITS, ...options.boundedLimits };
+  const maxListValues = Math.max(state.config.maxBatch, state.config.maxVectorDim);
+  const limits: Limits = { ...DEFAULT_LIMITS, maxRecords: state.config.maxBatch, maxListValues, ...options.limits };
+  const boundedLimits: Limits = { ...BOUNDED_LIMITS, maxListValues, ...options.boundedLimits };
   const cache = new SchemaCache(engine);
   const boundedSdl = printSchema(boundedSchema);
 
