@@ -25,7 +25,10 @@ const dim = arg('dim', 64);
 const historyEpochs = arg('history-epochs', undefined);
 
 let seed = 7;
-const random = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff - 0.5;
+const random = () => {
+  seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+  return seed / 0x7fffffff - 0.5;
+};
 const vector = () => Float32Array.from({ length: dim }, random);
 const queries = Array.from({ length: 200 }, vector);
 
