@@ -13,7 +13,7 @@ import type { Braid } from './engine.js';
 import { putBodyBranch, type BranchRef, type Engine } from './native/engine.js';
 import { BraidError } from './errors.js';
 import { labelKnownPath, routeLabel } from './route-label.js';
-import { answerHalfClosed, continueIfExpected, deferContinue, answerPipelinedInOrder, clientErrorHandler, failureLevel, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
+import { answerHalfClosed, continueIfExpected, deferContinue, answerPipelinedInOrder, clientErrorHandler, failureLevel, frameworkErrors, httpError, logRefusedCredential, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from './http-errors.js';
 import { headerBranch, resolveNamedBranch } from './services/branch.js';
 import type { ProcessState } from './services/ops.js';
 import { DEFAULTS, type ServerConfig } from './config.js';
@@ -184,6 +184,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setErrorHandler((err, request, reply) => {
     const braidErr = httpError(err);
     if (braidErr.status >= 500) request.log[failureLevel(braidErr.code)]({ err, code: braidErr.code }, 'request failed');
+    logRefusedCredential(request, braidErr.code);
     // A body over the limit is refused while its client may still be sending
     // it. fastify would close the connection, and a close with the upload
     // unread resets it, which can destroy the answer before the client reads

@@ -129,12 +129,15 @@ export function buildCli(): Command {
   // invalid argument) in the form of every other failure, before any
   // command is added so that each inherits it
   program.configureOutput({ outputError: (text, write) => write(`braid: invalid_request: ${text.replace(/^error: /, '')}`) });
+  // a server's start refuses what it cannot use as invalid_config, an unknown flag too (docs/errors.md)
+  const startRefusals = { outputError: (text: string, write: (s: string) => void) => write(`braid: invalid_config: ${text.replace(/^error: /, '')}`) };
 
   // flags are read as text and checked with the environment's variables by
   // src/settings.ts, so that a bad value of either is `braid: invalid_config:`
   // naming it (commander's own parsing had read BRAID_PORT=0x50 as port 80)
   program
     .command('serve')
+    .configureOutput(startRefusals)
     .description('start the engine: HTTP API over a data directory')
     .option('--host <host>', 'address to listen on (env: BRAID_HOST)')
     .option('--port <port>', 'port to listen on, 0 to 65535; 0 picks a free one (env: BRAID_PORT)')
@@ -171,6 +174,7 @@ export function buildCli(): Command {
 
   program
     .command('gateway')
+    .configureOutput(startRefusals)
     .description('start the gateway: bearer tokens, per-token rate limits and routing in front of engines')
     .option('--host <host>', 'address to listen on (env: BRAID_GATEWAY_HOST; default 127.0.0.1)')
     .option('--port <port>', 'port to listen on, 0 to 65535; 0 picks a free one (env: BRAID_GATEWAY_PORT; default 8081)')

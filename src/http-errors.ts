@@ -44,6 +44,19 @@ export function failureLevel(code: string | undefined): 'warn' | 'error' {
   return code === 'shutting_down' || code === 'http_version_not_supported' ? 'warn' : 'error';
 }
 
+/**
+ * Logs a refused credential (401 unauthorized, 403 forbidden) at warn, with
+ * the client's address, the method and the path, never the token: repeated
+ * guesses had left no trace at the default level, and no address at any
+ * (found by a black-box review; PostgreSQL logs each failed authentication
+ * with the client's host). Engine and gateway alike.
+ */
+export function logRefusedCredential(request: FastifyRequest, code: string): void {
+  if (code !== 'unauthorized' && code !== 'forbidden') return;
+  const path = request.url.split('?', 1)[0];
+  request.log.warn({ code, method: request.method, path, remote_address: request.socket?.remoteAddress }, 'credentials refused');
+}
+
 /** The JSON body of an error answer: `code`, `error`, and the failing item's `index` when there is one. */
 export function errorBody(err: BraidError): { code: string; error: string; index?: number } {
   return err.index === undefined ? err.toBody() : { ...err.toBody(), index: err.index };

@@ -90,6 +90,36 @@ export function instrumentHttp(app: FastifyInstance, registry: client.Registry, 
   });
   // answered with no request of fastify's (unparseable, 431, CONNECT, Expect): no route, no clock
   onRawAnswer(app.server, (method, status) => requests.observe(method, noRoute, status, 0));
+  countDroppedConnections(app, registers, prefix);
+}
+
+/** Longest a dropped connection waits for its warning: one line for every burst, not one a connection. */
+const DROP_WARNING_MS = 10_000;
+
+/**
+ * Connections closed as they were accepted because `BRAID_MAX_CONNECTIONS`
+ * were open (Node's `drop` event): counted, and said at warn at most once
+ * every 10 s with how many and the cap. A client had seen only resets, and
+ * the server no trace of them (found by a black-box review; PostgreSQL
+ * answers "too many clients already" and logs it).
+ */
+function countDroppedConnections(app: FastifyInstance, registers: client.Registry[], prefix: string): void {
+  const dropped = new client.Counter({
+    name: `${prefix}http_connections_dropped_total`,
+    help: 'client connections closed as they were accepted, because the connection cap (BRAID_MAX_CONNECTIONS) was reached',
+    registers,
+  });
+  let unsaid = 0;
+  let warned = 0;
+  app.server.on('drop', () => {
+    dropped.inc();
+    unsaid += 1;
+    const now = Date.now();
+    if (now - warned < DROP_WARNING_MS) return;
+    app.log.warn({ dropped: unsaid, max_connections: app.server.maxConnections }, 'connections dropped: the connection cap was reached');
+    unsaid = 0;
+    warned = now;
+  });
 }
 
 /** One (method, route, status)'s count and latency histogram. */

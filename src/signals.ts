@@ -18,7 +18,11 @@ export function exitOnSignals(running: { app: FastifyInstance; close(): Promise<
     running.close().then(
       () => process.exit(0),
       (err) => {
-        console.error('shutdown failed:', err);
+        // one line, as every other failure of the CLI says it (`braid: <code>: <message>`);
+        // a failure without a code (a bug) keeps its stack
+        const { code, message } = err as { code?: unknown; message?: unknown };
+        if (typeof code === 'string' && typeof message === 'string') console.error(`braid: ${code}: ${message}`);
+        else console.error('braid: shutdown failed:', err);
         process.exit(1);
       },
     );

@@ -689,6 +689,8 @@ describe('start-up settings are checked: braid: invalid_config: naming the setti
       [{}, ['--auth-token', 'dup3:read,dup3:admin'], '--auth-token is invalid: one token is given two scopes (--auth-token[0] read, --auth-token[1] admin)'],
       [{ BRAID_AUTH_TOKENS: ' ' }, [], 'BRAID_AUTH_TOKENS is set but names no token, got " "'],
       [{ BRAID_AUTH_TOKENS: 'dup2:read,dup2:admin' }, [], 'BRAID_AUTH_TOKENS is invalid: one token is given two scopes (BRAID_AUTH_TOKENS[0] read, BRAID_AUTH_TOKENS[1] admin)'],
+      // a flag the start does not know is one it cannot use (found by a black-box review: it was invalid_request)
+      [{}, ['--bogus-flag'], "unknown option '--bogus-flag'"],
     ];
     const results = await Promise.all(cases.map(([env, flags]) => refusedStart(['serve', '--data-dir', dataDir, ...flags], { BRAID_PORT: '0', ...env })));
     results.forEach((r, i) => {

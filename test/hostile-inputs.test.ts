@@ -473,6 +473,11 @@ describe('what Node refuses before fastify', () => {
         await new Promise((resolve) => first.on('close', resolve));
         expect(parseAnswer(answer).status, url).toBe(200);
         await waitFor('a free slot', async () => parseAnswer(await raw(url, 'GET /v1/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close\r\n\r\n')).status === 200);
+        // the dropped connection is counted (found by a black-box review: nothing said it had happened)
+        const scrape = await raw(url, 'GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close\r\n\r\n');
+        const name = url === gateway.url ? 'braid_gateway_http_connections_dropped_total' : 'braid_http_connections_dropped_total';
+        // (the wait for a free slot above may have been dropped too)
+        expect(scrape, url).toMatch(new RegExp(`^${name} [1-9][0-9]*$`, 'm'));
       }
     } finally {
       for (const socket of open) socket.destroy();

@@ -67,6 +67,10 @@ describe('request ids and request log lines', () => {
     expect(mine.find((l) => l.request_id === 'put-1')).toMatchObject({ method: 'POST', route: '/v1/records/put', status: 200, duration_ms: expect.any(Number) });
     expect(mine.find((l) => l.request_id === 'get-1')).toMatchObject({ route: '/v1/records/get', status: 401 });
     expect(mine.filter((l) => l.request_id === 'put-1')).toHaveLength(1);
+    // a refused credential is a warning with the client's address (found by a black-box review)
+    expect(lines.find((l) => l.request_id === 'get-1' && l.msg === 'credentials refused')).toMatchObject({
+      level: 40, code: 'unauthorized', method: 'POST', path: '/v1/records/get', remote_address: '127.0.0.1',
+    });
     const all = JSON.stringify(lines);
     expect(all).not.toContain('do-not-log');
     expect(all).not.toContain('s3cret-token');

@@ -46,6 +46,7 @@ describe('GET /metrics', () => {
       ['braid_http_requests_total', 'counter'],
       ['braid_http_request_duration_seconds', 'histogram'],
       ['braid_http_requests_in_flight', 'gauge'],
+      ['braid_http_connections_dropped_total', 'counter'],
       ['braid_branch_latest_epoch', 'gauge'],
       ['braid_branch_durable_epoch', 'gauge'],
       ['braid_branch_records', 'gauge'],

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
-import { request, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
+import { ROOT, request, spawnListening, spawnServer, tempDir, waitFor, type ChildServer, type HttpResult } from './helpers.js';
 
 const dir = tempDir('braid-shutdown-');
 const children: ChildServer[] = [];
@@ -141,6 +141,37 @@ describe('SIGTERM', () => {
   });
 });
 
+// found by a black-box review: `npm start` ran the server under `sh -c`,
+// which (dash) does not pass a signal on, so SIGTERM to npm left the server
+// running, holding its port and the data directory's lock
+describe('npm start', () => {
+  it('passes SIGTERM on: the server drains and exits with npm, and the data directory is free again', async () => {
+    const npmDir = tempDir('braid-npm-start-');
+    try {
+      const server = await spawnListening('npm', ['start', '--silent', '--', '--port', '0', '--data-dir', npmDir], {
+        cwd: ROOT,
+        env: { ...process.env, BRAID_LOG_LEVEL: 'info' },
+        detached: true,
+      });
+      children.push(server);
+      const put = await request(`${server.url}/v1/records/put`, 'POST', { table: 'npm', tenant_id: 't', id: 'a', fields: { body: 'kept' } });
+      expect(put.status).toBe(200);
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+      expect(server.output()).toContain('"signal":"SIGTERM"');
+      expect(await refused(server.url)).toBe(true);
+      const again = await spawnServer(['serve', '--port', '0', '--data-dir', npmDir]);
+      children.push(again);
+      const got = await request(`${again.url}/v1/records/get`, 'POST', { table: 'npm', tenant_id: 't', id: 'a' });
+      expect(got.body.record).toMatchObject({ fields: { body: 'kept' } });
+      again.child.kill('SIGTERM');
+      expect(await again.exited).toBe(0);
+    } finally {
+      rmSync(npmDir, { recursive: true, force: true });
+    }
+  });
+});
+
 // found by a black-box test: SIGHUP (a closed terminal, a supervisor's
 // hang-up) killed the process at once, status 129, with no drain and no
 // close checkpoint
@@ -175,6 +206,12 @@ describe('SIGHUP', () => {
     // no engine behind it: the gateway starts and stops without one
     const gateway = await spawnServer(['gateway', '--port', '0', '--engine', 'http://127.0.0.1:9', '--token', 'good'], { BRAID_LOG_LEVEL: 'info' });
     children.push(gateway);
+    // a refused token is a warning with the client's address, never the token (found by a black-box review)
+    const guess = await request(`${gateway.url}/v1/branches`, 'GET', undefined, { authorization: 'Bearer guessed-token' });
+    expect(guess.status).toBe(401);
+    await waitFor('the warning', () => gateway.output().includes('credentials refused'));
+    expect(gateway.output()).toMatch(/"level":40[^\n]*"code":"unauthorized"[^\n]*"remote_address":"127\.0\.0\.1"[^\n]*"msg":"credentials refused"/);
+    expect(gateway.output()).not.toContain('guessed-token');
     gateway.child.kill('SIGHUP');
     expect(await gateway.exited).toBe(0);
     expect(gateway.output()).toContain('"signal":"SIGHUP"');

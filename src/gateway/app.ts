@@ -9,7 +9,7 @@ import { lazyRequestLogger } from '../request-logger.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
 import { deprecationHeaders } from '../deprecation.js';
-import { answerHalfClosed, continueIfExpected, deferContinue, answerPipelinedInOrder, clientErrorHandler, clientGone, errorBody, failureLevel, frameworkErrors, httpError, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
+import { answerHalfClosed, continueIfExpected, deferContinue, answerPipelinedInOrder, clientErrorHandler, clientGone, errorBody, failureLevel, frameworkErrors, httpError, logRefusedCredential, onRawAnswer, refuseConnect, refuseExpectation, requestTimeoutOptions, sendRefusal } from '../http-errors.js';
 import { BraidError } from '../errors.js';
 import { REQUEST_ID_HEADER, requestId } from '../request-id.js';
 import { consoleRoutes } from '../routes/console.js';
@@ -133,6 +133,7 @@ export async function buildGateway(options: GatewayOptions): Promise<FastifyInst
       return;
     }
     if (braidErr.status >= 500) request.log[failureLevel(braidErr.code)]({ err, code: braidErr.code }, 'gateway request failed');
+    logRefusedCredential(request, braidErr.code);
     return sendRefusal(request, reply, braidErr.status, errorBody(braidErr));
   });
 

@@ -591,8 +591,13 @@ impl Engine {
             names::check_key("id", &v.id)?;
         }
         let mut catalog = self.catalog.lock();
-        let Some(snap) = catalog.snapshots.iter().find(|s| s.name == source).cloned() else {
-            bail!(SnapshotNotFound, "snapshot {source:?} does not exist");
+        // a snapshot the catalog does not name may be a backup an operator
+        // copied into `snapshots/` (docs/operations.md, "Restoring a
+        // backup"): it is adopted by the restore that names it, its
+        // `snapshot.json` giving the entry a catalog edit had had to
+        let (snap, adopted) = match catalog.snapshots.iter().find(|s| s.name == source).cloned() {
+            Some(snap) => (snap, false),
+            None => (placed_snapshot(&self.config.data_dir, source)?, true),
         };
         let db = snap.database_id.clone();
         if let Seen::Done(name) = catalog.seen(key, self.config.branch.receipt_retention_ms)? {
@@ -665,6 +670,9 @@ impl Engine {
             }
         };
         let mut next = catalog.clone();
+        if adopted {
+            next.snapshots.push(snap.clone());
+        }
         next.branches.push(BranchMeta {
             database_id: db.clone(),
             branch_id: target.to_string(),
@@ -1009,6 +1017,32 @@ fn is_main(meta: &BranchMeta) -> bool {
 
 /// The directory of the snapshot the catalog names `name`, which a restore
 /// reads.
+/// The snapshot in `snapshots/<name>/` that the catalog does not name: a
+/// finished snapshot (no mark of one under way) whose `snapshot.json` reads,
+/// under the name of its directory, or `snapshot_not_found`.
+fn placed_snapshot(data: &Path, name: &str) -> Result<SnapshotMeta> {
+    let dir = data.join("snapshots").join(name);
+    let not_found = || Error::new(Code::SnapshotNotFound, format!("snapshot {name:?} does not exist"));
+    if !dir.is_dir() || dir.join(SNAPSHOTTING).exists() {
+        return Err(not_found());
+    }
+    let bytes = match std::fs::read(dir.join("snapshot.json")) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut meta: SnapshotMeta = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::storage(format!(
+            "{} is not a snapshot's description ({e}); copy the whole snapshot directory",
+            dir.join("snapshot.json").display()
+        ))
+    })?;
+    ident("the snapshot's database_id", &meta.database_id)?;
+    ident("the snapshot's branch_id", &meta.branch_id)?;
+    meta.name = name.to_string();
+    Ok(meta)
+}
+
 fn snapshot_dir(data: &Path, name: &str) -> Result<PathBuf> {
     let dir = data.join("snapshots").join(name);
     if dir.is_dir() {

@@ -51,6 +51,14 @@ fn check_write_fault_of(point: &str, actions: &str, failed: &[(&str, &str)]) {
         assert_eq!(engine.metrics(None, None).unwrap().recovery_state, "failed");
         // reads keep working
         assert!(exists(&engine, "before"));
+        // the close takes no checkpoint from a log it cannot trust, and says
+        // so (a black-box review saw the close skip it without a word)
+        engine.close();
+        let events = serde_json::to_value(engine.events()).unwrap().to_string();
+        assert!(
+            events.contains("\"event\":\"checkpoint_failed\"") && events.contains("\"trigger\":\"close\""),
+            "{point}: {events}"
+        );
     }
     let engine = open(dir.path());
     assert!(exists(&engine, "before"), "{point}: an acknowledged write was lost");

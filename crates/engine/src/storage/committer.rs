@@ -377,8 +377,18 @@ fn run_committer(
         }
     }
     // a clean close checkpoints, so the next start replays nothing
-    if config.checkpoint_on_close && !shared.failed.load(Ordering::Acquire) && log.wal.end() > wal::HEADER_LEN {
-        let _ = take_checkpoint(&mut log, &state, &shared, None, CheckpointTrigger::Close);
+    if config.checkpoint_on_close && log.wal.end() > wal::HEADER_LEN {
+        if shared.failed.load(Ordering::Acquire) {
+            // the log cannot be trusted past what it last made durable, so
+            // no image is taken from it; said, as a close that did not do
+            // its work (a black-box review saw it skipped without a word)
+            shared.events.push(Event::CheckpointFailed {
+                trigger: CheckpointTrigger::Close,
+                error: "the branch's storage failed earlier (storage_failed): the close takes no checkpoint, and the next start replays the WAL".into(),
+            });
+        } else {
+            let _ = take_checkpoint(&mut log, &state, &shared, None, CheckpointTrigger::Close);
+        }
     }
     log.finish_cleanup();
 }
