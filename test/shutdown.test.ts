@@ -141,6 +141,24 @@ describe('SIGTERM', () => {
   });
 });
 
+/** Writes one record to `server`, sends it `signal`, and expects a drained exit 0 that logged the signal. */
+async function writeThenStop(server: ChildServer, signal: NodeJS.Signals, table: string): Promise<void> {
+  const put = await request(`${server.url}/v1/records/put`, 'POST', { table, tenant_id: 't', id: 'a', fields: { body: 'kept' } });
+  expect(put.status).toBe(200);
+  server.child.kill(signal);
+  expect(await server.exited).toBe(0);
+  expect(server.output()).toContain(`"signal":"${signal}"`);
+}
+
+/** `braid serve` started again on `dir` (logging at info), having read back what writeThenStop wrote. */
+async function restartedWithTheWrite(dir: string, table: string): Promise<ChildServer> {
+  const again = await spawnServer(['serve', '--port', '0', '--data-dir', dir], { BRAID_LOG_LEVEL: 'info' });
+  children.push(again);
+  const got = await request(`${again.url}/v1/records/get`, 'POST', { table, tenant_id: 't', id: 'a' });
+  expect(got.body.record).toMatchObject({ fields: { body: 'kept' } });
+  return again;
+}
+
 // found by a black-box review: `npm start` ran the server under `sh -c`,
 // which (dash) does not pass a signal on, so SIGTERM to npm left the server
 // running, holding its port and the data directory's lock
@@ -154,16 +172,9 @@ describe('npm start', () => {
         detached: true,
       });
       children.push(server);
-      const put = await request(`${server.url}/v1/records/put`, 'POST', { table: 'npm', tenant_id: 't', id: 'a', fields: { body: 'kept' } });
-      expect(put.status).toBe(200);
-      server.child.kill('SIGTERM');
-      expect(await server.exited).toBe(0);
-      expect(server.output()).toContain('"signal":"SIGTERM"');
+      await writeThenStop(server, 'SIGTERM', 'npm');
       expect(await refused(server.url)).toBe(true);
-      const again = await spawnServer(['serve', '--port', '0', '--data-dir', npmDir]);
-      children.push(again);
-      const got = await request(`${again.url}/v1/records/get`, 'POST', { table: 'npm', tenant_id: 't', id: 'a' });
-      expect(got.body.record).toMatchObject({ fields: { body: 'kept' } });
+      const again = await restartedWithTheWrite(npmDir, 'npm');
       again.child.kill('SIGTERM');
       expect(await again.exited).toBe(0);
     } finally {
@@ -181,18 +192,11 @@ describe('SIGHUP', () => {
     try {
       const server = await spawnServer(['serve', '--port', '0', '--data-dir', hupDir], { BRAID_LOG_LEVEL: 'info' });
       children.push(server);
-      const put = await request(`${server.url}/v1/records/put`, 'POST', { table: 'hup', tenant_id: 't', id: 'a', fields: { body: 'kept' } });
-      expect(put.status).toBe(200);
-      server.child.kill('SIGHUP');
-      expect(await server.exited).toBe(0);
-      expect(server.output()).toContain('"signal":"SIGHUP"');
+      await writeThenStop(server, 'SIGHUP', 'hup');
       expect(server.output()).toMatch(/"event":"checkpoint"[^\n]*"trigger":"close"/);
 
       // the close checkpoint holds the write: nothing is replayed from the log
-      const again = await spawnServer(['serve', '--port', '0', '--data-dir', hupDir], { BRAID_LOG_LEVEL: 'info' });
-      children.push(again);
-      const got = await request(`${again.url}/v1/records/get`, 'POST', { table: 'hup', tenant_id: 't', id: 'a' });
-      expect(got.body.record).toMatchObject({ fields: { body: 'kept' } });
+      const again = await restartedWithTheWrite(hupDir, 'hup');
       await waitFor('the recovery event', () => /"event":"recovery"/.test(again.output()));
       expect(again.output()).toMatch(/"event":"recovery"[^\n]*"commits_replayed":0/);
       again.child.kill('SIGTERM');

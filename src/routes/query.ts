@@ -1,10 +1,11 @@
 /** Query routes: explain (4), the native query language (2) and the JSON query (extension). */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { errorResponses, idemErrorResponses } from '../schemas/common.js';
 import { HybridExplain, HybridQuery, type HybridQuery as HybridQueryT, NativeQlRequest, QueryResponse } from '../schemas/query.js';
 import { keepBodyBytes, sendJson, withBody } from './body-bytes.js';
 import { headerBranch } from '../services/branch.js';
+import type { BranchRef } from '../native/engine.js';
 import { explainQuery, explainQueryJson, runNativeQueryJson, runQuery, runQueryJson } from '../services/queries.js';
 
 /**
@@ -12,6 +13,27 @@ import { explainQuery, explainQueryJson, runNativeQueryJson, runQuery, runQueryJ
  * alike (src/services/queries.ts); the schema documents them.
  */
 const checkedByService = () => (value: unknown) => ({ value });
+
+/**
+ * The handler of a query route whose body the engine reads from its bytes:
+ * `fromBytes` answers the JSON bytes (the engine's answer as bytes, sent as
+ * they are, or the service's own when the engine left the body to it), and
+ * `parsed` a request that had no JSON body at all (no content type: the
+ * schema's refusal).
+ */
+function fromBodyBytes<T>(
+  parsed: (query: HybridQueryT, branch: BranchRef | undefined) => Promise<T>,
+  fromBytes: (body: Buffer, branch: BranchRef | undefined) => Promise<Buffer | T>,
+) {
+  return async (request: FastifyRequest, reply: FastifyReply) =>
+    withBody(request, async () => {
+      const body = request.body as unknown;
+      const branch = headerBranch(request.headers);
+      if (!Buffer.isBuffer(body)) return parsed(body as HybridQueryT, branch);
+      const answer = await fromBytes(body, branch);
+      return Buffer.isBuffer(answer) ? sendJson(reply, answer) : answer;
+    });
+}
 
 export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -38,14 +60,10 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: HybridExplain, ...errorResponses },
       },
       validatorCompiler: checkedByService,
-    }, async (request, reply) => withBody(request, async () => {
-      const body = request.body as unknown;
-      const branch = headerBranch(request.headers);
-      if (!Buffer.isBuffer(body)) return explainQuery(engine, body as HybridQueryT, branch);
-      const answer = await explainQueryJson(engine, body, branch);
-      if (!Buffer.isBuffer(answer)) return answer;
-      return sendJson(reply, answer);
-    }));
+    }, fromBodyBytes(
+      (query, branch) => explainQuery(engine, query, branch),
+      (body, branch) => explainQueryJson(engine, body, branch),
+    ));
     bytesContext.post('/v1/query', {
       schema: {
         summary: 'Run a hybrid query given as JSON: results, next_cursor and explain (extension)',
@@ -53,14 +71,9 @@ export async function queryRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: QueryResponse, ...idemErrorResponses },
       },
       validatorCompiler: checkedByService,
-    }, async (request, reply) => withBody(request, async () => {
-      const body = request.body as unknown;
-      const branch = headerBranch(request.headers);
-      // no JSON body at all (no content type): the schema's refusal
-      if (!Buffer.isBuffer(body)) return runQuery(engine, body as HybridQueryT, branch);
-      const answer = await runQueryJson(engine, body, branch);
-      if (!Buffer.isBuffer(answer)) return answer;
-      return sendJson(reply, answer);
-    }));
+    }, fromBodyBytes(
+      (query, branch) => runQuery(engine, query, branch),
+      (body, branch) => runQueryJson(engine, body, branch),
+    ));
   });
 }
