@@ -408,11 +408,7 @@ impl NativeEngine {
         ts_return_type = "Promise<Buffer | null>"
     )]
     pub fn query_json<'env>(&self, env: &'env Env, branch: Option<BranchRef>, body: Buffer) -> Result<Object<'env>> {
-        self.run_on_body(env, body, move |e: &Engine, body: &[u8]| -> EngineResult<Option<Buffer>> {
-            let Some(query) = braid_engine::wire::query(body) else { return Ok(None) };
-            let (db, br) = route(&branch);
-            json_bytes(&e.query(db, br, &query)?, "query's answer").map(Some)
-        })
+        self.query_body(env, branch, body, false)
     }
 
     /// Runs the hybrid query of a `/v1/explain` body, read from its JSON
@@ -425,12 +421,7 @@ impl NativeEngine {
         ts_return_type = "Promise<Buffer | null>"
     )]
     pub fn explain_json<'env>(&self, env: &'env Env, branch: Option<BranchRef>, body: Buffer) -> Result<Object<'env>> {
-        self.run_on_body(env, body, move |e: &Engine, body: &[u8]| -> EngineResult<Option<Buffer>> {
-            let Some(mut query) = braid_engine::wire::query(body) else { return Ok(None) };
-            query.explain = Some(true);
-            let (db, br) = route(&branch);
-            json_bytes(&e.query(db, br, &query)?.explain, "query's explain").map(Some)
-        })
+        self.query_body(env, branch, body, true)
     }
 
     /// Runs a hybrid query and answers the response as JSON bytes, for a
@@ -789,6 +780,28 @@ impl NativeEngine {
     /// thread: no worker of the pool waits out the fsync, and a durable put
     /// costs no thread switch beyond the committer's own. While the engine
     /// is still opening, a worker waits for the open and submits then.
+    /// [`Self::query_json`] and [`Self::explain_json`]: the query of a
+    /// request body read by `wire::query` on the pool, answered whole or
+    /// (`explain_only`) as its explain alone; `null` when the service must
+    /// read the body.
+    fn query_body<'env>(
+        &self,
+        env: &'env Env,
+        branch: Option<BranchRef>,
+        body: Buffer,
+        explain_only: bool,
+    ) -> Result<Object<'env>> {
+        self.run_on_body(env, body, move |e: &Engine, body: &[u8]| -> EngineResult<Option<Buffer>> {
+            let Some(mut query) = braid_engine::wire::query(body) else { return Ok(None) };
+            let (db, br) = route(&branch);
+            if !explain_only {
+                return json_bytes(&e.query(db, br, &query)?, "query's answer").map(Some);
+            }
+            query.explain = Some(true);
+            json_bytes(&e.query(db, br, &query)?.explain, "query's explain").map(Some)
+        })
+    }
+
     fn submit<'env>(
         &self,
         env: &'env Env,
