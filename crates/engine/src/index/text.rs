@@ -39,6 +39,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use roaring::RoaringBitmap;
 use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::columnar::{Column, ColumnIndex};
 use tantivy::directory::MmapDirectory;
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::indexer::IndexWriterOptions;
@@ -772,6 +773,8 @@ pub struct TextIndex {
     /// segment with deletes it counts a scope's postings, which a query of a
     /// large tenant would otherwise pay each time.
     documents_cache: Mutex<([u64; 2], HashMap<String, u64>)>,
+    /// Which segments hold their documents in row order ([`RowOrder`]).
+    row_order: Arc<RowOrder>,
     /// Every row below this id is searchable (and, once superseded by a row
     /// below it, in the history part).
     watermark: AtomicU32,
@@ -933,6 +936,7 @@ impl TextIndex {
             fields,
             slots: Mutex::new(slots),
             documents_cache: Mutex::new(([u64::MAX; 2], HashMap::new())),
+            row_order: Arc::default(),
             watermark: AtomicU32::new(watermark),
             pending_upto: AtomicU32::new(watermark),
             purged: AtomicU64::new(purged),
@@ -1286,6 +1290,7 @@ impl TextIndex {
                 eligible: req.eligible.clone(),
                 upto,
                 keep,
+                lead: req.lead.then(|| self.row_order.clone()),
                 terms,
                 column_of,
                 clauses,
@@ -1360,6 +1365,12 @@ pub struct TextSearch<'a> {
     pub upto: u32,
     /// How many of the best rows to return; `None`: every match.
     pub depth: Option<usize>,
+    /// Let the filter lead: find each eligible row's document and seek the
+    /// terms' postings to it, instead of walking the postings and dropping
+    /// the documents the filter refuses (cheaper when few rows are eligible
+    /// next to the postings of the query's terms). The rows and scores are
+    /// the same either way.
+    pub lead: bool,
 }
 
 pub struct TextHits {
@@ -1398,6 +1409,9 @@ struct RowHits {
     eligible: Arc<RoaringBitmap>,
     upto: u32,
     keep: Option<usize>,
+    /// The filter leads ([`TextSearch::lead`]), in the segments whose
+    /// documents are in row order.
+    lead: Option<Arc<RowOrder>>,
     /// One weight per (column, term), in query order.
     terms: Vec<Box<dyn Weight>>,
     /// The column (its place among the searched ones) of each of `terms`.
@@ -1502,10 +1516,12 @@ impl Collector for RowHits {
             // read forward once; each matched column's score is its terms'
             // in query order from zero (what the hot overlay computes)
             let mut score = 0.0f32;
+            let mut matched = false;
             let mut column: Option<(usize, f32)> = None;
             let mut close = |column: Option<(usize, f32)>, score: &mut f32| {
                 if let Some((place, partial)) = column {
                     scored += 1;
+                    matched = true;
                     *score += partial;
                     if self.keep.is_none() {
                         all.push(Hit { row, place: place as u32, score: partial });
@@ -1522,8 +1538,9 @@ impl Collector for RowHits {
                 }
             }
             close(column, &mut score);
-            if self.keep.is_none() {
-                return Score::MIN;
+            // a document the filter led to may hold none of the terms
+            if self.keep.is_none() || !matched {
+                return threshold(heap);
             }
             let entry = Kept(score, row);
             if heap.len() < keep {
@@ -1534,7 +1551,12 @@ impl Collector for RowHits {
             }
             threshold(heap)
         };
-        if self.keep.is_some() {
+        let led = self.lead.as_ref().and_then(|order| order.documents(reader, &rows, &self.eligible, self.upto));
+        if let Some(documents) = led {
+            for doc in documents {
+                collect(doc, 0.0);
+            }
+        } else if self.keep.is_some() {
             let mut clauses = Vec::with_capacity(self.clauses.len());
             for (term, weight) in &self.clauses {
                 clauses.extend(Clause::open(reader, term, weight, self.average)?);
@@ -1545,6 +1567,100 @@ impl Collector for RowHits {
         }
         // kept rows stay in the shared heap until merge_fruits
         Ok((all, scored))
+    }
+}
+
+/// Which segments hold their documents in row order: their `row` fast field
+/// never falls from one document to the next. A segment the indexer wrote is
+/// (one indexing thread adds rows in order); a merge concatenates its
+/// segments in the merge policy's order, which may not be. In a segment in
+/// row order an eligible row's document is found by a search of the field,
+/// so a filter can lead ([`TextSearch::lead`]); in another the postings are
+/// walked as without it. Kept by segment id (segments never change), and
+/// forgotten wholesale once it holds more segments than an index has.
+#[derive(Default)]
+pub(crate) struct RowOrder(Mutex<HashMap<tantivy::index::SegmentId, bool>>);
+
+/// Segments [`RowOrder`] remembers before it starts again.
+const ROW_ORDER_SEGMENTS: usize = 1_024;
+
+impl RowOrder {
+    fn in_order(&self, segment: &SegmentReader, rows: &Column<u64>) -> bool {
+        let id = segment.segment_id();
+        if let Some(&known) = self.0.lock().get(&id) {
+            return known;
+        }
+        // every document has its row (the field is set on each)
+        let known = matches!(rows.index, ColumnIndex::Full) && {
+            let mut last = 0;
+            rows.values.iter().all(|row| std::mem::replace(&mut last, row) <= row)
+        };
+        let mut known_segments = self.0.lock();
+        if known_segments.len() >= ROW_ORDER_SEGMENTS {
+            known_segments.clear();
+        }
+        known_segments.insert(id, known);
+        known
+    }
+
+    /// The segment's documents of the rows in `eligible` below `upto`, in
+    /// order, when its documents are in row order (else `None`): each row
+    /// found by a galloping search forward from the last one's document, so
+    /// the cost is about the eligible rows in the segment's span, not its
+    /// documents.
+    fn documents(
+        &self,
+        segment: &SegmentReader,
+        rows: &Column<u64>,
+        eligible: &RoaringBitmap,
+        upto: u32,
+    ) -> Option<Vec<DocId>> {
+        if !self.in_order(segment, rows) {
+            return None;
+        }
+        let values = &*rows.values;
+        let end = values.num_vals();
+        let mut documents = Vec::new();
+        if end == 0 {
+            return Some(documents);
+        }
+        let (first, last) = (values.min_value(), values.max_value().min(u64::from(upto).saturating_sub(1)));
+        if first > last {
+            return Some(documents);
+        }
+        let mut at: u32 = 0;
+        for row in eligible.range(first as u32..=last as u32) {
+            let row = u64::from(row);
+            // the first document at or after `at` whose row is not below `row`
+            let mut step = 1;
+            let mut low = at;
+            while low + step < end && values.get_val(low + step) < row {
+                low += step;
+                step *= 2;
+            }
+            let mut high = (low + step).min(end);
+            if values.get_val(low) >= row {
+                high = low;
+            }
+            while high - low > 1 {
+                let middle = low + (high - low) / 2;
+                if values.get_val(middle) < row {
+                    low = middle;
+                } else {
+                    high = middle;
+                }
+            }
+            at = high;
+            // a row of more than SLOTS text columns is several documents, one after another
+            while at < end && values.get_val(at) == row {
+                documents.push(at);
+                at += 1;
+            }
+            if at >= end {
+                break;
+            }
+        }
+        Some(documents)
     }
 }
 
@@ -2094,6 +2210,101 @@ mod tests {
         index.refresh();
         assert_eq!(generation(&index), merged);
         assert_eq!(index.scope_documents("docs", "t"), 3);
+    }
+
+    /// A search the filter leads finds the rows, with their scores to the
+    /// bit, that a walk of the postings finds: over segments the indexer
+    /// wrote, one merged from them out of row order (where the walk serves),
+    /// versions moved to the history part, rows of two columns, and filters
+    /// from a few rows to all of them.
+    #[test]
+    fn a_search_the_filter_leads_finds_what_the_walk_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = TextIndex::open(dir.path()).unwrap();
+        let words = ["the", "of", "a", "solar", "wind", "rain", "storm", "quiet", "river", "stone"];
+        let mut seed = 7u64;
+        let mut next = move |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize % n
+        };
+        let rows = 900u32;
+        let mut df: HashMap<String, u64> = HashMap::new();
+        let mut tokens = 0u64;
+        for row in 0..rows {
+            // the first words in most texts, as in real ones
+            let body: Vec<&str> = (0..1 + next(14)).map(|_| words[next(words.len()).min(next(words.len()))]).collect();
+            let title = words[next(words.len())];
+            tokens += body.len() as u64 + 1;
+            let mut seen: Vec<&str> = body.iter().copied().chain([title]).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            for word in seen {
+                *df.entry(word.to_string()).or_default() += 1;
+            }
+            index.add_row(row, "docs", "t", &[("body", &body.join(" ")), ("title", title)]).unwrap();
+            if row % 150 == 149 {
+                index.mark_pending(row + 1);
+                index.commit().unwrap();
+            }
+        }
+        let moved: Vec<u32> = (0..rows).step_by(9).collect();
+        index.supersede(&moved).unwrap();
+        for &row in &moved {
+            index.add_superseded(row, "docs", "t", &[("body", "the river of stone"), ("title", "quiet")]).unwrap();
+        }
+        index.commit().unwrap();
+        let mut ids = index.current.index.searchable_segment_ids().unwrap();
+        assert!(ids.len() >= 4, "{} segments", ids.len());
+        ids.truncate(3);
+        ids.reverse();
+        index.current.writer.lock().as_mut().unwrap().merge(&ids).wait().unwrap();
+        index.refresh();
+        let stats = QueryStats { docs: u64::from(rows), tokens, df };
+        let queries: [&[&str]; 4] =
+            [&["the"], &["solar", "wind"], &["the", "of", "a", "river"], &["stone", "the", "quiet"]];
+        let searched = [vec!["body".to_string()], vec!["body".to_string(), "title".to_string()]];
+        for (q, terms) in queries.iter().enumerate() {
+            let terms: Vec<String> = terms.iter().map(|t| t.to_string()).collect();
+            for every in [1u32, 2, 7, 40, 300] {
+                let eligible: RoaringBitmap = (0..rows).filter(|r| (r * 31 + q as u32).is_multiple_of(every)).collect();
+                for (columns, depth, history) in
+                    [(0, Some(10), false), (1, Some(10), true), (1, Some(500), false), (0, None, true)]
+                {
+                    let search = |lead| {
+                        index
+                            .search(&TextSearch {
+                                history,
+                                table: "docs",
+                                tenant: "t",
+                                columns: &searched[columns],
+                                terms: &terms,
+                                stats: &stats,
+                                eligible: Arc::new(eligible.clone()),
+                                upto: rows,
+                                depth,
+                                lead,
+                            })
+                            .unwrap()
+                    };
+                    let (walked, led) = (search(false), search(true));
+                    let bits = |hits: &TextHits| {
+                        hits.rows.iter().map(|&(row, score)| (row, score.to_bits())).collect::<Vec<_>>()
+                    };
+                    let case = format!("{terms:?} every {every} columns {columns} depth {depth:?} history {history}");
+                    assert_eq!(bits(&led), bits(&walked), "{case}");
+                    assert_eq!(led.truncated, walked.truncated, "{case}");
+                    assert!(!walked.rows.is_empty(), "{case}");
+                }
+            }
+        }
+        // the merged segment is out of row order, the others in it
+        let searcher = index.current.reader.searcher();
+        let order: Vec<bool> = searcher
+            .segment_readers()
+            .iter()
+            .map(|segment| index.row_order.in_order(segment, &segment.fast_fields().u64("row").unwrap()))
+            .collect();
+        assert!(order.contains(&false) && order.contains(&true), "{order:?}");
     }
 
     /// Deletes of a few rows go as a term each and of more as set queries:

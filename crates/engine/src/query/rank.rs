@@ -108,35 +108,37 @@ struct TextPrep {
     stats: QueryStats,
     columns: Vec<String>,
     build_ms: f64,
-    /// The eligible rows the index holds were scored from their text too
-    /// ([`score_directly`]): the index is not searched.
-    direct: bool,
+    /// The filter leads the index search ([`filter_leads`]).
+    lead: bool,
     /// A read below the latest epoch: versions superseded since they were
     /// indexed may be eligible, so the index's history part is searched too.
     history: bool,
 }
 
-/// Most eligible rows the text path scores from their stored text instead
-/// of searching the index: each costs a record read and its tokens (a few
-/// µs for a sentence, under the state's read lock).
-const DIRECT_MAX_ROWS: u64 = 2_048;
+/// How many postings of the query's terms a walk reads for the cost of
+/// seeking one term's postings to one eligible document. Measured on 100,000
+/// WordNet glosses (120 known-item queries, each unfiltered and under three
+/// filters; a seek cost 14-114 ns, less where the postings are dense): the
+/// seeks won in 12 of 58 queries whose postings were 2-4 times the seeks, 31
+/// of 52 at 4-8 times and every one past 16; at 4 the text path's mean was
+/// 0.338 ms against 0.328 choosing the faster of the two for each query,
+/// 0.412 always walking and 2.04 always seeking (bench/JOURNAL.md, "The
+/// thirty-first session").
+const POSTINGS_PER_SEEK: u64 = 4;
 
-/// How many postings of the query's terms one row scored from its text is
-/// worth: the index hands over every match of the terms that a selective
-/// filter refuses (its threshold cannot rise on rows it never keeps), a few
-/// tens of ns each, where a row scored from its text costs a few µs.
-const DIRECT_POSTINGS_PER_ROW: u64 = 64;
-
-/// Whether the text path scores the eligible rows the index holds from
-/// their text (as the hot overlay scores the rows it lacks, to the bit)
-/// rather than searching the index: when a filter leaves few of them next
-/// to the postings of the query's terms (the tenant's live documents with
-/// each term). A text query whose words are in most of the corpus, under a
-/// filter that keeps 0.1% of it, had walked every posting of its words: 2.5
-/// ms at 100,000 records, 5.6 ms at 200,000.
-fn score_directly(indexed_eligible: u64, terms: &[String], stats: &QueryStats) -> bool {
+/// Whether the filter leads the text search ([`TextSearch::lead`]): each
+/// eligible row the index holds is found in its segment and each term's
+/// postings sought to it, when those seeks (the eligible rows times the
+/// query's terms) cost less than walking the postings of the terms (the
+/// tenant's live documents with each term), whose pruning cannot skip much
+/// while few of the documents it meets are eligible. Before, such a query
+/// scored the eligible rows from their stored text (a record read and its
+/// tokens, about 3.5 µs a row under the state's read lock): a text query
+/// whose words are in most of the corpus under a filter keeping 1-2% of it
+/// took 3-6 ms either way at 100,000 WordNet records, now about 1.
+fn filter_leads(indexed_eligible: u64, terms: &[String], stats: &QueryStats) -> bool {
     let postings: u64 = terms.iter().map(|t| stats.df.get(t).copied().unwrap_or(0)).sum();
-    indexed_eligible <= DIRECT_MAX_ROWS && indexed_eligible.saturating_mul(DIRECT_POSTINGS_PER_ROW) <= postings
+    indexed_eligible.saturating_mul(terms.len() as u64).saturating_mul(POSTINGS_PER_SEEK) <= postings
 }
 
 /// The vector path's work under the lock: exact hits (every eligible row,
@@ -400,14 +402,13 @@ fn text_overlay(
     let mut hits = Vec::new();
     // this table and tenant's rows the text index has not committed yet
     *pending += mask.range(marks.text..).count() as u64;
-    let direct = !terms.is_empty() && score_directly(eligible.range_cardinality(..marks.text), terms, &stats);
-    // the rows the index holds, when scored here, then the overlay's
-    let from = if direct { 0 } else { marks.text };
+    let lead = !terms.is_empty() && filter_leads(eligible.range_cardinality(..marks.text), terms, &stats);
+    // the rows above the index's watermark, scored from their text
     let upto = if plan.freshness == Freshness::Latest { u32::MAX } else { marks.text };
-    if !terms.is_empty() && from < upto {
+    if !terms.is_empty() && marks.text < upto {
         let mut analyzer = text::analyzer();
         let weights = stats.weights(terms);
-        for row_id in eligible.range(from..upto) {
+        for row_id in eligible.range(marks.text..upto) {
             let fields = state.fields(row_id, Some(&columns)).unwrap_or_default();
             let mut score = 0.0;
             for col in &columns {
@@ -416,20 +417,15 @@ fn text_overlay(
                     ex.lexical_scored_documents += 1;
                 }
             }
-            let overlay = row_id >= marks.text;
-            if overlay {
-                ex.dirty_feature_count += 1;
-                ex.hot_overlay_searched = true;
-            }
+            ex.dirty_feature_count += 1;
+            ex.hot_overlay_searched = true;
             if score > 0.0 {
                 hits.push((row_id, score));
-                if overlay {
-                    *overlay_rows.entry(row_id).or_default() += 1;
-                }
+                *overlay_rows.entry(row_id).or_default() += 1;
             }
         }
     }
-    TextPrep { hits, stats, columns, build_ms: ms(t), direct, history: false }
+    TextPrep { hits, stats, columns, build_ms: ms(t), lead, history: false }
 }
 
 /// Rows (8 bytes each) whose (row, slot) list an exact vector scan keeps
@@ -541,10 +537,10 @@ fn search_text(
     ex: &mut Explain,
 ) -> Result<Hits> {
     let t = Instant::now();
-    let TextPrep { mut hits, stats, columns, build_ms, direct, history } = prep;
+    let TextPrep { mut hits, stats, columns, build_ms, lead, history } = prep;
     let terms = plan.terms.as_deref().unwrap_or_default();
     let opened = !terms.is_empty();
-    if opened && !direct {
+    if opened {
         let found = branch.text.search(&TextSearch {
             history,
             table: &plan.table,
@@ -555,6 +551,7 @@ fn search_text(
             eligible,
             upto: marks.text,
             depth: Some(text_depth),
+            lead,
         })?;
         ex.lexical_scored_documents += found.scored_documents;
         ex.segments_scanned = found.segments;
