@@ -67,7 +67,7 @@ export interface EngineMetrics {
   index_lag: { text_rows: number; vector_rows: number };
   vector_graphs: { graphs: number; points: number; max_points: number };
   /** Estimated heap bytes per structure (element counts x sizes; crates/engine/src/storage/stats.rs). */
-  memory: { rows: number; keys: number; vectors: number; vector_graphs: number; receipts: number };
+  memory: { rows: number; keys: number; vectors: number; vector_graphs: number; receipts: number; text_row_maps: number };
 }
 
 /** A histogram counted in the engine: cumulative counts per upper bound, as Prometheus reads them. */

@@ -215,7 +215,7 @@ class EngineSeries {
   }
 }
 
-const MEMORY_STRUCTURES = ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts'] as const;
+const MEMORY_STRUCTURES = ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts', 'text_row_maps'] as const;
 
 export async function prometheusRoutes(app: FastifyInstance, options: { engine: Engine }): Promise<void> {
   const { engine } = options;
@@ -251,7 +251,7 @@ export async function prometheusRoutes(app: FastifyInstance, options: { engine: 
     purged: gauge('braid_branch_retention_purged_versions', 'Record versions retention removed from the branch (memory, indexes and disk)'),
     memory: gauge(
       'braid_branch_memory_bytes',
-      'Estimated heap bytes of the branch state by structure (rows, keys, vectors, vector_graphs, receipts): element counts x sizes, not measured; vector_graphs counts the nodes and neighbour lists of the HNSW graphs (they hold no vectors)',
+      'Estimated heap bytes of the branch state by structure (rows, keys, vectors, vector_graphs, receipts, text_row_maps): element counts x sizes, not measured; vector_graphs counts the nodes and neighbour lists of the HNSW graphs (they hold no vectors); text_row_maps the row-to-document pairs of merged text index segments',
       ['structure'],
     ),
   };

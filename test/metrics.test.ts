@@ -165,7 +165,7 @@ describe('engine figures in GET /metrics', () => {
     expect(value(m, 'braid_branch_checkpoint_age_seconds')).toBeUndefined();
     expect(value(m, 'braid_branch_wal_fsync_duration_seconds_count')).toBe(0);
     expect(value(m, 'braid_branch_wal_fsync_duration_seconds_bucket', { le: '0.00005' })).toBe(0);
-    for (const structure of ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts']) {
+    for (const structure of ['rows', 'keys', 'vectors', 'vector_graphs', 'receipts', 'text_row_maps']) {
       expect(value(m, 'braid_branch_memory_bytes', { structure }), structure).toBeGreaterThanOrEqual(0);
     }
   });

@@ -809,7 +809,7 @@ impl Engine {
             retention: handle.stats().retention(handle.horizon(&state), state.purged_rows),
             index_lag,
             vector_graphs: stats::vector_graphs(&state),
-            memory: stats::memory(&state),
+            memory: stats::memory(&state, handle.text.row_map_bytes()),
         };
         self.last_metrics.lock().insert(cache_key, metrics.clone());
         Ok(metrics)

@@ -42,6 +42,7 @@ use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::columnar::{Column, ColumnIndex};
 use tantivy::directory::MmapDirectory;
 use tantivy::fieldnorm::FieldNormReader;
+use tantivy::index::SegmentId;
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::postings::BlockSegmentPostings;
 use tantivy::query::{
@@ -1219,6 +1220,12 @@ impl TextIndex {
         documents
     }
 
+    /// Bytes of the (row, document) pairs kept for segments out of row order
+    /// ([`RowOrder`]).
+    pub fn row_map_bytes(&self) -> u64 {
+        self.row_order.heap_bytes()
+    }
+
     /// Searches one tenant's rows below `req.upto` that are in
     /// `req.eligible`; returns (row, score) with a row's score summed over
     /// the searched columns.
@@ -1269,7 +1276,7 @@ impl TextIndex {
         // each part's rows; a row in both (moved to the history, its
         // removal from the current part not committed yet) counts once
         let mut rows: HashMap<u32, f32> = HashMap::new();
-        for searcher in searchers.iter().filter(|s| s.num_docs() > 0) {
+        for (part, searcher) in searchers.iter().enumerate().filter(|(_, s)| s.num_docs() > 0) {
             let scoring = EnableScoring::enabled_from_statistics_provider(req.stats, searcher);
             let terms = term_queries
                 .iter()
@@ -1290,7 +1297,10 @@ impl TextIndex {
                 eligible: req.eligible.clone(),
                 upto,
                 keep,
-                lead: req.lead.then(|| self.row_order.clone()),
+                // the current part's (the first): see RowOrder
+                lead: (req.lead && part == 0).then(|| {
+                    (self.row_order.clone(), searcher.segment_readers().iter().map(SegmentReader::segment_id).collect())
+                }),
                 terms,
                 column_of,
                 clauses,
@@ -1409,9 +1419,9 @@ struct RowHits {
     eligible: Arc<RoaringBitmap>,
     upto: u32,
     keep: Option<usize>,
-    /// The filter leads ([`TextSearch::lead`]), in the segments whose
-    /// documents are in row order.
-    lead: Option<Arc<RowOrder>>,
+    /// The filter leads ([`TextSearch::lead`]): how the part's segments
+    /// (these, the searcher's) find a row's documents.
+    lead: Option<(Arc<RowOrder>, Vec<SegmentId>)>,
     /// One weight per (column, term), in query order.
     terms: Vec<Box<dyn Weight>>,
     /// The column (its place among the searched ones) of each of `terms`.
@@ -1551,9 +1561,8 @@ impl Collector for RowHits {
             }
             threshold(heap)
         };
-        let led = self.lead.as_ref().and_then(|order| order.documents(reader, &rows, &self.eligible, self.upto));
-        if let Some(documents) = led {
-            for doc in documents {
+        if let Some((order, live)) = &self.lead {
+            for doc in order.documents(live, reader, &rows, &self.eligible, self.upto) {
                 collect(doc, 0.0);
             }
         } else if self.keep.is_some() {
@@ -1570,97 +1579,141 @@ impl Collector for RowHits {
     }
 }
 
-/// Which segments hold their documents in row order: their `row` fast field
-/// never falls from one document to the next. A segment the indexer wrote is
-/// (one indexing thread adds rows in order); a merge concatenates its
-/// segments in the merge policy's order, which may not be. In a segment in
-/// row order an eligible row's document is found by a search of the field,
-/// so a filter can lead ([`TextSearch::lead`]); in another the postings are
-/// walked as without it. Kept by segment id (segments never change), and
-/// forgotten wholesale once it holds more segments than an index has.
+/// How each segment of the current part finds an eligible row's documents,
+/// for a search the filter leads ([`TextSearch::lead`]). A segment the
+/// indexer wrote holds its documents in row order (one indexing thread adds
+/// rows in order), so a search of its `row` fast field finds them; a merge
+/// concatenates its segments in the merge policy's order, which is not row
+/// order (tantivy's policy orders them by size), and such a segment gets its
+/// (row, document) pairs sorted by row, 8 bytes a document, made at the first
+/// search that needs them. Kept by segment id (segments never change) for the
+/// segments of the searcher that last asked, so a merged-away segment's pairs
+/// go with it. The history part (read at older epochs) is walked instead: its
+/// documents are in the order versions were superseded, and pairs of every
+/// one would grow with the history.
 #[derive(Default)]
-pub(crate) struct RowOrder(Mutex<HashMap<tantivy::index::SegmentId, bool>>);
+pub(crate) struct RowOrder(Mutex<HashMap<SegmentId, Arc<SegmentRows>>>);
 
-/// Segments [`RowOrder`] remembers before it starts again.
-const ROW_ORDER_SEGMENTS: usize = 1_024;
+enum SegmentRows {
+    /// The `row` field never falls from one document to the next.
+    InOrder,
+    /// Each document as `row << 32 | document`, ascending.
+    Sorted(Vec<u64>),
+}
 
 impl RowOrder {
-    fn in_order(&self, segment: &SegmentReader, rows: &Column<u64>) -> bool {
+    fn heap_bytes(&self) -> u64 {
+        let segments = self.0.lock();
+        let pairs = |rows: &SegmentRows| match rows {
+            SegmentRows::InOrder => 0,
+            SegmentRows::Sorted(pairs) => pairs.capacity() * std::mem::size_of::<u64>(),
+        };
+        segments.values().map(|rows| pairs(rows) as u64).sum()
+    }
+
+    fn rows_of(&self, live: &[SegmentId], segment: &SegmentReader, rows: &Column<u64>) -> Arc<SegmentRows> {
         let id = segment.segment_id();
-        if let Some(&known) = self.0.lock().get(&id) {
-            return known;
+        if let Some(known) = self.0.lock().get(&id) {
+            return known.clone();
         }
         // every document has its row (the field is set on each)
-        let known = matches!(rows.index, ColumnIndex::Full) && {
+        let values = &*rows.values;
+        let in_order = matches!(rows.index, ColumnIndex::Full) && {
             let mut last = 0;
-            rows.values.iter().all(|row| std::mem::replace(&mut last, row) <= row)
+            values.iter().all(|row| std::mem::replace(&mut last, row) <= row)
         };
-        let mut known_segments = self.0.lock();
-        if known_segments.len() >= ROW_ORDER_SEGMENTS {
-            known_segments.clear();
-        }
-        known_segments.insert(id, known);
+        let known = Arc::new(if in_order {
+            SegmentRows::InOrder
+        } else {
+            let mut pairs: Vec<u64> = (0..segment.max_doc())
+                .filter_map(|doc| rows.first(doc).map(|row| (row << 32) | u64::from(doc)))
+                .collect();
+            pairs.sort_unstable();
+            SegmentRows::Sorted(pairs)
+        });
+        let mut segments = self.0.lock();
+        segments.retain(|id, _| live.contains(id));
+        segments.insert(id, known.clone());
         known
     }
 
     /// The segment's documents of the rows in `eligible` below `upto`, in
-    /// order, when its documents are in row order (else `None`): each row
-    /// found by a galloping search forward from the last one's document, so
-    /// the cost is about the eligible rows in the segment's span, not its
-    /// documents.
+    /// document order: each row found by a galloping search forward from the
+    /// last one's place, so the cost is about the eligible rows in the
+    /// segment's span, not its documents.
     fn documents(
         &self,
+        live: &[SegmentId],
         segment: &SegmentReader,
         rows: &Column<u64>,
         eligible: &RoaringBitmap,
         upto: u32,
-    ) -> Option<Vec<DocId>> {
-        if !self.in_order(segment, rows) {
-            return None;
-        }
-        let values = &*rows.values;
-        let end = values.num_vals();
+    ) -> Vec<DocId> {
+        let known = self.rows_of(live, segment, rows);
         let mut documents = Vec::new();
-        if end == 0 {
-            return Some(documents);
+        match &*known {
+            SegmentRows::InOrder => {
+                let values = &*rows.values;
+                gallop(values.num_vals(), |doc| values.get_val(doc), eligible, upto, |doc, _| documents.push(doc));
+            }
+            SegmentRows::Sorted(pairs) => {
+                gallop(
+                    pairs.len() as u32,
+                    |at| pairs[at as usize] >> 32,
+                    eligible,
+                    upto,
+                    |at, _| {
+                        documents.push(pairs[at as usize] as u32);
+                    },
+                );
+                documents.sort_unstable();
+            }
         }
-        let (first, last) = (values.min_value(), values.max_value().min(u64::from(upto).saturating_sub(1)));
-        if first > last {
-            return Some(documents);
-        }
-        let mut at: u32 = 0;
-        for row in eligible.range(first as u32..=last as u32) {
-            let row = u64::from(row);
-            // the first document at or after `at` whose row is not below `row`
+        documents
+    }
+}
+
+/// Calls `found(place, row)` for each place in `0..end` whose row (`row_at`,
+/// which never falls as the place grows) is one of the rows in `eligible`
+/// below `upto`, finding each by a galloping search forward from the last.
+fn gallop(end: u32, row_at: impl Fn(u32) -> u64, eligible: &RoaringBitmap, upto: u32, mut found: impl FnMut(u32, u64)) {
+    if end == 0 {
+        return;
+    }
+    let (first, last) = (row_at(0), row_at(end - 1).min(u64::from(upto).saturating_sub(1)));
+    if first > last {
+        return;
+    }
+    let mut at: u32 = 0;
+    for row in eligible.range(first as u32..=last as u32) {
+        let row = u64::from(row);
+        // the first place at or after `at` whose row is not below `row`
+        if row_at(at) < row {
             let mut step = 1;
             let mut low = at;
-            while low + step < end && values.get_val(low + step) < row {
+            while low + step < end && row_at(low + step) < row {
                 low += step;
                 step *= 2;
             }
             let mut high = (low + step).min(end);
-            if values.get_val(low) >= row {
-                high = low;
-            }
             while high - low > 1 {
                 let middle = low + (high - low) / 2;
-                if values.get_val(middle) < row {
+                if row_at(middle) < row {
                     low = middle;
                 } else {
                     high = middle;
                 }
             }
             at = high;
-            // a row of more than SLOTS text columns is several documents, one after another
-            while at < end && values.get_val(at) == row {
-                documents.push(at);
-                at += 1;
-            }
-            if at >= end {
-                break;
-            }
         }
-        Some(documents)
+        // a row of more than SLOTS text columns is several documents, one after another
+        while at < end && row_at(at) == row {
+            found(at, row);
+            at += 1;
+        }
+        if at >= end {
+            break;
+        }
     }
 }
 
@@ -2214,7 +2267,8 @@ mod tests {
 
     /// A search the filter leads finds the rows, with their scores to the
     /// bit, that a walk of the postings finds: over segments the indexer
-    /// wrote, one merged from them out of row order (where the walk serves),
+    /// wrote, one merged from them out of row order (found through its rows
+    /// sorted),
     /// versions moved to the history part, rows of two columns, and filters
     /// from a few rows to all of them.
     #[test]
@@ -2253,10 +2307,16 @@ mod tests {
             index.add_superseded(row, "docs", "t", &[("body", "the river of stone"), ("title", "quiet")]).unwrap();
         }
         index.commit().unwrap();
-        let mut ids = index.current.index.searchable_segment_ids().unwrap();
-        assert!(ids.len() >= 4, "{} segments", ids.len());
-        ids.truncate(3);
-        ids.reverse();
+        // three segments merged last rows first: out of row order
+        let searcher = index.current.reader.searcher();
+        let mut segments: Vec<(u64, SegmentId)> = searcher
+            .segment_readers()
+            .iter()
+            .map(|s| (s.fast_fields().u64("row").unwrap().values.min_value(), s.segment_id()))
+            .collect();
+        assert!(segments.len() >= 4, "{} segments", segments.len());
+        segments.sort_unstable_by(|a, b| b.cmp(a));
+        let ids: Vec<SegmentId> = segments.iter().take(3).map(|&(_, id)| id).collect();
         index.current.writer.lock().as_mut().unwrap().merge(&ids).wait().unwrap();
         index.refresh();
         let stats = QueryStats { docs: u64::from(rows), tokens, df };
@@ -2297,14 +2357,21 @@ mod tests {
                 }
             }
         }
-        // the merged segment is out of row order, the others in it
+        // the merged segment is out of row order (its rows sorted), the others in it
         let searcher = index.current.reader.searcher();
+        let live: Vec<SegmentId> = searcher.segment_readers().iter().map(SegmentReader::segment_id).collect();
         let order: Vec<bool> = searcher
             .segment_readers()
             .iter()
-            .map(|segment| index.row_order.in_order(segment, &segment.fast_fields().u64("row").unwrap()))
+            .map(|segment| {
+                let rows = index.row_order.rows_of(&live, segment, &segment.fast_fields().u64("row").unwrap());
+                matches!(*rows, SegmentRows::InOrder)
+            })
             .collect();
         assert!(order.contains(&false) && order.contains(&true), "{order:?}");
+        // the merged segment's pairs, 8 bytes a document, are what the memory estimate counts
+        let merged: u64 = searcher.segment_readers().iter().map(|s| u64::from(s.max_doc())).max().unwrap();
+        assert!(index.row_map_bytes() >= 8 * merged, "{} bytes", index.row_map_bytes());
     }
 
     /// Deletes of a few rows go as a term each and of more as set queries:
