@@ -1087,6 +1087,9 @@ const SNAPSHOTTING: &str = ".snapshotting";
 fn unnamed_dir_free(dir: &Path, shown: &str, mark: &str, code: Code) -> Result<()> {
     if dir.join(mark).exists() {
         std::fs::remove_dir_all(dir)?;
+    } else if is_empty_dir(dir) {
+        // a restore killed between making its directory and marking it
+        std::fs::remove_dir(dir)?;
     } else if std::fs::symlink_metadata(dir).is_ok() {
         return Err(Error::new(
             code,
@@ -1122,10 +1125,21 @@ fn remove_unfinished(data: &Path, catalog: &Catalog) -> Result<()> {
             let named = catalog.branches.iter().any(|b| b.database_id == database && b.branch_id == branch);
             if !named && path.join(RESTORING).exists() {
                 std::fs::remove_dir_all(path)?;
+            } else if !named && is_empty_dir(&path) {
+                // a restore killed between making its directory and marking
+                // it (found by a black-box test: the name was then refused
+                // as a directory put there by hand, also to the retry)
+                std::fs::remove_dir(path)?;
             }
         }
     }
     Ok(())
+}
+
+/// Whether `path` is a directory with nothing in it: nothing an operator
+/// could lose.
+fn is_empty_dir(path: &Path) -> bool {
+    std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
 }
 
 /// The directories in `path`, by name (none when `path` does not exist).

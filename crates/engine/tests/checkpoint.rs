@@ -590,6 +590,9 @@ fn a_start_removes_what_a_killed_snapshot_or_restore_left() {
     }
     // and one without the mark: not a restore's
     copy_dir(&data.join("db").join("default").join("restored"), &data.join("db").join("default").join("someones"));
+    // a restore killed between making its directory and marking it leaves
+    // it empty (found by a black-box test: the name was refused for good)
+    std::fs::create_dir(data.join("db").join("default").join("bare")).unwrap();
     let engine = open_without_checkpoints(data);
     let mut snapshots = files(&data.join("snapshots"), "");
     snapshots.retain(|n| !n.ends_with(".json"));
@@ -600,6 +603,10 @@ fn a_start_removes_what_a_killed_snapshot_or_restore_left() {
     assert!(!data.join("snapshots").join("kept").join(".snapshotting").exists());
     // what the catalog names is whole
     assert!(engine.get(None, Some("restored"), &key("r3"), None).unwrap().is_some());
+    // an empty directory under the name (the kill came after the start) is no obstacle either
+    std::fs::create_dir(data.join("db").join("default").join("bare")).unwrap();
+    engine.restore("kept", "bare").unwrap();
+    assert!(engine.get(None, Some("bare"), &key("r3"), None).unwrap().is_some());
     engine.restore("kept", "unfinished").unwrap();
     assert!(engine.get(None, Some("unfinished"), &key("r3"), None).unwrap().is_some());
     // a directory the catalog does not name is not replaced by a snapshot or
