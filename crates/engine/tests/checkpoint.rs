@@ -1068,6 +1068,41 @@ fn a_sealed_record_file_cut_short_is_refused_and_named() {
     assert_eq!(get(&engine, "r0", None).unwrap()["n"], 0);
 }
 
+/// A byte changed inside a sealed record file's entry is named by doctor,
+/// with how many records fail their checksum (found by a black-box test:
+/// doctor called it healthy, and only reads of the record failed); the start
+/// still opens (it checks headers and lengths, not every record), and the
+/// record's read names the file.
+#[test]
+fn doctor_names_a_damaged_record_inside_a_sealed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_without_checkpoints(dir.path());
+    engine.put(None, None, (0..50).map(|i| doc(i, 0)).collect(), None).unwrap();
+    engine.checkpoint(None, None).unwrap();
+    drop(engine);
+    let sealed = main_dir(dir.path()).join("records-00000000.dat");
+    let good = std::fs::read(&sealed).unwrap();
+    assert!(braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+    let mut damaged = good.clone();
+    let at = good.len() / 2;
+    damaged[at] ^= 0xff;
+    std::fs::write(&sealed, &damaged).unwrap();
+    let report = braid_engine::doctor::doctor(dir.path(), false).unwrap();
+    assert!(!report.healthy);
+    assert!(
+        report.problems.iter().any(|p| p.contains("records-00000000.dat") && p.contains("1 of its 50 records")),
+        "{:?}",
+        report.problems
+    );
+    let engine = Engine::open(config_without_checkpoints(dir.path())).unwrap();
+    let failed = (0..50).filter_map(|i| engine.get(None, None, &key(&format!("r{i}")), None).err()).collect::<Vec<_>>();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].message.contains("records-00000000.dat"), "{}", failed[0].message);
+    drop(engine);
+    std::fs::write(&sealed, &good).unwrap();
+    assert!(braid_engine::doctor::doctor(dir.path(), false).unwrap().healthy);
+}
+
 /// Found by a black-box test: a vector file zeroed in place was served as
 /// it was (vector files had no checksum). A checkpoint now writes a trailer
 /// with the file's CRC-32; a start refuses a file that fails it, and doctor
