@@ -9,7 +9,10 @@
 // top-10 ids-only queries (fixed random vectors), one at a time, and prints
 // p50 / p90 and the access path the planner chose.
 //
-//   taskset -c 0 node bench/rewrites.mjs [--records 20000] [--rounds 4] [--dim 64] [--history-epochs N]
+// With --restart the database is closed and opened again after each pass's
+// writes (before its queries), as a server restarted between them.
+//
+//   taskset -c 0 node bench/rewrites.mjs [--records 20000] [--rounds 4] [--dim 64] [--history-epochs N] [--restart]
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -23,6 +26,7 @@ const records = arg('records', 20_000);
 const rounds = arg('rounds', 4);
 const dim = arg('dim', 64);
 const historyEpochs = arg('history-epochs', undefined);
+const restart = process.argv.includes('--restart');
 
 let seed = 7;
 const random = () => {
@@ -33,10 +37,11 @@ const vector = () => Float32Array.from({ length: dim }, random);
 const queries = Array.from({ length: 200 }, vector);
 
 const dir = mkdtempSync(path.join(tmpdir(), 'braid-rewrites-'));
-const db = open({ dataDir: dir, ...(historyEpochs === undefined ? {} : { historyEpochs }) });
+const options = { dataDir: dir, ...(historyEpochs === undefined ? {} : { historyEpochs }) };
+let db = open(options);
 const percentile = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
 
-console.log(`${records} records, ${dim}-d, ${rounds} rewrites${historyEpochs === undefined ? ', all history kept' : `, --history-epochs ${historyEpochs}`}`);
+console.log(`${records} records, ${dim}-d, ${rounds} rewrites${historyEpochs === undefined ? ', all history kept' : `, --history-epochs ${historyEpochs}`}${restart ? ', restarted after each pass' : ''}`);
 console.log('versions written | p50 ms | p90 ms | paths (of 200)');
 try {
   for (let round = 0; round <= rounds; round++) {
@@ -45,6 +50,11 @@ try {
       await db.putBatch(Array.from({ length: n }, (_, j) => ({ table: 'v', tenant_id: 't', id: `r${i + j}`, fields: { e: vector() } })));
     }
     await db.waitIndexed(600_000);
+    if (restart) {
+      await db.close();
+      db = open(options);
+      await db.waitIndexed(600_000);
+    }
     const times = [];
     const paths = {};
     for (const q of queries) {
