@@ -1265,8 +1265,8 @@ impl TextIndex {
         if req.history {
             searchers.push(self.history.reader.searcher());
         }
-        let segments = searchers.iter().map(|s| s.segment_readers().len() as u64).sum();
-        let mut hits = TextHits { rows: Vec::new(), scored_documents: 0, segments, watermark: upto, truncated: false };
+        let mut hits =
+            TextHits { rows: Vec::new(), scored_documents: 0, segments: 0, watermark: upto, truncated: false };
         if term_queries.is_empty() {
             return Ok(hits);
         }
@@ -1307,10 +1307,12 @@ impl TextIndex {
                 // as Bm25Weight::for_terms computes it from the statistics
                 average: req.stats.tokens.max(1) as Score / req.stats.docs.max(1) as Score,
                 kept: Mutex::default(),
+                segments_read: AtomicU64::new(0),
             };
             let (found, scored) =
                 searcher.search_with_statistics_provider(&query, &collector, req.stats).map_err(tantivy_err)?;
             hits.scored_documents += scored;
+            hits.segments += collector.segments_read.load(Ordering::Relaxed);
             // a row's columns in the order searched, summed from zero
             let mut found = found;
             found.sort_unstable_by_key(|h| (h.row, h.place));
@@ -1432,6 +1434,8 @@ struct RowHits {
     average: Score,
     /// The best `keep` rows so far, across segments (searched one at a time).
     kept: Mutex<BinaryHeap<Kept>>,
+    /// Segments searched: those with a row that may be eligible.
+    segments_read: AtomicU64,
 }
 
 /// A heap entry; worse rows are greater, so the worst kept row is on top.
@@ -1496,6 +1500,18 @@ impl Collector for RowHits {
         reader: &SegmentReader,
     ) -> tantivy::Result<(Vec<Hit>, u64)> {
         let rows = reader.fast_fields().u64("row")?;
+        // a segment none of whose rows can be eligible is not read: a read
+        // at an older epoch skips the segments of rows written after it, and
+        // of versions superseded in other rounds (the history part's)
+        let span = (rows.values.num_vals() > 0).then(|| (rows.values.min_value(), rows.values.max_value()));
+        let reachable = span.is_some_and(|(low, high)| {
+            let high = high.min(u64::from(self.upto).saturating_sub(1));
+            low <= high && self.eligible.range_cardinality(low as u32..=high as u32) > 0
+        });
+        if !reachable {
+            return Ok((Vec::new(), 0));
+        }
+        self.segments_read.fetch_add(1, Ordering::Relaxed);
         let alive = reader.alive_bitset();
         let mut scorers = self.terms.iter().map(|w| w.scorer(reader, 1.0)).collect::<tantivy::Result<Vec<_>>>()?;
         let keep = self.keep.unwrap_or(usize::MAX);
@@ -2372,6 +2388,49 @@ mod tests {
         // the merged segment's pairs, 8 bytes a document, are what the memory estimate counts
         let merged: u64 = searcher.segment_readers().iter().map(|s| u64::from(s.max_doc())).max().unwrap();
         assert!(index.row_map_bytes() >= 8 * merged, "{} bytes", index.row_map_bytes());
+    }
+
+    /// A segment none of whose rows is eligible is not read (a read at an
+    /// older epoch, whose rows are all below the later segments'), and
+    /// explain's segment count says so.
+    #[test]
+    fn segments_without_an_eligible_row_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = TextIndex::open(dir.path()).unwrap();
+        for row in 0..300u32 {
+            index.add_row(row, "docs", "t", &[("body", "the water of the river")]).unwrap();
+            if row % 100 == 99 {
+                index.mark_pending(row + 1);
+                index.commit().unwrap();
+            }
+        }
+        let stats = QueryStats { docs: 300, tokens: 1500, df: [("water".to_string(), 300)].into_iter().collect() };
+        let terms = vec!["water".to_string()];
+        let columns = vec!["body".to_string()];
+        let search = |eligible: RoaringBitmap| {
+            index
+                .search(&TextSearch {
+                    history: false,
+                    table: "docs",
+                    tenant: "t",
+                    columns: &columns,
+                    terms: &terms,
+                    stats: &stats,
+                    eligible: Arc::new(eligible),
+                    upto: 300,
+                    depth: Some(10),
+                    lead: false,
+                })
+                .unwrap()
+        };
+        let all = search((0..300).collect());
+        assert_eq!(all.segments, index.current.reader.searcher().segment_readers().len() as u64);
+        let early = search((0..100).step_by(3).collect());
+        assert_eq!(early.segments, 1, "only the first segment holds eligible rows");
+        assert_eq!(early.rows.len(), 10);
+        assert!(early.rows.iter().all(|&(row, _)| row < 100 && row % 3 == 0));
+        assert!(early.scored_documents <= 100);
+        assert_eq!(search(RoaringBitmap::new()).segments, 0);
     }
 
     /// Deletes of a few rows go as a term each and of more as set queries:
