@@ -376,6 +376,7 @@ export interface HybridExplain {
   freshness_mode: string
   fusion_method: string
   hot_overlay_searched: boolean
+  graph_nodes_read: number
   lexical_cache_hits: number
   lexical_cache_misses: number
   lexical_indexed_documents: number

@@ -40,7 +40,7 @@ describe('explain (route 4)', () => {
     for (const field of [
       'access_path_timings', 'access_paths', 'candidate_budget', 'deduped_candidate_count', 'dirty_feature_count', 'early_stop_reason',
       'exact_fallback_triggered', 'failed_feature_count', 'final_visibility_guard_count', 'final_visibility_guard_removed', 'freshness_mode',
-      'fusion_method', 'hot_overlay_searched', 'lexical_cache_hits', 'lexical_cache_misses', 'lexical_indexed_documents',
+      'fusion_method', 'graph_nodes_read', 'hot_overlay_searched', 'lexical_cache_hits', 'lexical_cache_misses', 'lexical_indexed_documents',
       'lexical_scored_documents', 'materialized_count', 'missing_feature_count', 'module_versions', 'opened_candidate_streams',
       'pending_feature_count', 'phase_timings', 'planner_candidates', 'policy_epoch', 'read_epoch', 'returned_count',
       'scalar_filter_applied', 'scalar_filter_predicates', 'scalar_filter_removed_records', 'scalar_filter_visible_records',

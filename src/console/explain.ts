@@ -55,6 +55,7 @@ function facts(e: HybridExplain): HTMLElement {
     fact('text / vector candidates', `${e.text_candidates} / ${e.vector_candidates}`),
     fact('BM25 scored documents', e.lexical_scored_documents),
     fact('segments scanned', e.segments_scanned),
+    fact('graph nodes read', e.graph_nodes_read),
     fact('scalar filter', e.scalar_filter_applied ? `${e.scalar_filter_predicates.join(' AND ')} (removed ${e.scalar_filter_removed_records})` : 'none', true),
     fact('hot overlay searched', e.hot_overlay_searched),
     fact('exact vector fallback', e.exact_fallback_triggered),

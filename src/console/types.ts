@@ -89,6 +89,7 @@ export interface HybridExplain {
   fusion_method: string;
   hot_overlay_searched: boolean;
   lexical_scored_documents: number;
+  graph_nodes_read: number;
   materialized_count: number;
   missing_feature_count: number;
   pending_feature_count: number;

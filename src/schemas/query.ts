@@ -109,6 +109,7 @@ export const HybridExplain = Type.Object({
   final_visibility_guard_removed: Type.Integer(),
   freshness_mode: Type.String(),
   fusion_method: Type.String(),
+  graph_nodes_read: Type.Integer(),
   hot_overlay_searched: Type.Boolean(),
   lexical_cache_hits: Type.Integer(),
   lexical_cache_misses: Type.Integer(),

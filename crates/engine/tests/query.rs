@@ -1210,9 +1210,15 @@ fn the_graph_walk_reads_in_proportion_to_its_budget_not_the_graph() {
     let page = engine.query(None, None, &query).unwrap();
     assert!(page.results.is_empty(), "{:?}", ids(&page));
     assert_eq!(page.explain.early_stop_reason.as_deref(), Some("graph_read_limit"));
+    // explain says what the walk read (a black-box review saw 32 ms and 0 graph candidates, nothing else)
+    assert_eq!(page.explain.graph_nodes_read, 4096);
     // a budget whose reads cover the graph finds it, and the walk ends at its depth
     query.candidate_budget = Some(300);
     let page = engine.query(None, None, &query).unwrap();
     assert_eq!(ids(&page), vec!["x7999".to_string()]);
     assert_ne!(page.explain.early_stop_reason.as_deref(), Some("graph_read_limit"));
+    // the seed and its 8,000 neighbours (depth 2: their edges are read, the x's are not)
+    assert_eq!(page.explain.graph_nodes_read, 8001);
+    query.graph_seed = None;
+    assert_eq!(engine.query(None, None, &query).unwrap().explain.graph_nodes_read, 0);
 }

@@ -412,6 +412,8 @@ pub struct HybridExplain {
     pub fusion_method: String,
     #[napi(js_name = "hot_overlay_searched")]
     pub hot_overlay_searched: bool,
+    #[napi(js_name = "graph_nodes_read")]
+    pub graph_nodes_read: f64,
     #[napi(js_name = "lexical_cache_hits")]
     pub lexical_cache_hits: f64,
     #[napi(js_name = "lexical_cache_misses")]
@@ -498,6 +500,7 @@ impl From<ex::Explain> for HybridExplain {
             freshness_mode: e.freshness_mode,
             fusion_method: e.fusion_method,
             hot_overlay_searched: e.hot_overlay_searched,
+            graph_nodes_read: n(e.graph_nodes_read),
             lexical_cache_hits: n(e.lexical_cache_hits),
             lexical_cache_misses: n(e.lexical_cache_misses),
             lexical_indexed_documents: n(e.lexical_indexed_documents),

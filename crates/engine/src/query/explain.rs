@@ -58,6 +58,8 @@ pub struct Explain {
     pub final_visibility_guard_removed: u64,
     pub freshness_mode: String,
     pub fusion_method: String,
+    /// Records whose edges the graph walk read (what its time grows with).
+    pub graph_nodes_read: u64,
     pub hot_overlay_searched: bool,
     pub lexical_cache_hits: u64,
     pub lexical_cache_misses: u64,

@@ -64,11 +64,13 @@ pub fn neighbourhood(
     depth: u32,
     edge_columns: &[String],
     enough: &Enough<'_>,
-) -> (Vec<(u32, u32)>, Option<Stopped>) {
+) -> (Vec<(u32, u32)>, Option<Stopped>, u64) {
     let mut seen: HashMap<String, u32> = HashMap::new();
     let mut out = Vec::new();
-    let Some(seed_row) = state.visible_version(table, tenant, seed, epoch) else { return (out, None) };
-    let mut reads_left = max_reads(enough.rows);
+    let Some(seed_row) = state.visible_version(table, tenant, seed, epoch) else { return (out, None, 0) };
+    let limit = max_reads(enough.rows);
+    let mut reads_left = limit;
+    let read = |left: usize| (limit - left) as u64;
     seen.insert(seed.to_string(), 0);
     let mut queue = VecDeque::from([(seed_row, 0u32)]);
     // rows that count among those found, and the level being expanded
@@ -83,11 +85,11 @@ pub fn neighbourhood(
             // only while fewer than enough rows count
             level = hops;
             if counted >= enough.rows {
-                return (out, Some(Stopped::Enough));
+                return (out, Some(Stopped::Enough), read(reads_left));
             }
         }
         if reads_left == 0 {
-            return (out, Some(Stopped::ReadLimit));
+            return (out, Some(Stopped::ReadLimit), read(reads_left));
         }
         reads_left -= 1;
         let fields = state.fields(row, Some(edge_columns)).unwrap_or_default();
@@ -106,7 +108,7 @@ pub fn neighbourhood(
             }
         }
     }
-    (out, None)
+    (out, None, read(reads_left))
 }
 
 #[cfg(test)]

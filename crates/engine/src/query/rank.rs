@@ -501,8 +501,9 @@ fn graph_hits(state: &State, plan: &Plan, epoch: u64, eligible: &RoaringBitmap, 
     }
     let t = Instant::now();
     let enough = graph::Enough { eligible, rows: plan.budget };
-    let (reached, stopped) =
+    let (reached, stopped, read) =
         graph::neighbourhood(state, &plan.table, &plan.tenant, seed, epoch, *depth, edges, &enough);
+    ex.graph_nodes_read = read;
     let walk_ms = ms(t);
     let t = Instant::now();
     let mut hits: Hits = reached
