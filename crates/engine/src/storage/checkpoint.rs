@@ -1273,12 +1273,7 @@ fn check_record_entries(dir: &Path, rows: &RowTable, record_files: &[u32]) -> Re
         let mut first = None;
         for &(offset, len) in &entries {
             entry.resize(len as usize, 0);
-            let whole = file.read_exact_at(&mut entry, offset).is_ok();
-            let (crc, body) = entry.split_at(4.min(entry.len()));
-            if !(whole
-                && crc.len() == 4
-                && u32::from_le_bytes(crc.try_into().expect("4 bytes")) == crc32fast::hash(body))
-            {
+            if !(file.read_exact_at(&mut entry, offset).is_ok() && records::checks_out(&entry)) {
                 failed += 1;
                 first.get_or_insert(offset);
             }

@@ -111,6 +111,13 @@ pub fn check_sealed(dir: &Path, sealed: &[u32]) -> Result<()> {
     Ok(())
 }
 
+/// Whether an entry's bytes (its checksum, then the record) pass their
+/// checksum.
+pub fn checks_out(entry: &[u8]) -> bool {
+    let (crc, body) = entry.split_at(4.min(entry.len()));
+    crc.len() == 4 && u32::from_le_bytes(crc.try_into().expect("4 bytes")) == crc32fast::hash(body)
+}
+
 /// Sealed files a branch keeps open at once (see the module docs).
 pub const OPEN_SEALED: usize = 16;
 
@@ -383,8 +390,7 @@ impl RecordFiles {
                 }
             }
         }
-        let (crc, body) = bytes.split_at(4.min(bytes.len()));
-        if crc.len() < 4 || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32fast::hash(body) {
+        if !checks_out(&bytes) {
             return Err(Error::storage(format!(
                 "record at {} offset {} fails its checksum",
                 file_name(loc.gen),

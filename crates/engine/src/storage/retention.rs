@@ -38,7 +38,7 @@ use parking_lot::RwLock;
 use crate::error::Result;
 use crate::index::text::TextIndex;
 use crate::storage::pipeline::Shared;
-use crate::storage::records::{RecordLoc, HEADER_LEN};
+use crate::storage::records::{self, RecordLoc, HEADER_LEN};
 use crate::storage::state::{State, VectorColumn, VectorStore};
 
 /// What one retention pass did.
@@ -119,8 +119,7 @@ fn choose(state: &State) -> Vec<(u32, Vec<(u32, RecordLoc)>)> {
 fn entry(file: &[u8], loc: RecordLoc) -> Option<&[u8]> {
     let start = usize::try_from(loc.offset).ok()?;
     let bytes = file.get(start..start.checked_add(loc.len as usize)?)?;
-    let (crc, body) = bytes.split_at_checked(4)?;
-    (u32::from_le_bytes(crc.try_into().ok()?) == crc32fast::hash(body)).then_some(bytes)
+    records::checks_out(bytes).then_some(bytes)
 }
 
 fn compact(state: &RwLock<State>, out: &mut Purged) -> Result<()> {
