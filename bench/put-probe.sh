@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where a durable put's time goes on the server's core: `braid serve` on the
 # release addon (target/bench-native) pinned to core 0, wrk on core 1 sending
-# single-record puts from 32 connections (after 2 s of warm-up), then each
+# single-record puts from 32 connections (CONNS=n for another number; after
+# 2 s of warm-up, from 32), then each
 # server thread's CPU (ms a second, from /proc/<pid>/task/*/stat), its context
 # switches, and the WAL's fsync and group-commit figures from /metrics.
 # Needs wrk and taskset (apt-get install -y wrk); perf for the profile.
@@ -46,7 +47,7 @@ fi
 cpu > "$OUT/cpu.before"; switches > "$OUT/switches.before"; sched > "$OUT/sched.before"
 PERF=
 if [ "${2:-}" = perf ]; then perf record -F "${PFREQ:-2000}" -g -p $PID -o "$OUT/perf.data" -- sleep "$SECS" > /dev/null 2>&1 & PERF=$!; fi
-taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "requests in|Requests/sec|Latency"
+taskset -c 1 wrk -t1 -c"${CONNS:-32}" -d"${SECS}s" -s "$OUT/put.lua" "http://127.0.0.1:$PORT" | grep -E "requests in|Requests/sec|Latency"
 [ -n "$PERF" ] && wait $PERF
 cpu > "$OUT/cpu.after"; switches > "$OUT/switches.after"; sched > "$OUT/sched.after"
 echo "context switches (voluntary, involuntary):"

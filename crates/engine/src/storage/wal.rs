@@ -412,11 +412,7 @@ impl Wal {
             allocated = good_end;
         }
         let seq = payloads.len() as u64;
-        let identity = {
-            use std::os::unix::fs::MetadataExt;
-            let meta = file.metadata()?;
-            (meta.dev(), meta.ino())
-        };
+        let identity = crate::fsutil::identity(path)?;
         let wal = Wal {
             path: path.to_path_buf(),
             identity,
@@ -499,21 +495,22 @@ impl Wal {
     /// writes go on into a file no path names), found by a black-box review,
     /// had kept acknowledging writes that the next start could not find. That
     /// fails the sync, so the group is refused and the branch stops taking
-    /// writes (`storage_failure`) instead. One `stat` of the path per write
-    /// group. A log cut short in place is not looked for here: the writes
+    /// writes (`storage_failure`) instead. One `statx` of the path's inode
+    /// (not its times: `fsutil::identity`) per write group. A log cut short in place is not looked for here: the writes
     /// after the cut leave a hole that the next start refuses, loudly, where
     /// a log rolled back to its last good end would read as a torn tail.
     pub fn sync(&mut self) -> Result<()> {
-        use std::os::unix::fs::MetadataExt;
         faults::check("wal::sync")?;
         self.file.sync_data()?;
-        let named = std::fs::metadata(&self.path).map_err(|e| {
+        // the inode alone: asking for the times makes every later write
+        // change the inode, and each fdatasync write it (fsutil::identity)
+        let named = crate::fsutil::identity(&self.path).map_err(|e| {
             Error::storage(format!(
                 "{} is no longer there ({e}); its writes would be lost at the next start",
                 self.path.display()
             ))
         })?;
-        if (named.dev(), named.ino()) != self.identity {
+        if named != self.identity {
             return Err(Error::storage(format!(
                 "{} was replaced by another file; the writes in the open one would be lost at the next start",
                 self.path.display()
