@@ -13,6 +13,7 @@
 #   RENICE=braid-commit bash bench/put-probe.sh           # that thread at nice -10 (root only; an experiment)
 #   NODEARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" bash bench/put-probe.sh   # a V8 CPU profile, written as the server stops
 #   NATIVE=<dir> bash bench/put-probe.sh                  # another build of the addon
+#   FRESH=1 bash bench/put-probe.sh                       # new records (ids unused), not rewrites of the warm-up's
 #   BUCKETS=group_commit_writes_bucket bash bench/put-probe.sh   # also the metrics lines matching that pattern
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,9 @@ cat > "$OUT/put.lua" <<'L'
 wrk.method = "POST"
 wrk.path = "/v1/records/put"
 wrk.headers["Content-Type"] = "application/json"
-local seq = 0
+-- FRESH=1: ids no earlier run wrote (new records); by default the timed run
+-- rewrites the warm-up's records, as bench/http.mjs's runs do
+local seq = (os.getenv("FRESH") or "") ~= "" and (os.time() % 100000) * 1000000 or 0
 request = function()
   seq = seq + 1
   return wrk.format(nil, nil, nil, string.format([==[{"record":{"table":"bench","tenant_id":"t%d","id":"p-%d","fields":{"title":"record %d about solar wind and rain","n":%d}}}]==], seq % 4, seq, seq, seq % 100))

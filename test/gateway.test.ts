@@ -909,6 +909,8 @@ describe('gateway against a scripted engine', () => {
   let upstreamUrl: string;
   let gateway: ChildServer;
   let notReady = false;
+  // the code the scripted engine's readiness answers with while not ready
+  let notReadyCode = 'shutting_down';
   let shapelessMetrics = false;
   const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders; body: string }> = [];
 
@@ -921,7 +923,7 @@ describe('gateway against a scripted engine', () => {
         if (req.url === '/v1/ready') {
           res.writeHead(notReady ? 503 : 200, { 'content-type': 'application/json' });
           res.end(JSON.stringify(notReady
-            ? { ready: false, ok: false, error: 'recovering', code: 'shutting_down', recovery_state: 'failed' }
+            ? { ready: false, ok: false, error: 'recovering', code: notReadyCode, recovery_state: 'failed' }
             : { ready: true, ok: true, error: '', durable_epoch: 4, latest_epoch: 5, recovery_state: 'healthy' }));
           return;
         }
@@ -1085,6 +1087,31 @@ describe('gateway against a scripted engine', () => {
     shapelessMetrics = false;
     expect(shapeless.status).toBe(502);
     expect(shapeless.body).toEqual({ code: 'upstream_error', error: expect.stringMatching(/answered its metrics out of shape/) });
+  });
+
+  // found by a black-box review: a probe branch whose storage failed closed every branch of the engine,
+  // reads included, and a readiness check of a healthy branch opened them all again until the next probe
+  it('does not gate an engine whose probed branch alone is not ready (storage failed, indexer failing)', async () => {
+    for (const code of ['storage_failure', 'indexer_failed']) {
+      notReadyCode = code;
+      notReady = true;
+      try {
+        await waitFor(`the gateway to probe the engine (${code})`, async () => (await get(gateway.url, '/v1/ready', GOOD)).status === 503);
+        // past two of the background checks (every 500 ms), which store the answer
+        await new Promise((resolve) => setTimeout(resolve, 1200));
+        // the engine answers each request for its own branch: it is proxied
+        seen.length = 0;
+        const proxied = await get(gateway.url, '/v1/nope', GOOD);
+        expect(proxied.status).toBe(201);
+        expect(seen.map((s) => s.url)).toEqual(['/v1/nope']);
+        const ready = await get(gateway.url, '/v1/ready', GOOD);
+        expect(ready.status).toBe(503);
+        expect(ready.body).toMatchObject({ ready: false, code });
+      } finally {
+        notReady = false;
+        notReadyCode = 'shutting_down';
+      }
+    }
   });
 });
 

@@ -523,10 +523,18 @@ describe('POST /v1/graphql: errors', () => {
   });
 
   it('a body that is not a GraphQL request is 400 graphql_bad_request; a document that does not parse is a GraphQL error', async () => {
-    for (const body of [{}, { query: 5 }, { query: '{ tables { name } }', extra: 1 }, [{ query: '{ tables { name } }' }]]) {
+    const persisted = { extensions: { persistedQuery: { version: 1, sha256Hash: 'ab'.repeat(32) } } };
+    for (const body of [{}, { query: 5 }, { query: '{ tables { name } }', extra: 1 }, [{ query: '{ tables { name } }' }], persisted, { query: '{ tables { name } }', extensions: 5 }]) {
       const res = await server.post('/v1/graphql', body);
       expect(res.status).toBe(400);
       expect(res.body.code).toBe('graphql_bad_request');
+    }
+    // GraphQL over HTTP's `extensions` member is accepted and ignored (a black-box review: Apollo clients send it)
+    for (const extensions of [{ persistedQuery: { version: 1, sha256Hash: 'ab'.repeat(32) } }, null]) {
+      const res = await server.post('/v1/graphql', { query: '{ tables { name } }', extensions });
+      expect(res.status).toBe(200);
+      expect(res.body.errors).toBeUndefined();
+      expect(Array.isArray(res.body.data.tables)).toBe(true);
     }
     // a document that does not parse is a GraphQL error in the 200 body (spec 4.3.3) ...
     const parse = await server.post('/v1/graphql', { query: '{ tables { name }' });
@@ -646,6 +654,16 @@ describe('POST /v1/graphql: limits', () => {
     });
     expect(viaVar.status).toBe(200);
     expect(viaVar.body.errors[0].extensions.code).toBe('graphql_too_costly');
+    // a variable's default counts when the variable is left out; sent as null
+    // it overrides the default and top_k runs as omitted (10): found by a
+    // black-box review, which had the cheap query refused
+    const defaulted = 'query($k: Int = 1000) { search(table: "docs", tenant_id: "t1", top_k: $k) { results { record_id tenant_id version_id fields score { final_score lexical vector relational freshness_penalty } } } }';
+    const leftOut = await server.post('/v1/graphql', { query: defaulted });
+    expect(leftOut.body.errors[0].extensions.code).toBe('graphql_too_costly');
+    const sentNull = await server.post('/v1/graphql', { query: defaulted, variables: { k: null } });
+    expect(sentNull.body.errors).toBeUndefined();
+    expect(sentNull.body.data.search.results.length).toBeGreaterThan(0);
+    expect(sentNull.body.data.search.results.length).toBeLessThanOrEqual(10);
   });
 
   // found by a fuzz review: a variable of a million numbers held the JavaScript thread for a second while it was coerced

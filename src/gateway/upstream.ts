@@ -73,6 +73,14 @@ export function upstreamFailure(endpoint: string, err: unknown): BraidError {
   return new BraidError('upstream_error', `request to engine ${endpoint} failed (${describe(err)})`);
 }
 
+/**
+ * Codes of an engine's `GET /v1/ready` that describe the addressed branch,
+ * not the engine (src/services/ops.ts): its absence, its failed storage
+ * (writes refused, reads served) and its indexer. Requests still reach the
+ * engine, which answers each for its own branch.
+ */
+const BRANCH_STATES: ReadonlySet<string> = new Set(['branch_not_found', 'storage_failure', 'indexer_failed']);
+
 export class Upstream {
   readonly pool: Pool;
   /** Path prefix of the endpoint ("" for http://host:port). */
@@ -113,17 +121,20 @@ export class Upstream {
   }
 
   /**
-   * True while the engine's last readiness answer was a 5xx (recovering,
-   * failed storage, shutting down): proxying is gated with 503 not_ready.
-   * Other failed answers (401, 404) do not gate; the request will show why.
-   * Nor does the probed branch's absence (the engine answers its readiness
-   * for a branch it lacks with 503 `branch_not_found`): the probe is the
-   * first catalog branch on this engine, and one not created yet must not
-   * close every other branch of the engine.
+   * True while the engine's last readiness answer was a 5xx about the whole
+   * engine (shutting down, or failing to read its store): proxying is gated
+   * with 503 not_ready. Other failed answers (401, 404) do not gate; the
+   * request will show why. Nor does an answer about the probed branch alone
+   * ({@link BRANCH_STATES}): the probe is the first catalog branch on this
+   * engine, and its absence, failed storage or stopped indexer must not
+   * close the engine's other branches, nor its own reads, which the engine
+   * serves (a black-box review saw every branch of an engine refused, and
+   * opened again whenever a client's readiness check of a healthy branch
+   * reset the state).
    */
   get notReady(): boolean {
     const r = this.readiness;
-    return r.reachable && !r.ready && r.statusCode >= 500 && r.code !== 'branch_not_found';
+    return r.reachable && !r.ready && r.statusCode >= 500 && !(r.code !== undefined && BRANCH_STATES.has(r.code));
   }
 
   /** Headers that route a request of `route` on the engine. */

@@ -194,7 +194,12 @@ function topK(field: FieldNode, w: Walk): number | undefined {
   if (!arg) return undefined;
   let value: unknown;
   if (arg.value.kind === Kind.INT) value = Number(arg.value.value);
-  else if (arg.value.kind === Kind.VARIABLE) value = w.variables[arg.value.name.value] ?? w.defaults.get(arg.value.name.value);
+  else if (arg.value.kind === Kind.VARIABLE) {
+    // a variable sent as null overrides its default (GraphQL's rule), and a
+    // null top_k runs as omitted: the default of 10, not the document's
+    const name = arg.value.name.value;
+    value = Object.hasOwn(w.variables, name) ? w.variables[name] : w.defaults.get(name);
+  }
   if (typeof value !== 'number' || !Number.isInteger(value)) return undefined;
   return Math.min(Math.max(value, 1), MAX_TOP_K);
 }

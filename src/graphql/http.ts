@@ -6,6 +6,11 @@ export const GraphQlQueryRequest = Type.Object(
     query: Type.String({ description: 'GraphQL document' }),
     variables: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], { description: 'values of the $variables' })),
     operationName: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'operation to run when the document has several' })),
+    extensions: Type.Optional(
+      Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], {
+        description: 'protocol extensions (GraphQL over HTTP); accepted and ignored: Braid implements none, persisted queries included',
+      }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -19,7 +19,9 @@ export const RestoreRequest = Type.Object(
   {
     source: Type.String({ description: 'snapshot name' }),
     target: Type.String({ description: 'new branch to create from the snapshot' }),
-    verify_record: Type.Optional(RecordGetRequest),
+    verify_record: Type.Optional(
+      Type.Union([RecordGetRequest, Type.Null()], { description: 'a record to read back from the new branch; null, as omitted, reads none' }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -37,7 +37,7 @@ export function listSnapshots(engine: Engine): Promise<SnapshotInfo[]> {
  * in the new branch, `failed` when it is not (a missing table included).
  */
 export async function restoreSnapshot(engine: Engine, request: RestoreRequest, requestKey?: RequestKey): Promise<RestoreResult> {
-  const verify = request.verify_record;
+  const verify = request.verify_record ?? undefined;
   const outcome = await engine.restore(request.source, request.target, verify, requestKey);
   let verification: RestoreResult['verification'] = null;
   if (verify) {

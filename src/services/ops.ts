@@ -56,7 +56,10 @@ function notReadyReason(metrics: EngineMetrics): { error: string; code: string }
   if (metrics.indexer_state === 'running') return undefined;
   const error = metrics.indexer_state === 'stopped'
     ? 'the indexer has stopped: new writes are not indexed (queries still see them through the hot overlay); restart the engine'
-    : `the indexer keeps failing (${metrics.failed_feature_count} features not indexed so far); see the engine log`;
+    : metrics.failed_feature_count > 0
+      ? `the indexer keeps failing (${metrics.failed_feature_count} features not indexed so far); see the engine log`
+      // a round that failed as a whole (a text index commit on a full disk) leaves no feature counted
+      : 'the indexer keeps failing (its rounds fail as a whole, such as a text index commit); see the engine log';
   return { error, code: 'indexer_failed' };
 }
 

@@ -333,7 +333,11 @@ impl ColumnDeclaration {
             (None, None) => None,
         };
         if let (Some(option), false) = (vector_option, matches!(ty, ColumnType::Vector { .. })) {
-            bail!(InvalidRecord, "column {name:?}: only a vector column takes {option}, not a {} column", ty.name());
+            bail!(
+                InvalidRecord,
+                "column {name:?}: only a vector column takes {option}, not a column of type {}",
+                ty.name()
+            );
         }
         let mut column = Column::inferred(ty);
         if let Some(text) = self.text {

@@ -382,7 +382,7 @@ pub(super) fn validate(
     for (col, value) in q.scalar_eq.iter().flatten() {
         let column = match schema.columns.get(col) {
             Some(c) if c.scalar => c,
-            Some(c) => bail!(UnknownColumn, "column {col:?} is a {} column, not a scalar one", c.ty.name()),
+            Some(c) => bail!(UnknownColumn, "column {col:?} is of type {}, not a scalar column", c.ty.name()),
             None => bail!(UnknownColumn, "table {table:?} has no column {col:?}"),
         };
         let Some(key) = ScalarKey::of(value) else {
