@@ -13,6 +13,7 @@
 //! | `wal::copy`    | copying a log prefix (snapshot, restore) |
 //! | `catalog::save`| the atomic rewrite of catalog.json (after the new copy is written, before it replaces the old) |
 //! | `text::commit` | the tantivy commit of the indexer        |
+//! | `text::add`    | handing one row's document to the text index's current part (a writer failing as tantivy's does when its indexing thread fails) |
 //! | `records::write` | writing a commit group's fields to the open record file |
 //! | `checkpoint::records`, `checkpoint::vectors`, `checkpoint::vectors_sync`, `checkpoint::write`, `checkpoint::rename` | the steps of a checkpoint |
 //! | `vector::insert` | linking one row into an HNSW graph (use `panic` to test the indexer) |

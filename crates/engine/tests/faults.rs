@@ -275,6 +275,58 @@ fn an_indexer_that_stops_or_keeps_failing_shows_in_its_state() {
     scenario.teardown();
 }
 
+/// Regression (a black-box concurrency review): when the text index's
+/// writer failed (there, no file descriptors left), the rows it was handed
+/// were lost while the watermark went past them, and the next commit kept
+/// the deletes of the versions they replaced: the branch's text search found
+/// nothing, across restarts, with the indexer reported healthy. Now the
+/// writers go back to their last commits and the rows are handed again.
+#[test]
+fn a_failed_text_writer_loses_no_document() {
+    let scenario = FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let hello = |engine: &Engine| {
+        let q = braid_engine::query::HybridQuery {
+            table: Some("docs".into()),
+            tenant_id: Some("acme".into()),
+            text: Some("hello".into()),
+            freshness: Some("indexed".into()),
+            ..Default::default()
+        };
+        let mut ids: Vec<String> =
+            engine.query(None, None, &q).unwrap().results.into_iter().map(|r| r.record_id).collect();
+        ids.sort();
+        ids
+    };
+    {
+        let mut config = EngineConfig::new(dir.path());
+        config.branch.text_commit_interval = Duration::from_millis(10);
+        let engine = Engine::open(config).unwrap();
+        engine
+            .put(None, None, vec![rec("a", json!({"title": "hello a"})), rec("b", json!({"title": "hello b"}))], None)
+            .unwrap();
+        assert!(engine.wait_indexed(Duration::from_secs(60)));
+        faults::configure("text::add", "2*return(eio)").unwrap();
+        // a rewrite (its old version moves to the history part) and a new record
+        engine
+            .put(
+                None,
+                None,
+                vec![rec("a", json!({"title": "hello again"})), rec("c", json!({"title": "hello c"}))],
+                None,
+            )
+            .unwrap();
+        assert!(engine.wait_indexed(Duration::from_secs(60)), "the rows were handed to the index again");
+        faults::clear();
+        assert_eq!(hello(&engine), ["a", "b", "c"]);
+        assert_eq!(engine.metrics(None, None).unwrap().indexer_state, "running");
+    }
+    let engine = open(dir.path());
+    assert!(engine.wait_indexed(Duration::from_secs(60)));
+    assert_eq!(hello(&engine), ["a", "b", "c"], "after a restart");
+    scenario.teardown();
+}
+
 /// Regression (black-box operations test): closing waited for the indexer
 /// to catch up, so a SIGTERM after a crash restart linked 370,000 vectors
 /// for four minutes before the process ended. Closing now commits what the

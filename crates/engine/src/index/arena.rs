@@ -297,7 +297,89 @@ struct FileRun {
     first: u32,
     count: u32,
     offset: u64,
-    file: Arc<std::fs::File>,
+    file: Arc<SealedFile>,
+}
+
+/// Most vector files the process holds open at once, for
+/// [`VectorArena::read_vector`]'s reads (the most recently read ones).
+pub const OPEN_SEALED_FILES: usize = 64;
+
+/// Open descriptors of vector files, the most recently read first, by
+/// [`SealedFile::id`]: at most [`OPEN_SEALED_FILES`], for every branch and
+/// column of the process.
+static OPEN_FILES: Mutex<Vec<(u64, Arc<std::fs::File>)>> = Mutex::new(Vec::new());
+static NEXT_FILE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A vector file that [`VectorArena::read_vector`] reads vectors from, by
+/// its path: its descriptor is open while it is among the
+/// [`OPEN_SEALED_FILES`] the process read most recently, and opened again
+/// when read after that. Every checkpoint of a branch holding vectors seals
+/// a vector file, and each had kept its descriptor until the process ended:
+/// a black-box review's server held 19,300 of them over 52 branches, and its
+/// checkpoints and restores then failed for want of descriptors (record
+/// files had done the same, storage/records.rs). Mappings of a file need no
+/// descriptor once made.
+pub struct SealedFile {
+    id: u64,
+    path: std::path::PathBuf,
+}
+
+impl SealedFile {
+    /// Opens the file at `path` and keeps its descriptor among the open
+    /// ones; the caller maps it with the handle it is given.
+    pub fn open(path: &std::path::Path) -> std::io::Result<(Arc<SealedFile>, Arc<std::fs::File>)> {
+        let file = Arc::new(std::fs::File::open(path)?);
+        let sealed = SealedFile { id: NEXT_FILE_ID.fetch_add(1, Ordering::Relaxed), path: path.to_path_buf() };
+        keep_open(sealed.id, file.clone());
+        Ok((Arc::new(sealed), file))
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The file's descriptor: one kept open, else opened now (and kept, in
+    /// place of the least recently read).
+    pub fn handle(&self) -> std::io::Result<Arc<std::fs::File>> {
+        {
+            let mut open = OPEN_FILES.lock();
+            if let Some(at) = open.iter().position(|(id, _)| *id == self.id) {
+                let file = open[at].1.clone();
+                if at > 0 {
+                    let entry = open.remove(at);
+                    open.insert(0, entry);
+                }
+                return Ok(file);
+            }
+        }
+        let file = Arc::new(std::fs::File::open(&self.path)?);
+        keep_open(self.id, file.clone());
+        Ok(file)
+    }
+}
+
+/// Puts `file` first among the open descriptors, closing the least
+/// recently read one past [`OPEN_SEALED_FILES`] (a reader holding it keeps
+/// it until its read ends).
+fn keep_open(id: u64, file: Arc<std::fs::File>) {
+    let mut open = OPEN_FILES.lock();
+    open.retain(|(kept, _)| *kept != id);
+    open.truncate(OPEN_SEALED_FILES - 1);
+    open.insert(0, (id, file));
+}
+
+/// Descriptors of vector files open now (at most [`OPEN_SEALED_FILES`]).
+pub fn open_sealed_files() -> usize {
+    OPEN_FILES.lock().len()
+}
+
+impl Drop for SealedFile {
+    /// A file no column reads any more (its branch closed, retention
+    /// compacted it away) gives its descriptor back, so a deleted file's
+    /// space is freed.
+    fn drop(&mut self) {
+        OPEN_FILES.lock().retain(|(id, _)| *id != self.id);
+    }
 }
 
 /// A query reading a [`VectorArena`] ([`VectorArena::reading`]).
@@ -601,7 +683,7 @@ impl VectorArena {
             // the mapped reads of `push_mapped` take them too
             let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), self.dim * 4) };
             let at = run.offset + u64::from(slot - run.first) * (self.dim * 4) as u64;
-            if run.file.read_exact_at(bytes, at).is_ok() {
+            if run.file.handle().is_ok_and(|file| file.read_exact_at(bytes, at).is_ok()) {
                 return Some(out);
             }
         }
@@ -627,7 +709,7 @@ impl VectorArena {
     /// Notes that `file` holds the vectors of slots `first..first + count`
     /// from byte `offset` on (runs come in slot order; one that does not is
     /// not noted, and its slots are read from memory).
-    fn note_file_run(&self, first: usize, count: usize, file: &Arc<std::fs::File>, offset: u64) {
+    fn note_file_run(&self, first: usize, count: usize, file: &Arc<SealedFile>, offset: u64) {
         let (Ok(first), Ok(count)) = (u32::try_from(first), u32::try_from(count)) else { return };
         let after_last = self
             .file_runs
@@ -688,7 +770,7 @@ impl VectorArena {
 
     /// Publishes `count` vectors stored back to back at `offset` bytes into
     /// `map` (a read-only vector file, `file`) as the next slots, for `rows`.
-    pub fn push_mapped(&self, map: &Arc<Mmap>, file: &Arc<std::fs::File>, offset: usize, rows: &[u32]) -> Option<()> {
+    pub fn push_mapped(&self, map: &Arc<Mmap>, file: &Arc<SealedFile>, offset: usize, rows: &[u32]) -> Option<()> {
         let bytes = map.get(offset..offset.checked_add(rows.len() * self.dim * 4)?)?;
         if bytes.as_ptr().align_offset(std::mem::align_of::<f32>()) != 0 {
             return None;
@@ -730,12 +812,14 @@ impl VectorArena {
     /// any range once the process holds [`MAX_FILE_BACKED_RANGES`] stay as
     /// they are. Returns the bytes now file-backed. Whatever it maps,
     /// [`Self::read_vector`] reads these slots from the file from now on.
-    pub fn back_with_file(&self, first: u32, count: usize, file: &Arc<std::fs::File>, offset: u64) -> usize {
+    pub fn back_with_file(&self, first: u32, count: usize, sealed: &Arc<SealedFile>, offset: u64) -> usize {
         use std::os::fd::AsRawFd;
         let page = page_size();
         let bytes = self.dim * 4;
         let mut w = self.writer.lock();
-        self.note_file_run(first as usize, count, file, offset);
+        self.note_file_run(first as usize, count, sealed, offset);
+        // the mappings below need the descriptor only while they are made
+        let Ok(file) = sealed.handle() else { return 0 };
         let mut backed = 0;
         let mut map_run = |w: &mut Writer, start: usize, len: usize, file_at: u64| {
             for owner in w.owners.iter_mut() {
@@ -852,12 +936,55 @@ mod tests {
             file.write_all(&test_vector(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
-        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let (sealed, file) = SealedFile::open(&path).unwrap();
         let map = Arc::new(unsafe { Mmap::map(&*file) }.unwrap());
         let arena = VectorArena::new(64);
         let rows: Vec<u32> = (0..count as u32).map(|i| i * 2).collect();
-        arena.push_mapped(&map, &file, offset, &rows).unwrap();
+        arena.push_mapped(&map, &sealed, offset, &rows).unwrap();
         (arena, path)
+    }
+
+    /// Descriptors the process holds open on files under `dir`.
+    fn open_under(dir: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
+    }
+
+    /// Found by a black-box review: every vector file a checkpoint sealed
+    /// kept its descriptor open until the process ended, and a server with
+    /// many branches and checkpoints ran out of them. Reads open a file
+    /// again once it has left the most recently read ones, and a file no
+    /// arena reads gives its descriptor back.
+    #[test]
+    fn vector_files_hold_a_bounded_number_of_descriptors() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let files = OPEN_SEALED_FILES + 16;
+        let arena = VectorArena::new(64);
+        let mut maps = Vec::new();
+        for f in 0..files as u32 {
+            let path = dir.path().join(format!("vectors-{f}.f32"));
+            let mut file = std::fs::File::create(&path).unwrap();
+            file.write_all(&test_vector(f).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+            file.sync_all().unwrap();
+            let (sealed, file) = SealedFile::open(&path).unwrap();
+            let map = Arc::new(unsafe { Mmap::map(&*file) }.unwrap());
+            arena.push_mapped(&map, &sealed, 0, &[f]).unwrap();
+            maps.push(map);
+        }
+        assert!(open_under(dir.path()) <= OPEN_SEALED_FILES, "{} open", open_under(dir.path()));
+        let mut buf = vec![0f32; 64];
+        for round in 0..2 {
+            for f in 0..files as u32 {
+                assert_eq!(arena.read_vector(f, &mut buf).unwrap(), &test_vector(f)[..], "file {f}, round {round}");
+            }
+            assert!(open_under(dir.path()) <= OPEN_SEALED_FILES, "{} open", open_under(dir.path()));
+        }
+        drop(arena);
+        assert_eq!(open_under(dir.path()), 0, "the arena's files are closed with it");
     }
 
     /// A query that read vectors through their mapping before the encoder
@@ -986,7 +1113,7 @@ mod tests {
             file.write_all(&v(i).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
-        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let (file, _) = SealedFile::open(&path).unwrap();
         let held = arena.heap_bytes();
         let backed = arena.back_with_file(10, 990, &file, offset);
         assert!(backed >= 990 * dim * 4 - 2 * page, "{backed} bytes backed");

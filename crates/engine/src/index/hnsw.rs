@@ -869,7 +869,7 @@ mod tests {
             file.write_all(&p.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         }
         file.sync_all().unwrap();
-        let file = std::sync::Arc::new(std::fs::File::open(&path).unwrap());
+        let (file, _) = crate::index::arena::SealedFile::open(&path).unwrap();
         assert!(arena.back_with_file(0, points.len(), &file, offset) > 0);
         assert_eq!(resident_of(&path), 0, "nothing read yet");
         let graph = Hnsw::new(Metric::Cosine, arena.clone());

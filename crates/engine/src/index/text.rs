@@ -785,6 +785,9 @@ pub struct TextIndex {
     /// (in its payload), and the one whose deletes are queued in the writer.
     purged: AtomicU64,
     purge_pending: AtomicU64,
+    /// A writer failed since the last [`TextIndex::recover`]: what the
+    /// writers hold since their last commits cannot be trusted.
+    failed: AtomicBool,
 }
 
 fn schema() -> Schema {
@@ -816,6 +819,32 @@ fn writer_options(budget: usize, merge_threads: usize) -> IndexWriterOptions {
 
 fn tantivy_err(err: tantivy::TantivyError) -> Error {
     Error::storage(format!("text index: {err}"))
+}
+
+/// The current part's writer: each branch has writers of its own (a
+/// black-box test counted 8 threads a branch, 534 for 64 branches:
+/// [`writer_options`]).
+fn current_writer(index: &Index) -> tantivy::Result<IndexWriter> {
+    let writer: IndexWriter = index.writer_with_options(writer_options(48_000_000, MERGE_THREADS))?;
+    set_current_policy(&writer);
+    Ok(writer)
+}
+
+/// A version moved to the history stays in its segment of the current
+/// part, deleted, and the pruning still reads its postings, until a merge
+/// drops it: a segment a third deleted is merged (Lucene's tiered policy
+/// allows a third by default; tantivy's, every document deleted).
+fn set_current_policy(writer: &IndexWriter) {
+    let mut policy = tantivy::indexer::LogMergePolicy::default();
+    policy.set_del_docs_ratio_before_merge(DELETED_BEFORE_MERGE);
+    writer.set_merge_policy(Box::new(policy));
+}
+
+/// The history part's writer, opened when something moves there: tantivy's
+/// least budget and one merge thread, as the history takes what rewrites
+/// move, far less than the current part.
+fn history_writer(index: &Index) -> tantivy::Result<IndexWriter> {
+    index.writer_with_options(writer_options(15_000_000, 1))
 }
 
 /// Why an index could not be opened: its files are damaged (it can be
@@ -897,17 +926,7 @@ impl TextIndex {
             Ok((index, _, purged, _)) => (index, purged),
             Err(older) => return Err(OpenError::Damaged(older)),
         };
-        // each branch has writers of its own (a black-box test counted 8
-        // threads a branch, 534 for 64 branches): writer_options
-        let writer: IndexWriter =
-            index.writer_with_options(writer_options(48_000_000, MERGE_THREADS)).map_err(open_err)?;
-        // a version moved to the history stays in its segment here, deleted,
-        // and the pruning still reads its postings, until a merge drops it:
-        // a segment a third deleted is merged (Lucene's tiered policy allows
-        // a third by default; tantivy's, every document deleted)
-        let mut policy = tantivy::indexer::LogMergePolicy::default();
-        policy.set_del_docs_ratio_before_merge(DELETED_BEFORE_MERGE);
-        writer.set_merge_policy(Box::new(policy));
+        let writer = current_writer(&index).map_err(open_err)?;
         let s = index.schema();
         let field = |name: &str| s.get_field(name).expect("field defined by schema()");
         let fields = Fields {
@@ -942,6 +961,7 @@ impl TextIndex {
             pending_upto: AtomicU32::new(watermark),
             purged: AtomicU64::new(purged),
             purge_pending: AtomicU64::new(purged),
+            failed: AtomicBool::new(false),
         };
         Ok((index, rebuilt))
     }
@@ -1007,10 +1027,64 @@ impl TextIndex {
     pub fn add_row(&self, row: u32, table: &str, tenant: &str, columns: &[(&str, &str)]) -> Result<()> {
         let docs = self.documents(row, table, tenant, columns);
         let mut writer = self.current.writer.lock();
-        let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
+        let Some(writer) = writer.as_mut() else { return self.noting(Err(self.no_writer())) };
+        self.noting(crate::faults::check("text::add").map_err(Error::from))?;
         for doc in docs {
-            writer.add_document(doc).map_err(tantivy_err)?;
+            self.noting(writer.add_document(doc).map_err(tantivy_err))?;
         }
+        Ok(())
+    }
+
+    /// Why a part has no writer: closed, or not put back after a failure.
+    fn no_writer(&self) -> Error {
+        match self.closed.load(Ordering::Acquire) {
+            true => Error::storage("text index is closed"),
+            false => Error::storage("text index writer failed and is not open again yet"),
+        }
+    }
+
+    /// Notes a writer's failure for [`Self::recover`] and passes it on.
+    fn noting<T>(&self, done: Result<T>) -> Result<T> {
+        if done.is_err() {
+            self.failed.store(true, Ordering::Release);
+        }
+        done
+    }
+
+    /// Whether a writer failed since the last [`Self::recover`].
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Puts both parts' writers back at their last commits after one of
+    /// them failed, so that what was handed to them since is handed again
+    /// from the watermark. tantivy drops the documents of an indexing
+    /// thread that failed (a full disk, no descriptors left), and its next
+    /// commit goes on without them but with the deletes queued before: a
+    /// black-box review's branch had every document of its current part
+    /// deleted and none added back, committed with the watermark past them,
+    /// and its text search found nothing, across restarts. Each writer is
+    /// dropped (which discards what it held, as tantivy's rollback does)
+    /// and the current part's opened again over its last commit; one that
+    /// cannot be opened (no descriptors left) is tried again at the next
+    /// call, with every row from the watermark on still covered by the hot
+    /// overlay. The indexer calls it; it alone hands rows to the writers.
+    pub fn recover(&self) -> Result<()> {
+        if !self.failed() || self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        drop(self.history.writer.lock().take());
+        self.history_dirty.store(false, Ordering::Release);
+        {
+            let mut writer = self.current.writer.lock();
+            drop(writer.take());
+            *writer = Some(current_writer(&self.current.index).map_err(tantivy_err)?);
+        }
+        self.pending_upto.store(self.watermark(), Ordering::Release);
+        // removed versions' deletes that were queued are done again by the
+        // next start, as after a crash (the committed horizon says which)
+        self.purge_pending.store(self.purged(), Ordering::Release);
+        self.failed.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -1033,13 +1107,13 @@ impl TextIndex {
     fn delete_from_both(&self, rows: &[u32], open_history: bool) -> Result<()> {
         {
             let mut writer = self.current.writer.lock();
-            let Some(writer) = writer.as_mut() else { return Err(Error::storage("text index is closed")) };
-            self.current.delete(writer, self.fields.row, rows)?;
+            let Some(writer) = writer.as_mut() else { return self.noting(Err(self.no_writer())) };
+            self.noting(self.current.delete(writer, self.fields.row, rows))?;
         }
         let opened = self.history.writer.lock().is_some();
         if open_history || opened || self.history.documents() > 0 {
-            let mut writer = self.history_writer()?;
-            self.history.delete(writer.as_mut().expect("history_writer opens it"), self.fields.row, rows)?;
+            let mut writer = self.noting(self.history_writer())?;
+            self.noting(self.history.delete(writer.as_mut().expect("history_writer opens it"), self.fields.row, rows))?;
             self.history_dirty.store(true, Ordering::Release);
         }
         Ok(())
@@ -1049,10 +1123,10 @@ impl TextIndex {
     /// [`Self::supersede`] of it).
     pub fn add_superseded(&self, row: u32, table: &str, tenant: &str, columns: &[(&str, &str)]) -> Result<()> {
         let docs = self.documents(row, table, tenant, columns);
-        let mut writer = self.history_writer()?;
+        let mut writer = self.noting(self.history_writer())?;
         let writer = writer.as_mut().expect("history_writer opens it");
         for doc in docs {
-            writer.add_document(doc).map_err(tantivy_err)?;
+            self.noting(writer.add_document(doc).map_err(tantivy_err))?;
         }
         self.history_dirty.store(true, Ordering::Release);
         Ok(())
@@ -1066,10 +1140,7 @@ impl TextIndex {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::storage("text index is closed"));
             }
-            // tantivy's least budget, one merge thread: the history takes
-            // what rewrites move, far less than the current part
-            let options = writer_options(15_000_000, 1);
-            *writer = Some(self.history.index.writer_with_options(options).map_err(tantivy_err)?);
+            *writer = Some(history_writer(&self.history.index).map_err(tantivy_err)?);
         }
         Ok(writer)
     }
@@ -1140,6 +1211,11 @@ impl TextIndex {
     /// two leaves it in both for a while, which a search counts once, and
     /// the move is done again from the watermark).
     pub fn commit(&self) -> Result<()> {
+        if self.failed() {
+            // what the writers hold since their last commits may be half a
+            // batch: nothing of it is committed ([`Self::recover`])
+            return Err(Error::storage("the text index's writer failed; it goes back to its last commit first"));
+        }
         let upto = self.pending_upto();
         let purged = self.purge_pending.load(Ordering::Acquire);
         let history = self.history_dirty.swap(false, Ordering::AcqRel);
@@ -1149,12 +1225,12 @@ impl TextIndex {
         let slots = serde_json::to_string(&*self.slots.lock()).map_err(Error::internal)?;
         let payload = format!("{FORMAT}:{upto}:{purged}:{slots}");
         if history {
-            if let Err(e) = self.history.commit(&payload) {
+            if let Err(e) = self.noting(self.history.commit(&payload)) {
                 self.history_dirty.store(true, Ordering::Release);
                 return Err(e);
             }
         }
-        self.current.commit(&payload)?;
+        self.noting(self.current.commit(&payload))?;
         self.watermark.store(upto, Ordering::Release);
         self.purged.store(purged, Ordering::Release);
         Ok(())

@@ -51,6 +51,7 @@ use serde_bytes::ByteBuf;
 use crate::error::{Code, Error, Result};
 use crate::faults;
 use crate::fsutil;
+use crate::index::arena::SealedFile;
 use crate::index::text::{PackedScope, ScopeImage, ScopeStats, StoredScope, TextStats};
 use crate::schema::TableSchema;
 use crate::storage::commit::Receipt;
@@ -779,15 +780,19 @@ fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     open_mapped(path).map(|(map, _)| map)
 }
 
-/// A vector file, mapped, and the file itself.
-fn open_mapped(path: &Path) -> Result<(Arc<Mmap>, Arc<File>)> {
-    let file =
-        File::open(path).map_err(|e| Error::storage(format!("vector file {} is missing: {e}", path.display())))?;
+/// A vector file, mapped, and the file to read vectors from by `pread`
+/// (its descriptor open only while it is among the files read most
+/// recently: `arena::SealedFile`).
+fn open_mapped(path: &Path) -> Result<(Arc<Mmap>, Arc<SealedFile>)> {
+    let (sealed, file) = SealedFile::open(path).map_err(|e| {
+        let what = if e.kind() == std::io::ErrorKind::NotFound { "is missing" } else { "cannot be opened" };
+        Error::storage(format!("vector file {} {what}: {e}", path.display()))
+    })?;
     // SAFETY: vector files are written once, fsynced and never modified or
     // truncated afterwards (only deleted with their branch), so the mapping
     // does not change under the reader.
-    let map = unsafe { Mmap::map(&file)? };
-    Ok((Arc::new(map), Arc::new(file)))
+    let map = unsafe { Mmap::map(&*file)? };
+    Ok((Arc::new(map), sealed))
 }
 
 /// Lets the process's page tables go of every page of `map`, which a
@@ -1434,7 +1439,7 @@ fn restore_tables<C: StoredColumn + Send, S: StoredScope + Send, V: StoredSlots>
     use rayon::prelude::*;
     let slot_bases: HashMap<(&str, &str), u32> =
         slot_bases.iter().map(|(t, c, base)| ((t.as_str(), c.as_str()), *base)).collect();
-    let mut maps: HashMap<u32, (Arc<Mmap>, Arc<File>)> = HashMap::new();
+    let mut maps: HashMap<u32, (Arc<Mmap>, Arc<SealedFile>)> = HashMap::new();
     let ends = vector_file_ends(schemas, &images);
     let mut tables = HashMap::new();
     for t in images {

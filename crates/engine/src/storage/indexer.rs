@@ -128,6 +128,25 @@ fn commit_if_due(text: &TextIndex, last_commit: &mut Instant, due: Duration) -> 
     Some(committed)
 }
 
+/// Hands one batch of rows to the text index: the versions it moves to the
+/// history part, then the current part's documents. A failure stops the
+/// batch: the writers cannot be trusted past their last commits
+/// (`TextIndex::recover` puts them back there, and the rows are handed
+/// again from the watermark).
+fn feed_text(text: &TextIndex, batch: &TextBatch) -> crate::error::Result<()> {
+    let moved: Vec<u32> = batch.superseded.iter().map(|f| f.row).collect();
+    text.supersede(&moved)?;
+    for f in &batch.superseded {
+        let columns: Vec<(&str, &str)> = f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
+        text.add_superseded(f.row, &f.table, &f.tenant, &columns)?;
+    }
+    for f in &batch.docs {
+        let columns: Vec<(&str, &str)> = f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
+        text.add_row(f.row, &f.table, &f.tenant, &columns)?;
+    }
+    Ok(())
+}
+
 /// Rows a round links into the graphs.
 const INDEX_ROUND_ROWS: u32 = 4096;
 /// Rows a round hands to the text index: more than the graphs take, since
@@ -301,6 +320,11 @@ fn run_indexer(
     let mut backlog = Backlog::default();
     // failed features as of the last index_round_failed event
     let mut failed_reported = shared.failed_features.load(Ordering::Relaxed);
+    // the text index failed (its writers, or a commit) and no commit has
+    // succeeded since: a round until then is not a healthy one, even when
+    // the rows it handed over went in, so readiness does not flap between
+    // the failing commits (a round's handing over and the next commit)
+    let mut text_failing = false;
     loop {
         fail::fail_point!("indexer::round");
         if last_sweep.elapsed() >= sweep_every {
@@ -348,6 +372,9 @@ fn run_indexer(
             }
             break;
         }
+        // a writer that failed is put back at its last commit first, and
+        // the rows from the watermark on are handed to it again
+        let text_recovered = text.recover().is_ok();
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);
         let total = state.read().rows.len() as u32;
@@ -357,38 +384,29 @@ fn run_indexer(
         }
         backlog.note(total.saturating_sub(text.watermark().min(from_vec)), &shared.events);
         // None: nothing was attempted this round; Some(true): something failed
-        let mut round_failed: Option<bool> = None;
+        let mut round_failed: Option<bool> = (!text_recovered).then_some(true);
         let mut text_commit_failed = false;
+        let mut text_committed = false;
         if from_text < total || from_vec < total {
             let mut failed = 0;
             // the text first: its round is short, and retention waits on it;
             // read a run of INDEX_ROUND_ROWS at a time, so the state's read
             // lock (which writes wait for) is held no longer than before
-            let text_end = total.min(from_text.saturating_add(TEXT_ROUND_ROWS));
+            let text_end =
+                if text_recovered { total.min(from_text.saturating_add(TEXT_ROUND_ROWS)) } else { from_text };
             let mut text_from = from_text;
             while text_from < text_end {
                 let upto = text_end.min(text_from.saturating_add(INDEX_ROUND_ROWS));
                 let batch = collect_text(&state.read(), text_from, upto);
+                if feed_text(&text, &batch).is_err() {
+                    // nothing from the watermark on is searchable through the
+                    // index but through the hot overlay, until a later round
+                    // has put the writers back and handed these rows again
+                    round_failed = Some(true);
+                    break;
+                }
+                // a row whose record entry cannot be read has no document
                 failed += batch.unreadable;
-                let moved: Vec<u32> = batch.superseded.iter().map(|f| f.row).collect();
-                if text.supersede(&moved).is_err() {
-                    failed += moved.len() as u64;
-                } else {
-                    for f in &batch.superseded {
-                        let columns: Vec<(&str, &str)> =
-                            f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
-                        if text.add_superseded(f.row, &f.table, &f.tenant, &columns).is_err() {
-                            failed += 1;
-                        }
-                    }
-                }
-                for f in &batch.docs {
-                    let columns: Vec<(&str, &str)> = f.columns.iter().map(|(c, t)| (c.as_str(), t.as_str())).collect();
-                    if text.add_row(f.row, &f.table, &f.tenant, &columns).is_err() {
-                        // the row stays searchable through the hot overlay only
-                        failed += 1;
-                    }
-                }
                 text.mark_pending(upto);
                 text_from = upto;
             }
@@ -396,6 +414,7 @@ fn run_indexer(
             let due = commit_due(config, &shared, &text, grown_at);
             if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
                 text_commit_failed = !committed;
+                text_committed = committed;
                 round_failed = Some(!committed);
             }
             let batch = collect_vectors(&state.read(), from_vec);
@@ -426,7 +445,16 @@ fn run_indexer(
         let due = commit_due(config, &shared, &text, grown_at);
         if let Some(committed) = commit_if_due(&text, &mut last_commit, due) {
             text_commit_failed |= !committed;
+            text_committed |= committed;
             round_failed = Some(round_failed.unwrap_or(false) || !committed);
+        }
+        if text_committed && !text.failed() {
+            text_failing = false;
+        } else if round_failed == Some(true) && (text_commit_failed || !text_recovered || text.failed()) {
+            text_failing = true;
+        }
+        if text_failing && round_failed == Some(false) {
+            round_failed = None;
         }
         let in_a_row = match round_failed {
             Some(true) => shared.failing_rounds.fetch_add(1, Ordering::Relaxed) + 1,

@@ -608,8 +608,9 @@ pub struct VectorStore {
 #[derive(Clone)]
 pub struct VectorChunk {
     pub map: Arc<Mmap>,
-    /// The file itself, which the arena reads vectors from.
-    pub file: Arc<std::fs::File>,
+    /// The file itself, which the arena reads vectors from (by path; its
+    /// descriptor is not held: `arena::SealedFile`).
+    pub file: Arc<crate::index::arena::SealedFile>,
     /// Byte offset in the file (a multiple of 4).
     pub offset: usize,
     /// Vectors in the chunk.
