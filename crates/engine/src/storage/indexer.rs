@@ -325,6 +325,10 @@ fn run_indexer(
     // the rows it handed over went in, so readiness does not flap between
     // the failing commits (a round's handing over and the next commit)
     let mut text_failing = false;
+    // when a text index that failed is next put back (a round's failure
+    // waits the commit interval, not for the next write's wake-up: a writer
+    // that cannot be opened, out of descriptors, is not retried per write)
+    let mut retry_text_at = Instant::now();
     loop {
         fail::fail_point!("indexer::round");
         if last_sweep.elapsed() >= sweep_every {
@@ -374,7 +378,7 @@ fn run_indexer(
         }
         // a writer that failed is put back at its last commit first, and
         // the rows from the watermark on are handed to it again
-        let text_recovered = text.recover().is_ok();
+        let text_recovered = !text.failed() || (Instant::now() >= retry_text_at && text.recover().is_ok());
         let from_text = text.pending_upto();
         let from_vec = shared.vector_watermark.load(Ordering::Acquire);
         let total = state.read().rows.len() as u32;
@@ -456,6 +460,10 @@ fn run_indexer(
         if text_failing && round_failed == Some(false) {
             round_failed = None;
         }
+        let text_stuck = !text_recovered || text.failed();
+        if text_stuck && Instant::now() >= retry_text_at {
+            retry_text_at = Instant::now() + interval;
+        }
         let in_a_row = match round_failed {
             Some(true) => shared.failing_rounds.fetch_add(1, Ordering::Relaxed) + 1,
             Some(false) => {
@@ -481,11 +489,17 @@ fn run_indexer(
         let rows = state.read().rows.len() as u32;
         // a graph rebuilt from 0 (after a crash, or by retention) goes on
         // round after round without waiting
-        let caught_up = text.pending_upto() >= rows && shared.vector_watermark.load(Ordering::Acquire) >= rows;
+        let caught_up =
+            (text.pending_upto() >= rows || text_stuck) && shared.vector_watermark.load(Ordering::Acquire) >= rows;
         let mut woken = shared.wake.lock();
         if !*woken && caught_up {
-            let wait =
-                if lagging { until_commit(last_commit, due, grown_at, interval) } else { Duration::from_secs(1) };
+            let wait = if text_stuck {
+                retry_text_at.saturating_duration_since(Instant::now())
+            } else if lagging {
+                until_commit(last_commit, due, grown_at, interval)
+            } else {
+                Duration::from_secs(1)
+            };
             shared.wake_cv.wait_for(&mut woken, wait.max(Duration::from_millis(1)));
         }
         *woken = false;
