@@ -147,6 +147,10 @@ fn feed_text(text: &TextIndex, batch: &TextBatch) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// The longest wait before a text index that keeps failing is put back
+/// again (the waits double from the commit interval).
+const TEXT_RETRY_MAX: Duration = Duration::from_secs(5);
+
 /// Rows a round links into the graphs.
 const INDEX_ROUND_ROWS: u32 = 4096;
 /// Rows a round hands to the text index: more than the graphs take, since
@@ -326,9 +330,11 @@ fn run_indexer(
     // the failing commits (a round's handing over and the next commit)
     let mut text_failing = false;
     // when a text index that failed is next put back (a round's failure
-    // waits the commit interval, not for the next write's wake-up: a writer
-    // that cannot be opened, out of descriptors, is not retried per write)
+    // waits, not for the next write's wake-up: a writer that cannot be
+    // opened, out of descriptors, is not retried per write)
     let mut retry_text_at = Instant::now();
+    // doubled at each failure in a row, up to TEXT_RETRY_MAX
+    let mut retry_text_after = interval;
     loop {
         fail::fail_point!("indexer::round");
         if last_sweep.elapsed() >= sweep_every {
@@ -461,8 +467,11 @@ fn run_indexer(
             round_failed = None;
         }
         let text_stuck = !text_recovered || text.failed();
-        if text_stuck && Instant::now() >= retry_text_at {
-            retry_text_at = Instant::now() + interval;
+        if !text_stuck {
+            retry_text_after = interval;
+        } else if Instant::now() >= retry_text_at {
+            retry_text_at = Instant::now() + retry_text_after;
+            retry_text_after = (retry_text_after * 2).min(TEXT_RETRY_MAX.max(interval));
         }
         let in_a_row = match round_failed {
             Some(true) => shared.failing_rounds.fetch_add(1, Ordering::Relaxed) + 1,
